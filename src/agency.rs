@@ -1,0 +1,326 @@
+//! Running many scenarios at once on one backend, batching their calls per model.
+//!
+//! A scenario is ordinary `async` game logic. When it needs a model it awaits
+//! [`Agency::call`] (or [`Agency::call_all`] for a parallel phase). The
+//! [`Driver`] polls every scenario future on one thread until each is either
+//! finished or waiting for model answers, gathers all waiting requests,
+//! groups them by model, hands each group to the backend as one batch, and
+//! delivers the answers. Nothing here is random and the polling order is
+//! fixed, so a run is reproducible however many scenarios share the driver.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use crate::backend::{Backend, ModelRequest, ModelResult};
+
+#[derive(Default)]
+struct Inbox {
+    next_id: u64,
+    /// Requests issued but not yet sent to a backend.
+    queued: Vec<(u64, ModelRequest)>,
+    /// Answers delivered but not yet taken by their future.
+    answered: BTreeMap<u64, ModelResult>,
+    /// Ids sent to a backend and not yet answered.
+    in_flight: usize,
+}
+
+/// A scenario's handle for asking model calls. Cheap to clone; all clones of
+/// one agency share one queue.
+#[derive(Clone, Default)]
+pub struct Agency {
+    inbox: Rc<RefCell<Inbox>>,
+}
+
+impl Agency {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Ask for one model call and wait for its answer.
+    pub fn call(&self, request: ModelRequest) -> CallFuture {
+        CallFuture {
+            inbox: self.inbox.clone(),
+            request: Some(request),
+            id: None,
+        }
+    }
+
+    /// Ask for several calls at once (a parallel phase) and wait for all of
+    /// them. Answers come back in the order of `requests`.
+    pub async fn call_all(&self, requests: Vec<ModelRequest>) -> Vec<ModelResult> {
+        futures::future::join_all(requests.into_iter().map(|r| self.call(r))).await
+    }
+
+    fn take_queued(&self) -> Vec<(u64, ModelRequest)> {
+        let mut inbox = self.inbox.borrow_mut();
+        let queued = std::mem::take(&mut inbox.queued);
+        inbox.in_flight += queued.len();
+        queued
+    }
+
+    fn deliver(&self, id: u64, result: ModelResult) {
+        let mut inbox = self.inbox.borrow_mut();
+        inbox.in_flight -= 1;
+        inbox.answered.insert(id, result);
+    }
+}
+
+/// The future returned by [`Agency::call`].
+pub struct CallFuture {
+    inbox: Rc<RefCell<Inbox>>,
+    request: Option<ModelRequest>,
+    id: Option<u64>,
+}
+
+impl Future for CallFuture {
+    type Output = ModelResult;
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<ModelResult> {
+        let this = &mut *self;
+        let mut inbox = this.inbox.borrow_mut();
+        match this.id {
+            None => {
+                let id = inbox.next_id;
+                inbox.next_id += 1;
+                let request = this
+                    .request
+                    .take()
+                    .expect("CallFuture polled after completion");
+                inbox.queued.push((id, request));
+                this.id = Some(id);
+                Poll::Pending
+            }
+            Some(id) => match inbox.answered.remove(&id) {
+                Some(result) => Poll::Ready(result),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+type BoxedScenario<'a, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>>;
+
+/// Drives scenario futures to completion against one backend.
+pub struct Driver<'a, T> {
+    scenarios: Vec<(Agency, Option<BoxedScenario<'a, T>>)>,
+    results: Vec<Option<anyhow::Result<T>>>,
+    /// Number of backend batches sent so far (for statistics and tests).
+    pub batches_sent: usize,
+    /// Largest batch sent so far.
+    pub largest_batch: usize,
+}
+
+impl<'a, T> Default for Driver<'a, T> {
+    fn default() -> Self {
+        Self {
+            scenarios: Vec::new(),
+            results: Vec::new(),
+            batches_sent: 0,
+            largest_batch: 0,
+        }
+    }
+}
+
+impl<'a, T> Driver<'a, T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a scenario. `make` receives the scenario's own [`Agency`].
+    pub fn spawn<F, Fut>(&mut self, make: F)
+    where
+        F: FnOnce(Agency) -> Fut,
+        Fut: Future<Output = anyhow::Result<T>> + 'a,
+    {
+        let agency = Agency::new();
+        let fut = make(agency.clone());
+        self.scenarios.push((agency, Some(Box::pin(fut))));
+        self.results.push(None);
+    }
+
+    /// Run every scenario to completion. Returns each scenario's result in
+    /// spawn order. `on_batch` is called after each backend batch with the
+    /// number of requests answered (for progress bars).
+    pub fn run(
+        mut self,
+        backend: &mut dyn Backend,
+        mut on_batch: impl FnMut(usize),
+    ) -> Vec<anyhow::Result<T>> {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            // Poll every live scenario until none can make progress without answers.
+            let mut progressed = true;
+            while progressed {
+                progressed = false;
+                for (i, (agency, slot)) in self.scenarios.iter_mut().enumerate() {
+                    let Some(fut) = slot.as_mut() else { continue };
+                    let before = agency.inbox.borrow().answered.len();
+                    match fut.as_mut().poll(&mut cx) {
+                        Poll::Ready(result) => {
+                            self.results[i] = Some(result);
+                            *slot = None;
+                            progressed = true;
+                        }
+                        Poll::Pending => {
+                            // Answers were consumed: poll again in case more
+                            // work is ready without a backend round trip.
+                            if agency.inbox.borrow().answered.len() < before {
+                                progressed = true;
+                            }
+                        }
+                    }
+                }
+            }
+
+            // Gather queued requests from every scenario, grouped by model.
+            let mut by_model: BTreeMap<String, Vec<(usize, u64, ModelRequest)>> = BTreeMap::new();
+            for (i, (agency, slot)) in self.scenarios.iter().enumerate() {
+                if slot.is_none() {
+                    continue;
+                }
+                for (id, req) in agency.take_queued() {
+                    by_model
+                        .entry(req.model.clone())
+                        .or_default()
+                        .push((i, id, req));
+                }
+            }
+
+            if by_model.is_empty() {
+                // Nothing to send: either everything finished, or a scenario
+                // waits on an answer that will never come.
+                for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
+                    if slot.take().is_some() {
+                        self.results[i] = Some(Err(anyhow::anyhow!(
+                            "scenario {i} is waiting but asked for no model call (deadlock)"
+                        )));
+                    }
+                }
+                break;
+            }
+
+            for (_model, items) in by_model {
+                let batch: Vec<ModelRequest> = items.iter().map(|(_, _, r)| r.clone()).collect();
+                let answers = backend.generate(&batch);
+                self.batches_sent += 1;
+                self.largest_batch = self.largest_batch.max(batch.len());
+                let n = batch.len();
+                let mut answers = answers.into_iter();
+                for (i, id, req) in items {
+                    let result = answers.next().unwrap_or_else(|| {
+                        Err(crate::backend::BackendError {
+                            model: req.model.clone(),
+                            message: "backend returned fewer results than requests".into(),
+                            partial_usage: None,
+                        })
+                    });
+                    self.scenarios[i].0.deliver(id, result);
+                }
+                on_batch(n);
+            }
+        }
+        self.results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("scenario never ran"))))
+            .collect()
+    }
+}
+
+/// Run a single scenario future against a backend.
+pub fn run_one<'a, T, F, Fut>(backend: &mut dyn Backend, make: F) -> anyhow::Result<T>
+where
+    F: FnOnce(Agency) -> Fut,
+    Fut: Future<Output = anyhow::Result<T>> + 'a,
+{
+    let mut driver = Driver::new();
+    driver.spawn(make);
+    driver
+        .run(backend, |_| {})
+        .pop()
+        .unwrap_or_else(|| Err(anyhow::anyhow!("no scenario result")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{FinishReason, ModelResponse, TokenUsage};
+
+    struct Echo {
+        batches: Vec<Vec<String>>,
+    }
+
+    impl Backend for Echo {
+        fn name(&self) -> String {
+            "echo".into()
+        }
+        fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+            self.batches
+                .push(batch.iter().map(|r| r.agent_id.clone()).collect());
+            batch
+                .iter()
+                .map(|r| {
+                    Ok(ModelResponse {
+                        text: format!("{}:{}", r.agent_id, r.tag),
+                        thinking: String::new(),
+                        usage: TokenUsage {
+                            generated_tokens: 1,
+                            charged_tokens: 1,
+                            ..Default::default()
+                        },
+                        finish: FinishReason::Scripted,
+                        rendered_prompt: None,
+                        latency_ms: 0.0,
+                    })
+                })
+                .collect()
+        }
+    }
+
+    fn req(model: &str, agent: &str, tag: &str) -> ModelRequest {
+        ModelRequest {
+            model: model.into(),
+            agent_id: agent.into(),
+            tag: tag.into(),
+            messages: vec![],
+            format: Default::default(),
+            params: Default::default(),
+            observation: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn parallel_calls_of_many_scenarios_share_batches_per_model() {
+        let mut driver = Driver::new();
+        for s in 0..3 {
+            driver.spawn(move |agency: Agency| async move {
+                let mut out = Vec::new();
+                for round in 0..2 {
+                    let answers = agency
+                        .call_all(vec![
+                            req("m1", &format!("s{s}a"), &format!("r{round}")),
+                            req("m2", &format!("s{s}b"), &format!("r{round}")),
+                        ])
+                        .await;
+                    for a in answers {
+                        out.push(a.map_err(anyhow::Error::from)?.text);
+                    }
+                }
+                Ok(out)
+            });
+        }
+        let mut backend = Echo { batches: vec![] };
+        let results = driver.run(&mut backend, |_| {});
+        assert_eq!(results.len(), 3);
+        let first = results[0].as_ref().unwrap();
+        assert_eq!(first, &vec!["s0a:r0", "s0b:r0", "s0a:r1", "s0b:r1"]);
+        // Two rounds x two models = 4 batches, each holding all 3 scenarios.
+        assert_eq!(backend.batches.len(), 4);
+        assert!(backend.batches.iter().all(|b| b.len() == 3));
+        assert_eq!(backend.batches[0], vec!["s0a", "s1a", "s2a"]);
+    }
+}

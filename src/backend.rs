@@ -1,0 +1,191 @@
+//! The boundary between scenarios and inference: what a scenario asks for
+//! ([`ModelRequest`]), what it gets back ([`ModelResponse`]), and the
+//! [`Backend`] trait that turns a batch of requests into responses.
+//!
+//! Scenarios never own a model. They build requests (chat messages, an output
+//! format, sampling parameters, and a structured `observation` that scripted
+//! agents read instead of the prompt) and hand them to an [`crate::agency::Agency`].
+//! A backend — candle, an OpenAI-compatible server, or scripted policies —
+//! answers whole batches, so calls from many agents and many simulations can be
+//! decoded together.
+
+use serde::{Deserialize, Serialize};
+
+/// Who speaks a chat message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One chat message of a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::System,
+            content: content.into(),
+        }
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: content.into(),
+        }
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: content.into(),
+        }
+    }
+}
+
+/// What shape the answer must have.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum OutputFormat {
+    /// Free text.
+    #[default]
+    Text,
+    /// A JSON object matching `schema` (a JSON Schema). Backends that support
+    /// constrained decoding guarantee the match; others are parsed by the scenario.
+    Json {
+        name: String,
+        schema: serde_json::Value,
+    },
+}
+
+/// Sampling and length parameters of one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GenParams {
+    pub max_tokens: u32,
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    /// Sampling seed; the same seed on the same device gives the same tokens.
+    pub seed: u64,
+    pub stop: Vec<String>,
+    /// Ask the chat template for a thinking block where it supports one.
+    pub thinking: bool,
+}
+
+impl Default for GenParams {
+    fn default() -> Self {
+        Self {
+            max_tokens: 8000,
+            temperature: 0.7,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repeat_penalty: None,
+            seed: 0,
+            stop: Vec::new(),
+            thinking: true,
+        }
+    }
+}
+
+/// A request for one model call, as a scenario yields it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// Model key: a manifest name (`qwen3-8b`) or `scripted:<policy>`.
+    pub model: String,
+    /// The agent this call belongs to (its KV cache and its energy account).
+    pub agent_id: String,
+    /// What the call is for, e.g. `vote`, `decide`, `act`, `race.decide`.
+    pub tag: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub format: OutputFormat,
+    #[serde(default)]
+    pub params: GenParams,
+    /// Structured view of the same information the prompt gives, for scripted
+    /// (non-LLM) agents. LLM backends ignore it.
+    #[serde(default)]
+    pub observation: serde_json::Value,
+}
+
+/// Exact token counts of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TokenUsage {
+    /// Tokens of the rendered prompt.
+    pub prompt_tokens: u32,
+    /// Every token the model generated, thinking included, end-of-sequence
+    /// token included only when `eos_counted`.
+    pub generated_tokens: u32,
+    /// Of `generated_tokens`, those inside the thinking block.
+    pub thinking_tokens: u32,
+    /// The count the energy charge uses (by default `generated_tokens`, as
+    /// the reference charged Ollama's generated-token count).
+    pub charged_tokens: u32,
+    /// Whether the end-of-sequence token is part of `generated_tokens`.
+    pub eos_counted: bool,
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// End-of-sequence token.
+    Eos,
+    /// A stop string or stop token.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// Scripted answer (no decoding happened).
+    Scripted,
+}
+
+/// The answer to one [`ModelRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponse {
+    /// The visible answer (thinking removed).
+    pub text: String,
+    /// The thinking text, if the model produced any.
+    #[serde(default)]
+    pub thinking: String,
+    pub usage: TokenUsage,
+    pub finish: FinishReason,
+    /// The prompt exactly as the model saw it (after the chat template), when
+    /// the backend renders one.
+    #[serde(default)]
+    pub rendered_prompt: Option<String>,
+    /// Wall-clock milliseconds of this call.
+    #[serde(default)]
+    pub latency_ms: f64,
+}
+
+/// A call that failed inside the backend (the reference's INVOKE_ERROR).
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("model `{model}` failed: {message}")]
+pub struct BackendError {
+    pub model: String,
+    pub message: String,
+    /// Tokens generated before the failure, when known.
+    #[serde(default)]
+    pub partial_usage: Option<TokenUsage>,
+}
+
+pub type ModelResult = Result<ModelResponse, BackendError>;
+
+/// Turns batches of requests into responses. A backend may decode a batch
+/// together or one request at a time; it must return exactly one result per
+/// request, in order, and must be deterministic for a fixed seed and device.
+pub trait Backend {
+    /// A short name for logs (`candle-cpu`, `scripted`, ...).
+    fn name(&self) -> String;
+    /// Answer every request of the batch, in order. All requests of a batch
+    /// name the same `model`.
+    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult>;
+}

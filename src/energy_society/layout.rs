@@ -1,0 +1,270 @@
+//! The reference implementation's run-folder layout (spec §8): `config.json`,
+//! `agents.json`, `token_usage.json` and `transcript.json`. Joule reads these
+//! to replay and analyse the published runs, and writes them beside its own
+//! `events.jsonl` so the reference's analysis scripts can read Joule's runs.
+//!
+//! Numbers in the reference files mix integers and floats (`10` vs `10.0`);
+//! they are all read as `f64`. Optional keys (the sabotage keys, and
+//! `prompt_mode`/`use_votes`/`enable_sabotage` in configs) are `Option`s.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+/// `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub experiment: String,
+    pub run_number: u32,
+    pub max_rounds: u32,
+    pub num_jobs: u32,
+    pub model_size_exponent: f64,
+    pub seed: u64,
+    pub difficulty_distribution: DifficultyCounts,
+    pub agents: Vec<AgentSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_votes: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_sabotage: Option<bool>,
+}
+
+/// Jobs per difficulty per round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DifficultyCounts {
+    pub easy: u32,
+    pub medium: u32,
+    pub hard: u32,
+}
+
+/// One agent of the roster, as `config.json` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentSpec {
+    pub agent_id: String,
+    pub model_name: String,
+    pub model_size: f64,
+    pub init_energy: f64,
+}
+
+/// One element of `agents.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRecord {
+    pub agent_id: String,
+    pub model_name: String,
+    pub model_size: f64,
+    pub init_energy: f64,
+    pub final_energy: f64,
+    pub rounds_active: u32,
+    pub deactivated_at_round: Option<u32>,
+    pub memory: Vec<MemoryEntry>,
+    #[serde(default)]
+    pub errors: Vec<ErrorRecord>,
+}
+
+/// A job as stored in memory entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job_id: String,
+    pub category: String,
+    pub difficulty: String,
+    pub reward: f64,
+    pub description: String,
+    pub options: Vec<String>,
+    pub correct_answer: String,
+}
+
+/// `{from_agent, amount}` in `received_donations`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceivedDonation {
+    pub from_agent: String,
+    pub amount: f64,
+}
+
+/// One memory entry (spec §4.1), written in R5 for each decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryEntry {
+    pub round_num: u32,
+    pub action: String,
+    pub energy_spent_voting: Option<f64>,
+    pub energy_spent_deciding: Option<f64>,
+    pub energy_spent_on_action: Option<f64>,
+    pub energy_at_start_of_round: Option<f64>,
+    #[serde(default)]
+    pub attempted_job: Option<JobRecord>,
+    #[serde(default)]
+    pub succeeded: Option<bool>,
+    #[serde(default)]
+    pub energy_rewarded: Option<f64>,
+    #[serde(default)]
+    pub agent_answer: Option<String>,
+    #[serde(default)]
+    pub target_agent: Option<String>,
+    #[serde(default)]
+    pub donated_amount: Option<f64>,
+    #[serde(default)]
+    pub received_donations: Option<Vec<ReceivedDonation>>,
+    /// Only in the sabotage conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sabotaged_job: Option<Option<JobRecord>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sabotage_successful: Option<Option<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sabotage_hit_agents: Option<Option<Vec<String>>>,
+}
+
+/// One element of an agent's `errors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorRecord {
+    pub round_num: u32,
+    pub phase: String,
+    pub error_type: String,
+    pub error_message: String,
+}
+
+/// One element of `token_usage.json`: one (round, phase, agent) invocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenUsageRecord {
+    pub round_num: u32,
+    pub phase: String,
+    pub agent_id: String,
+    pub output_tokens: u64,
+}
+
+/// One element of `transcript.json`. `structured_response` depends on the
+/// phase; see [`VoteResponse`], [`DecisionResponse`] and [`SolutionResponse`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    pub round_num: u32,
+    pub phase: String,
+    pub agent_id: String,
+    #[serde(default)]
+    pub reasoning_content: String,
+    pub structured_response: serde_json::Value,
+}
+
+/// A vote's structured response (`AgentVote`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VoteResponse {
+    #[serde(default)]
+    pub voter_id: Option<String>,
+    #[serde(default)]
+    pub overall_reasoning: Option<String>,
+    #[serde(default)]
+    pub recommendations: Vec<Recommendation>,
+}
+
+/// One recommendation of a vote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recommendation {
+    pub agent_id: Option<String>,
+    pub recommended_action: Option<String>,
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub target_agent: Option<String>,
+    #[serde(default)]
+    pub amount: Option<f64>,
+}
+
+/// A decision's structured response (`AgentDecision`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionResponse {
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    pub action: Option<String>,
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub target_agent: Option<String>,
+    #[serde(default)]
+    pub amount: Option<f64>,
+}
+
+/// A solve's structured response (`AgentJobSolution`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SolutionResponse {
+    pub answer: Option<String>,
+}
+
+/// All four files of one run folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFolder {
+    pub config: RunConfig,
+    pub agents: Vec<AgentRecord>,
+    pub token_usage: Vec<TokenUsageRecord>,
+    pub transcript: Vec<TranscriptEntry>,
+}
+
+fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    serde_path_to_error_lite(&mut de)
+        .with_context(|| format!("{}: unexpected content", path.display()))
+}
+
+// Deserialize with serde_json's own error (it names line and column and the
+// field that failed).
+fn serde_path_to_error_lite<T: DeserializeOwned>(
+    de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
+) -> anyhow::Result<T> {
+    Ok(T::deserialize(de)?)
+}
+
+impl RunFolder {
+    /// Read a run folder in the reference layout.
+    pub fn read(dir: impl AsRef<Path>) -> anyhow::Result<Self> {
+        let dir = dir.as_ref();
+        Ok(Self {
+            config: read_json(&dir.join("config.json"))?,
+            agents: read_json(&dir.join("agents.json"))?,
+            token_usage: read_json(&dir.join("token_usage.json"))?,
+            transcript: read_json(&dir.join("transcript.json"))?,
+        })
+    }
+
+    /// Write the four files into `dir` (created if needed).
+    pub fn write(&self, dir: impl AsRef<Path>) -> anyhow::Result<()> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::record::write_json_atomic(dir.join("config.json"), &self.config)?;
+        crate::record::write_json_atomic(dir.join("agents.json"), &self.agents)?;
+        crate::record::write_json_atomic(dir.join("token_usage.json"), &self.token_usage)?;
+        crate::record::write_json_atomic(dir.join("transcript.json"), &self.transcript)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference_root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/reference-runs/energy-society")
+    }
+
+    #[test]
+    fn reads_every_shared_reference_run() {
+        let root = reference_root();
+        if !root.exists() {
+            panic!("../shared is missing: the tests read the shared reference runs in place");
+        }
+        let mut n = 0;
+        for cond in ["comp_with_discussion", "coop"] {
+            for k in 1..=5 {
+                let dir = root
+                    .join(cond)
+                    .join("exponent_0.5")
+                    .join(format!("run_{k}"));
+                let run = RunFolder::read(&dir).unwrap_or_else(|e| panic!("{e:#}"));
+                assert_eq!(run.agents.len(), 5);
+                assert_eq!(run.config.max_rounds, 30);
+                n += 1;
+            }
+        }
+        assert_eq!(n, 10);
+    }
+}

@@ -1,0 +1,120 @@
+//! Append-only run records: `events.jsonl` (one JSON object per line, flushed
+//! as it is written) and the resolved config beside it. A run folder can be
+//! audited, resumed and re-analysed from these files alone.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Serialize;
+
+/// Writes one JSON object per line to an append-only file.
+pub struct EventLog {
+    path: PathBuf,
+    file: File,
+    written: u64,
+}
+
+impl EventLog {
+    /// Open (creating if needed) `path` for appending.
+    pub fn append(path: impl AsRef<Path>) -> anyhow::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating run folder {}", dir.display()))?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening event log {}", path.display()))?;
+        Ok(Self {
+            path,
+            file,
+            written: 0,
+        })
+    }
+
+    /// Append one event. Each line is written whole and flushed, so an
+    /// interrupted run loses at most the event being written.
+    pub fn write<T: Serialize>(&mut self, event: &T) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(event).context("serialising event")?;
+        line.push(b'\n');
+        self.file
+            .write_all(&line)
+            .and_then(|_| self.file.flush())
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.written += 1;
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Events written through this handle.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// Read every complete line of a JSONL file. A torn last line (from an
+/// interrupted write) is ignored; a corrupt line elsewhere is an error that
+/// names the file and line.
+pub fn read_jsonl(path: impl AsRef<Path>) -> anyhow::Result<Vec<serde_json::Value>> {
+    let path = path.as_ref();
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let lines: Vec<String> = BufReader::new(file)
+        .lines()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", path.display()))?;
+    let n = lines.len();
+    let mut out = Vec::with_capacity(n);
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str(line) {
+            Ok(v) => out.push(v),
+            Err(_) if i + 1 == n => break,
+            Err(e) => anyhow::bail!("{}: line {} is not valid JSON: {e}", path.display(), i + 1),
+        }
+    }
+    Ok(out)
+}
+
+/// Write `value` as pretty JSON to `path` atomically (temp file + rename), so
+/// a reader never sees half a file.
+pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    let tmp = path.with_extension("json.tmp");
+    let text = serde_json::to_string_pretty(value).context("serialising JSON")?;
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_and_ignores_a_torn_last_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.jsonl");
+        {
+            let mut log = EventLog::append(&p).unwrap();
+            log.write(&serde_json::json!({"a": 1})).unwrap();
+        }
+        {
+            let mut log = EventLog::append(&p).unwrap();
+            log.write(&serde_json::json!({"a": 2})).unwrap();
+        }
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"a\": 3").unwrap();
+        let v = read_jsonl(&p).unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[1]["a"], 2);
+    }
+}
