@@ -3,6 +3,8 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+pub mod jobs;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "joule",
@@ -15,7 +17,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Print the job lists (question ids) the reference's draw gives a seed.
+    Jobs(jobs::JobsArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +35,7 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Jobs(args) => jobs::run(args),
+    }
 }
