@@ -222,17 +222,17 @@ fn list_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// The train split's data file among `files`: a `.json`/`.jsonl` whose name
 /// mentions `train`, or the only JSON/JSONL data file.
 fn pick_train_file(files: &[PathBuf], base: &Path) -> anyhow::Result<PathBuf> {
-    let ext = |p: &PathBuf| {
+    fn ext(p: &Path) -> String {
         p.extension()
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase)
             .unwrap_or_default()
-    };
-    let is_train = |p: &PathBuf| {
+    }
+    fn is_train(p: &Path) -> bool {
         p.file_name()
             .and_then(|n| n.to_str())
             .is_some_and(|n| n.to_ascii_lowercase().contains("train"))
-    };
+    }
     let json: Vec<&PathBuf> = files
         .iter()
         .filter(|p| matches!(ext(p).as_str(), "json" | "jsonl"))

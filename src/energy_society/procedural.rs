@@ -387,7 +387,7 @@ mod tests {
         ] {
             let mut src = ProceduralJobs::new(3, counts);
             let jobs = src.next_round().unwrap();
-            let n = |d| jobs.iter().filter(|j| j.difficulty == d).count() as u32;
+            let n = |d: Difficulty| jobs.iter().filter(|j| j.difficulty == d).count() as u32;
             assert_eq!(n(Difficulty::Easy), counts.easy);
             assert_eq!(n(Difficulty::Medium), counts.medium);
             assert_eq!(n(Difficulty::Hard), counts.hard);
