@@ -1,6 +1,10 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 use clap::{Parser, Subcommand};
+
+pub mod replay;
+pub mod run;
+pub mod sweep;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -15,7 +19,14 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Run one Energy Society experiment from a TOML config.
+    Run(run::RunArgs),
+    /// Run a grid of Energy Society configs x seeds, resumably.
+    Sweep(sweep::SweepArgs),
+    /// Replay reference run folders through the faithful engine and compare.
+    Replay(replay::ReplayArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +41,9 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Replay(a) => replay::run(a),
+    }
 }
