@@ -11,11 +11,20 @@ fn replay_condition(cond: &str) {
         .join("../shared/data/reference-runs/energy-society")
         .join(cond)
         .join("exponent_0.5");
-    assert!(root.exists(), "missing {}: tests read ../shared in place", root.display());
+    assert!(
+        root.exists(),
+        "missing {}: tests read ../shared in place",
+        root.display()
+    );
     for k in 1..=5 {
         let dir = root.join(format!("run_{k}"));
         let r = replay_run(&dir).unwrap_or_else(|e| panic!("{e:#}"));
-        let shown: Vec<String> = r.mismatches.iter().take(20).map(|m| m.to_string()).collect();
+        let shown: Vec<String> = r
+            .mismatches
+            .iter()
+            .take(20)
+            .map(|m| m.to_string())
+            .collect();
         assert!(
             r.mismatches.is_empty(),
             "{}: {} mismatches, first:\n{}",
@@ -23,7 +32,12 @@ fn replay_condition(cond: &str) {
             r.mismatches.len(),
             shown.join("\n")
         );
-        assert!(r.values_checked > 1000, "{}: only {} values checked", r.run, r.values_checked);
+        assert!(
+            r.values_checked > 1000,
+            "{}: only {} values checked",
+            r.run,
+            r.values_checked
+        );
         // Most phase charges are the cost formula on one call (spec §2).
         let c = &r.charges;
         assert!(c.single_call > 10 * c.split_calls, "{}: {c:?}", r.run);

@@ -38,7 +38,11 @@ fn an_interrupted_cell_is_the_only_one_rerun() {
     let cfgs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society");
     for name in ["baseline-comp.toml", "scarcity-coop.toml"] {
         let text = std::fs::read_to_string(cfgs.join(name)).unwrap();
-        std::fs::write(dir.path().join(name), text.replace("max_rounds = 30", "max_rounds = 3")).unwrap();
+        std::fs::write(
+            dir.path().join(name),
+            text.replace("max_rounds = 30", "max_rounds = 3"),
+        )
+        .unwrap();
     }
     let sweep = dir.path().join("sweep.toml");
     std::fs::write(
@@ -52,11 +56,26 @@ fn an_interrupted_cell_is_the_only_one_rerun() {
     assert_eq!(run_cells(c, 2, true, &jobs).unwrap(), (4, 0));
     let cell = out.join("baseline-comp").join("seed_2");
     let before = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
-    let other = out.join("scarcity-coop").join("seed_1").join("events.jsonl");
+    let other = out
+        .join("scarcity-coop")
+        .join("seed_1")
+        .join("events.jsonl");
     let other_mtime = std::fs::metadata(&other).unwrap().modified().unwrap();
     std::fs::remove_file(cell.join("COMPLETE")).unwrap();
-    assert_eq!(run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(), (1, 3));
-    assert_eq!(std::fs::read_to_string(cell.join("events.jsonl")).unwrap(), before);
-    assert_eq!(std::fs::metadata(&other).unwrap().modified().unwrap(), other_mtime);
-    assert_eq!(run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(), (0, 4));
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(),
+        (1, 3)
+    );
+    assert_eq!(
+        std::fs::read_to_string(cell.join("events.jsonl")).unwrap(),
+        before
+    );
+    assert_eq!(
+        std::fs::metadata(&other).unwrap().modified().unwrap(),
+        other_mtime
+    );
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(),
+        (0, 4)
+    );
 }

@@ -32,5 +32,9 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             failed += 1;
         }
     }
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -50,7 +50,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let b = bar.clone();
-    let result = run_society(cfg, backend.as_mut(), Some(&out), move |r| b.set_position(r as u64))?;
+    let result = run_society(cfg, backend.as_mut(), Some(&out), move |r| {
+        b.set_position(r as u64)
+    })?;
     bar.finish_and_clear();
     print!("{}", summary_table(&result));
     println!("run folder: {}", out.display());
@@ -61,7 +63,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 pub fn summary_table(r: &SocietyResult) -> String {
     let mut s = format!(
         "{} rounds played\n{:<10} {:<22} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9}\n",
-        r.rounds_played, "agent", "model", "size", "final", "active", "attempts", "successes", "donations"
+        r.rounds_played,
+        "agent",
+        "model",
+        "size",
+        "final",
+        "active",
+        "attempts",
+        "successes",
+        "donations"
     );
     for (a, (att, succ, don)) in r.folder.agents.iter().zip(&r.stats) {
         s += &format!(

@@ -48,9 +48,10 @@ pub struct Cell {
 
 /// Expand a sweep file into its cells (config order, then seed order).
 pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let sweep: SweepFile =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.message()))?;
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let sweep: SweepFile = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.message()))?;
     let base = file.parent().unwrap_or(Path::new("."));
     let out = out_override
         .map(Path::to_path_buf)
@@ -66,7 +67,9 @@ pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cel
             cfg.seed = seed;
             cells.push(Cell {
                 config: cfg,
-                dir: out.join(SocietyConfig::folder_name(&path)).join(format!("seed_{seed}")),
+                dir: out
+                    .join(SocietyConfig::folder_name(&path))
+                    .join(format!("seed_{seed}")),
             });
         }
     }
@@ -81,9 +84,16 @@ pub fn run_cells(
     make_jobs: MakeJobs,
 ) -> anyhow::Result<(usize, usize)> {
     let total = cells.len();
-    let todo: Vec<Cell> = cells.into_iter().filter(|c| !Recorder::is_complete(&c.dir)).collect();
+    let todo: Vec<Cell> = cells
+        .into_iter()
+        .filter(|c| !Recorder::is_complete(&c.dir))
+        .collect();
     let skipped = total - todo.len();
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(todo.len() as u64) };
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template("{spinner} cells {pos}/{len} {bar:30} {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -93,7 +103,10 @@ pub fn run_cells(
         // Cells of a chunk share one backend; scripted settings must agree.
         let mut groups: Vec<Vec<Cell>> = Vec::new();
         for c in chunk {
-            match groups.iter_mut().find(|g| g[0].config.scripted == c.config.scripted) {
+            match groups
+                .iter_mut()
+                .find(|g| g[0].config.scripted == c.config.scripted)
+            {
                 Some(g) => g.push(c.clone()),
                 None => groups.push(vec![c.clone()]),
             }
@@ -117,7 +130,11 @@ pub fn run_cells(
     }
     bar.finish_and_clear();
     if !failures.is_empty() {
-        anyhow::bail!("{} cell(s) failed:\n{}", failures.len(), failures.join("\n"));
+        anyhow::bail!(
+            "{} cell(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
     Ok((todo.len(), skipped))
 }
@@ -125,6 +142,9 @@ pub fn run_cells(
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     let cells = cells(&args.file, args.out.as_deref())?;
     let (ran, skipped) = run_cells(cells, args.jobs, false, &job_source)?;
-    println!("sweep {}: {ran} cell(s) run, {skipped} already complete", args.file.display());
+    println!(
+        "sweep {}: {ran} cell(s) run, {skipped} already complete",
+        args.file.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -223,7 +223,7 @@ impl SocietyConfig {
             jobs: JobsConfig::Procedural,
             scripted: ScriptedConfig::default(),
             generation: GenParams::default(),
-            roster: Self::paper_roster("greedy"),
+            roster: Self::paper_roster(policy),
         }
     }
 
@@ -302,7 +302,10 @@ impl SocietyConfig {
             }
         }
         if self.max_rounds == 0 {
-            return Err(err("max_rounds".into(), "expected at least 1, got 0".into()));
+            return Err(err(
+                "max_rounds".into(),
+                "expected at least 1, got 0".into(),
+            ));
         }
         if self.max_calls == 0 {
             return Err(err("max_calls".into(), "expected at least 1, got 0".into()));
@@ -331,10 +334,7 @@ impl SocietyConfig {
             ("sabotage_fee", self.sabotage_fee),
         ] {
             if !(v >= 0.0 && v.is_finite()) {
-                return Err(err(
-                    key.into(),
-                    format!("expected a number >= 0, got {v}"),
-                ));
+                return Err(err(key.into(), format!("expected a number >= 0, got {v}")));
             }
         }
         self.scripted

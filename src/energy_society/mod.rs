@@ -26,6 +26,6 @@ pub mod rules;
 pub mod runner;
 pub mod schema;
 pub mod society;
-pub mod state;
 #[cfg(test)]
 mod society_tests;
+pub mod state;

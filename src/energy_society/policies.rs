@@ -53,16 +53,26 @@ fn s<'a>(v: &'a Value, k: &str) -> &'a str {
 
 impl SocietyPolicy {
     fn jobs(obs: &Value) -> Vec<Value> {
-        obs.get("jobs").and_then(Value::as_array).cloned().unwrap_or_default()
+        obs.get("jobs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Expected value of attempting `job` for an agent paying `per_token`.
     fn ev(&self, job: &Value, per_token: f64) -> f64 {
-        f(job, "reward") * tier_skill(&self.skill, s(job, "difficulty")) - self.expected_tokens * per_token
+        f(job, "reward") * tier_skill(&self.skill, s(job, "difficulty"))
+            - self.expected_tokens * per_token
     }
 
     fn easiest(jobs: &[Value]) -> Option<&Value> {
-        jobs.iter().min_by_key(|j| (f(j, "reward") as i64, s(j, "id").len(), s(j, "id").to_string()))
+        jobs.iter().min_by_key(|j| {
+            (
+                f(j, "reward") as i64,
+                s(j, "id").len(),
+                s(j, "id").to_string(),
+            )
+        })
     }
 
     fn best(&self, jobs: &[Value], per_token: f64) -> Option<(f64, Value)> {
@@ -103,7 +113,11 @@ impl SocietyPolicy {
             },
             Rule::Greedy => self.greedy(&jobs, energy, per_token, solve_cost),
             Rule::Donor => {
-                let agents = obs.get("agents").and_then(Value::as_array).cloned().unwrap_or_default();
+                let agents = obs
+                    .get("agents")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let my_id = s(me, "agent_id");
                 let rich = energy > 3.0 * f(me, "init_energy") / 5.0;
                 let poorest = agents
@@ -127,7 +141,9 @@ impl SocietyPolicy {
             return Self::idle("too little energy to risk a solve");
         }
         match self.best(jobs, per_token) {
-            Some((ev, j)) if ev > 0.0 => Self::attempt(s(&j, "id"), &format!("best expected value {ev:.1}")),
+            Some((ev, j)) if ev > 0.0 => {
+                Self::attempt(s(&j, "id"), &format!("best expected value {ev:.1}"))
+            }
             _ => Self::idle("no job has a positive expected value"),
         }
     }
@@ -151,8 +167,10 @@ impl SocietyPolicy {
             .iter()
             .enumerate()
             .map(|(k, a)| match jobs.get(k) {
-                Some(j) => json!({"agent_id": s(a, "agent_id"), "recommended_action": "ATTEMPT_JOB",
-                                  "job_id": s(j, "id"), "target_agent": null, "amount": null}),
+                Some(j) => {
+                    json!({"agent_id": s(a, "agent_id"), "recommended_action": "ATTEMPT_JOB",
+                                  "job_id": s(j, "id"), "target_agent": null, "amount": null})
+                }
                 None => json!({"agent_id": s(a, "agent_id"), "recommended_action": "IDLE",
                                "job_id": null, "target_agent": null, "amount": null}),
             })
@@ -162,8 +180,14 @@ impl SocietyPolicy {
 
     fn solve(&self, obs: &Value, rng: &mut ChaCha8Rng) -> Value {
         let job = &obs["job"];
-        let n = job.get("options").and_then(Value::as_array).map_or(0, Vec::len);
-        let correct = job.get("oracle_answer_index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let n = job
+            .get("options")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len);
+        let correct = job
+            .get("oracle_answer_index")
+            .and_then(Value::as_u64)
+            .unwrap_or(0) as usize;
         let p = tier_skill(&self.skill, s(job, "difficulty"));
         let answer = if n <= 1 || rng.gen_bool(p.clamp(0.0, 1.0)) {
             correct
@@ -186,7 +210,9 @@ impl Policy for SocietyPolicy {
             "vote" => self.vote(obs),
             "decide" => self.decide(obs, rng),
             "act" => self.solve(obs, rng),
-            other => anyhow::bail!("scripted society policy: unknown phase `{other}` in the observation"),
+            other => {
+                anyhow::bail!("scripted society policy: unknown phase `{other}` in the observation")
+            }
         };
         Ok(out.to_string())
     }

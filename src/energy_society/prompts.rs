@@ -84,7 +84,9 @@ pub fn render_entry(e: &MemoryEntry) -> String {
                 s += &format!(" ({} / {}, reward {})", j.category, j.difficulty, j.reward);
             }
             match (&e.sabotage_successful, &e.sabotage_hit_agents) {
-                (Some(Some(true)), Some(Some(hit))) => s += &format!(" -> SUCCESSFUL, hit {}", hit.join(", ")),
+                (Some(Some(true)), Some(Some(hit))) => {
+                    s += &format!(" -> SUCCESSFUL, hit {}", hit.join(", "))
+                }
                 _ => s += " -> UNSUCCESSFUL",
             }
         }
@@ -101,7 +103,11 @@ pub fn render_entry(e: &MemoryEntry) -> String {
         );
     }
     for d in e.received_donations.iter().flatten() {
-        s += &format!("\n    RECEIVED DONATION: {} from {}", f2(d.amount), d.from_agent);
+        s += &format!(
+            "\n    RECEIVED DONATION: {} from {}",
+            f2(d.amount),
+            d.from_agent
+        );
     }
     s
 }
@@ -112,7 +118,11 @@ pub fn render_memory(memory: &[MemoryEntry], n: usize) -> String {
         return "No memory yet.".into();
     }
     let start = memory.len().saturating_sub(n);
-    memory[start..].iter().map(render_entry).collect::<Vec<_>>().join("\n")
+    memory[start..]
+        .iter()
+        .map(render_entry)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn agent_block(a: &AgentView, memory: bool) -> String {
@@ -236,7 +246,10 @@ pub fn decide_messages(v: &View, votes: &[AgentVote]) -> (String, String) {
             user += "\n";
         }
     }
-    let shown: Vec<&AgentVote> = votes.iter().filter(|x| !x.recommendations.is_empty()).collect();
+    let shown: Vec<&AgentVote> = votes
+        .iter()
+        .filter(|x| !x.recommendations.is_empty())
+        .collect();
     if !shown.is_empty() {
         user += "\nVOTES THIS ROUND (recommendations, not binding)\n";
         for vote in shown {

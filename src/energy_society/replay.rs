@@ -132,11 +132,28 @@ fn split_tokens(before: f64, c: f64, total: u64, spent: f64) -> Option<Vec<u64>>
     if py_round(before - after1, 2) == spent {
         return Some(vec![total]);
     }
+    let charge = |t: u64| py_round(t as f64 * c, 2);
     for t1 in 1..total {
-        let e1 = clamp_sub(before, py_round(t1 as f64 * c, 2));
-        let e2 = clamp_sub(e1, py_round((total - t1) as f64 * c, 2));
+        let e1 = clamp_sub(before, charge(t1));
+        let e2 = clamp_sub(e1, charge(total - t1));
         if py_round(before - e2, 2) == spent {
             return Some(vec![t1, total - t1]);
+        }
+    }
+    // Three to five calls (the budget): k − 1 equal short calls and the
+    // rest, each short call rounding by at most half a cent.
+    for k in 3..=5u64 {
+        for t in 1..=total / k {
+            let mut e = before;
+            for _ in 0..k - 1 {
+                e = clamp_sub(e, charge(t));
+            }
+            e = clamp_sub(e, charge(total - (k - 1) * t));
+            if py_round(before - e, 2) == spent {
+                let mut v = vec![t; (k - 1) as usize];
+                v.push(total - (k - 1) * t);
+                return Some(v);
+            }
         }
     }
     None
@@ -148,7 +165,12 @@ impl ReplayBackend {
         let usage: BTreeMap<Key, u64> = run
             .token_usage
             .iter()
-            .map(|u| ((u.round_num, u.phase.clone(), u.agent_id.clone()), u.output_tokens))
+            .map(|u| {
+                (
+                    (u.round_num, u.phase.clone(), u.agent_id.clone()),
+                    u.output_tokens,
+                )
+            })
             .collect();
         for t in &run.transcript {
             let key = (t.round_num, t.phase.clone(), t.agent_id.clone());
@@ -281,7 +303,10 @@ impl ReplayBackend {
                 }
             }
         }
-        let plan = self.plans.get(&key).ok_or_else(|| err("no replay plan".into()))?;
+        let plan = self
+            .plans
+            .get(&key)
+            .ok_or_else(|| err("no replay plan".into()))?;
         if let Some(e) = &plan.error {
             return Err(err(e.clone()));
         }
@@ -362,23 +387,36 @@ fn recorded_jobs(run: &RunFolder) -> anyhow::Result<Vec<Vec<Job>>> {
             }
         }
     }
-    let last = run.config.max_rounds.max(per_round.keys().copied().max().unwrap_or(0));
+    let last = run
+        .config
+        .max_rounds
+        .max(per_round.keys().copied().max().unwrap_or(0));
     Ok((1..=last)
-        .map(|r| per_round.remove(&r).map(|m| m.into_values().collect()).unwrap_or_default())
+        .map(|r| {
+            per_round
+                .remove(&r)
+                .map(|m| m.into_values().collect())
+                .unwrap_or_default()
+        })
         .collect())
 }
 
 /// The faithful engine configuration of a recorded run.
 pub fn config_of(run: &RunFolder) -> SocietyConfig {
     let c = &run.config;
-    let coop = c.prompt_mode.as_deref().map_or(c.experiment.contains("coop"), |m| m == "coop");
+    let coop = c
+        .prompt_mode
+        .as_deref()
+        .map_or(c.experiment.contains("coop"), |m| m == "coop");
     let votes = c
         .use_votes
         .unwrap_or_else(|| run.transcript.iter().any(|t| t.phase == "vote"));
     let sabotage = c.enable_sabotage.unwrap_or_else(|| {
-        run.agents
-            .iter()
-            .any(|a| a.memory.iter().any(|m| m.sabotaged_job.is_some() || m.action == "SABOTAGE_JOB"))
+        run.agents.iter().any(|a| {
+            a.memory
+                .iter()
+                .any(|m| m.sabotaged_job.is_some() || m.action == "SABOTAGE_JOB")
+        })
     });
     SocietyConfig {
         name: c.experiment.clone(),
@@ -423,8 +461,46 @@ struct Cmp<'a> {
     checked: usize,
 }
 
+/// Energies are compared to within this. The reference recorded only the
+/// summed tokens of a multi-call invocation, so the exact sequence of
+/// per-call subtractions (and hence the last bits of the double) cannot be
+/// recovered when an invocation spanned several calls; cents always agree,
+/// and single-call paths agree to the bit.
+pub const ENERGY_TOLERANCE: f64 = 1e-6;
+
 impl Cmp<'_> {
-    fn eq<T: PartialEq + std::fmt::Debug>(&mut self, round: Option<u32>, agent: &str, field: &str, expected: &T, got: &T) {
+    fn near(
+        &mut self,
+        round: Option<u32>,
+        agent: &str,
+        field: &str,
+        expected: Option<f64>,
+        got: Option<f64>,
+    ) {
+        self.checked += 1;
+        let ok = match (expected, got) {
+            (Some(a), Some(b)) => (a - b).abs() <= ENERGY_TOLERANCE,
+            (a, b) => a == b,
+        };
+        if !ok {
+            self.out.push(Mismatch {
+                round,
+                agent: agent.into(),
+                field: field.into(),
+                expected: format!("{expected:?}"),
+                got: format!("{got:?}"),
+            });
+        }
+    }
+
+    fn eq<T: PartialEq + std::fmt::Debug>(
+        &mut self,
+        round: Option<u32>,
+        agent: &str,
+        field: &str,
+        expected: &T,
+        got: &T,
+    ) {
         self.checked += 1;
         if expected != got {
             self.out.push(Mismatch {
@@ -441,38 +517,117 @@ impl Cmp<'_> {
 /// Compare the engine's folder with the recorded one, value by value.
 pub fn compare(recorded: &RunFolder, engine: &RunFolder, out: &mut Vec<Mismatch>) -> usize {
     let mut c = Cmp { out, checked: 0 };
-    c.eq(None, "run", "agents", &recorded.agents.len(), &engine.agents.len());
+    c.eq(
+        None,
+        "run",
+        "agents",
+        &recorded.agents.len(),
+        &engine.agents.len(),
+    );
     for (r, e) in recorded.agents.iter().zip(&engine.agents) {
         let id = r.agent_id.as_str();
-        c.eq(None, id, "final_energy", &r.final_energy, &e.final_energy);
-        c.eq(None, id, "rounds_active", &r.rounds_active, &e.rounds_active);
-        c.eq(None, id, "deactivated_at_round", &r.deactivated_at_round, &e.deactivated_at_round);
+        c.near(
+            None,
+            id,
+            "final_energy",
+            Some(r.final_energy),
+            Some(e.final_energy),
+        );
+        c.eq(
+            None,
+            id,
+            "rounds_active",
+            &r.rounds_active,
+            &e.rounds_active,
+        );
+        c.eq(
+            None,
+            id,
+            "deactivated_at_round",
+            &r.deactivated_at_round,
+            &e.deactivated_at_round,
+        );
         let errs = |v: &Vec<super::layout::ErrorRecord>| {
-            v.iter().map(|x| (x.round_num, x.phase.clone(), x.error_type.clone())).collect::<Vec<_>>()
+            v.iter()
+                .map(|x| (x.round_num, x.phase.clone(), x.error_type.clone()))
+                .collect::<Vec<_>>()
         };
         c.eq(None, id, "errors", &errs(&r.errors), &errs(&e.errors));
-        let rounds: BTreeSet<u32> = r.memory.iter().chain(&e.memory).map(|m| m.round_num).collect();
+        let rounds: BTreeSet<u32> = r
+            .memory
+            .iter()
+            .chain(&e.memory)
+            .map(|m| m.round_num)
+            .collect();
         for round in rounds {
             let rm = r.memory.iter().find(|m| m.round_num == round);
             let em = e.memory.iter().find(|m| m.round_num == round);
             let (Some(rm), Some(em)) = (rm, em) else {
-                c.eq(Some(round), id, "memory entry present", &rm.is_some(), &em.is_some());
+                c.eq(
+                    Some(round),
+                    id,
+                    "memory entry present",
+                    &rm.is_some(),
+                    &em.is_some(),
+                );
                 continue;
             };
             let rd = Some(round);
             c.eq(rd, id, "action", &rm.action, &em.action);
-            c.eq(rd, id, "energy_at_start_of_round", &rm.energy_at_start_of_round, &em.energy_at_start_of_round);
-            c.eq(rd, id, "energy_spent_voting", &rm.energy_spent_voting, &em.energy_spent_voting);
-            c.eq(rd, id, "energy_spent_deciding", &rm.energy_spent_deciding, &em.energy_spent_deciding);
-            c.eq(rd, id, "energy_spent_on_action", &rm.energy_spent_on_action, &em.energy_spent_on_action);
+            c.near(
+                rd,
+                id,
+                "energy_at_start_of_round",
+                rm.energy_at_start_of_round,
+                em.energy_at_start_of_round,
+            );
+            c.eq(
+                rd,
+                id,
+                "energy_spent_voting",
+                &rm.energy_spent_voting,
+                &em.energy_spent_voting,
+            );
+            c.eq(
+                rd,
+                id,
+                "energy_spent_deciding",
+                &rm.energy_spent_deciding,
+                &em.energy_spent_deciding,
+            );
+            c.eq(
+                rd,
+                id,
+                "energy_spent_on_action",
+                &rm.energy_spent_on_action,
+                &em.energy_spent_on_action,
+            );
             let jid = |m: &MemoryEntry| m.attempted_job.as_ref().map(|j| j.job_id.clone());
             c.eq(rd, id, "attempted_job", &jid(rm), &jid(em));
             c.eq(rd, id, "succeeded", &rm.succeeded, &em.succeeded);
-            c.eq(rd, id, "energy_rewarded", &rm.energy_rewarded, &em.energy_rewarded);
+            c.eq(
+                rd,
+                id,
+                "energy_rewarded",
+                &rm.energy_rewarded,
+                &em.energy_rewarded,
+            );
             c.eq(rd, id, "agent_answer", &rm.agent_answer, &em.agent_answer);
             c.eq(rd, id, "target_agent", &rm.target_agent, &em.target_agent);
-            c.eq(rd, id, "donated_amount", &rm.donated_amount, &em.donated_amount);
-            c.eq(rd, id, "received_donations", &rm.received_donations, &em.received_donations);
+            c.near(
+                rd,
+                id,
+                "donated_amount",
+                rm.donated_amount,
+                em.donated_amount,
+            );
+            c.eq(
+                rd,
+                id,
+                "received_donations",
+                &rm.received_donations,
+                &em.received_donations,
+            );
             let sab = |m: &MemoryEntry| {
                 (
                     m.sabotaged_job.clone().flatten().map(|j| j.job_id),
@@ -486,7 +641,14 @@ pub fn compare(recorded: &RunFolder, engine: &RunFolder, out: &mut Vec<Mismatch>
     let usage = |f: &RunFolder| {
         f.token_usage
             .iter()
-            .map(|u| (u.round_num, u.phase.clone(), u.agent_id.clone(), u.output_tokens))
+            .map(|u| {
+                (
+                    u.round_num,
+                    u.phase.clone(),
+                    u.agent_id.clone(),
+                    u.output_tokens,
+                )
+            })
             .collect::<Vec<_>>()
     };
     c.eq(None, "run", "token_usage", &usage(recorded), &usage(engine));

@@ -18,14 +18,25 @@ use super::config::Mode;
 /// Corrected: the answer must be one integer index (optionally wrapped in
 /// brackets or followed by a period) equal to `answer_index`, or the exact
 /// option text after case and whitespace normalisation.
-pub fn grade(answer: &str, options: &[String], correct_text: &str, answer_index: usize, mode: Mode) -> bool {
+pub fn grade(
+    answer: &str,
+    options: &[String],
+    correct_text: &str,
+    answer_index: usize,
+    mode: Mode,
+) -> bool {
     match mode {
         Mode::Faithful => {
             let a = answer.to_lowercase();
             a.contains(&correct_text.to_lowercase()) || a.contains(&answer_index.to_string())
         }
         Mode::Corrected => {
-            let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ").to_lowercase();
+            let norm = |s: &str| {
+                s.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .to_lowercase()
+            };
             let t = answer.trim();
             let bare = t
                 .trim_start_matches(['(', '['])
@@ -94,7 +105,12 @@ pub fn donation_transfer(amount: f64, donor_energy: f64, mode: Mode) -> Option<f
 /// The amount a DONATE memory entry records. Faithful (QUIRK-7):
 /// `round(min(amount, energy after deciding), 2)`, whatever moved; corrected:
 /// the transfer itself (0 when nothing moved).
-pub fn recorded_donation(amount: f64, energy_after_deciding: f64, transferred: Option<f64>, mode: Mode) -> f64 {
+pub fn recorded_donation(
+    amount: f64,
+    energy_after_deciding: f64,
+    transferred: Option<f64>,
+    mode: Mode,
+) -> f64 {
     match mode {
         Mode::Faithful => py_round(amount.min(energy_after_deciding), 2),
         Mode::Corrected => transferred.unwrap_or(0.0),
@@ -134,7 +150,9 @@ mod tests {
     use super::*;
 
     fn opts() -> Vec<String> {
-        (0..10).map(|i| format!("{}", i as f64 * 0.25 + 0.5)).collect()
+        (0..10)
+            .map(|i| format!("{}", i as f64 * 0.25 + 0.5))
+            .collect()
     }
 
     #[test]
@@ -152,7 +170,13 @@ mod tests {
         assert!(grade("17", &o, "2.25", 7, Mode::Faithful));
         assert!(!grade("", &o, "2.25", 7, Mode::Faithful));
         // Case-insensitive text match.
-        assert!(grade("ANSWER: NO2- ONLY", &["NO2- only".to_string()], "NO2- only", 0, Mode::Faithful));
+        assert!(grade(
+            "ANSWER: NO2- ONLY",
+            &["NO2- only".to_string()],
+            "NO2- only",
+            0,
+            Mode::Faithful
+        ));
     }
 
     #[test]
@@ -160,7 +184,10 @@ mod tests {
         assert_eq!(split_reward(800.0, 3, Mode::Faithful), vec![266.67; 3]);
         let c = split_reward(800.0, 3, Mode::Corrected);
         assert_eq!(c, vec![266.67, 266.67, 266.66]);
-        assert_eq!((c.iter().map(|x| (x * 100.0).round() as i64).sum::<i64>()), 80000);
+        assert_eq!(
+            (c.iter().map(|x| (x * 100.0).round() as i64).sum::<i64>()),
+            80000
+        );
         assert_eq!(split_reward(500.0, 2, Mode::Faithful), vec![250.0, 250.0]);
         assert_eq!(split_reward(200.0, 1, Mode::Faithful), vec![200.0]);
         assert!(split_reward(200.0, 0, Mode::Faithful).is_empty());
@@ -180,8 +207,14 @@ mod tests {
         assert_eq!(donation_transfer(-5.0, 60.0, Mode::Corrected), None);
         assert_eq!(donation_transfer(10.0, 0.0, Mode::Corrected), None);
         // QUIRK-7: faithful records min(amount, energy after deciding), rounded.
-        assert_eq!(recorded_donation(100.0, 74.781, Some(50.0), Mode::Faithful), 74.78);
-        assert_eq!(recorded_donation(100.0, 74.781, Some(50.0), Mode::Corrected), 50.0);
+        assert_eq!(
+            recorded_donation(100.0, 74.781, Some(50.0), Mode::Faithful),
+            74.78
+        );
+        assert_eq!(
+            recorded_donation(100.0, 74.781, Some(50.0), Mode::Corrected),
+            50.0
+        );
     }
 
     #[test]

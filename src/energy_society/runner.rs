@@ -32,7 +32,11 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
 
 /// A backend for a roster made only of `scripted:` agents.
 pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
-    if let Some(a) = cfg.roster.iter().find(|a| !a.model.starts_with(SCRIPTED_PREFIX)) {
+    if let Some(a) = cfg
+        .roster
+        .iter()
+        .find(|a| !a.model.starts_with(SCRIPTED_PREFIX))
+    {
         anyhow::bail!(
             "roster agent `{}` uses model `{}`: only `scripted:<policy>` models can run in this build",
             a.agent_id,
@@ -49,7 +53,11 @@ pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
 pub type MakeJobs<'a> = &'a dyn Fn(&SocietyConfig) -> anyhow::Result<Box<dyn JobSource>>;
 
 /// Build the society of `cfg`, writing records into `out` (or memory only).
-pub fn society(cfg: SocietyConfig, out: Option<&Path>, make_jobs: MakeJobs) -> anyhow::Result<Society> {
+pub fn society(
+    cfg: SocietyConfig,
+    out: Option<&Path>,
+    make_jobs: MakeJobs,
+) -> anyhow::Result<Society> {
     let jobs = make_jobs(&cfg)?;
     let rec = match out {
         Some(dir) => Recorder::create(dir, &cfg)?,
@@ -80,7 +88,9 @@ pub fn run_many(
     let mut driver = Driver::new();
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
     for (cfg, dir) in cells {
-        match society(cfg, Some(&dir), make_jobs).with_context(|| format!("preparing {}", dir.display())) {
+        match society(cfg, Some(&dir), make_jobs)
+            .with_context(|| format!("preparing {}", dir.display()))
+        {
             Ok(s) => {
                 driver.spawn(move |agency| s.run(agency));
                 early.push(None);

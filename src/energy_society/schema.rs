@@ -347,7 +347,11 @@ pub fn parse_solution(text: &str) -> Result<AgentJobSolution, String> {
 pub fn normalise_job_id(raw: &str, mode: Mode) -> String {
     let s = match mode {
         Mode::Faithful => raw.to_string(),
-        Mode::Corrected => raw.trim().trim_matches(|c| c == '"' || c == '\'').trim().to_string(),
+        Mode::Corrected => raw
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'')
+            .trim()
+            .to_string(),
     };
     if s.starts_with("job_") {
         s
@@ -370,9 +374,13 @@ mod tests {
         .unwrap();
         assert_eq!(d.action, Action::AttemptJob);
         assert_eq!(d.job_id.as_deref(), Some("3"));
-        assert!(parse_decision(r#"{"reasoning":"r","action":"ATTEMPT_JOB"}"#, false, Mode::Faithful)
-            .unwrap_err()
-            .contains("job_id"));
+        assert!(parse_decision(
+            r#"{"reasoning":"r","action":"ATTEMPT_JOB"}"#,
+            false,
+            Mode::Faithful
+        )
+        .unwrap_err()
+        .contains("job_id"));
         let neg = r#"{"reasoning":"r","action":"DONATE","target_agent":"agent_2","amount":-5}"#;
         assert_eq!(
             parse_decision(neg, false, Mode::Faithful).unwrap().amount,
@@ -386,7 +394,10 @@ mod tests {
         assert!(parse_decision(sab, true, Mode::Faithful).is_ok());
         // Fields that do not apply are not checked.
         let idle = r#"Sure! {"reasoning":"r","action":"IDLE","job_id":"job_4"} done"#;
-        assert_eq!(parse_decision(idle, false, Mode::Faithful).unwrap().action, Action::Idle);
+        assert_eq!(
+            parse_decision(idle, false, Mode::Faithful).unwrap().action,
+            Action::Idle
+        );
         assert!(parse_decision("I will attempt job 3", false, Mode::Faithful).is_err());
     }
 
@@ -394,7 +405,10 @@ mod tests {
     fn job_ids_are_prefixed_and_quotes_kept_in_faithful() {
         assert_eq!(normalise_job_id("3", Mode::Faithful), "job_3");
         assert_eq!(normalise_job_id("job_3", Mode::Faithful), "job_3");
-        assert_eq!(normalise_job_id("\"job_9\"", Mode::Faithful), "job_\"job_9\"");
+        assert_eq!(
+            normalise_job_id("\"job_9\"", Mode::Faithful),
+            "job_\"job_9\""
+        );
         assert_eq!(normalise_job_id("\"job_9\"", Mode::Corrected), "job_9");
     }
 
@@ -417,6 +431,11 @@ mod tests {
         )
         .is_err());
         assert_eq!(parse_solution(r#"{"answer": 7}"#).unwrap().answer, "7");
-        assert_eq!(parse_solution("```json\n{\"answer\": \"3\"}\n```").unwrap().answer, "3");
+        assert_eq!(
+            parse_solution("```json\n{\"answer\": \"3\"}\n```")
+                .unwrap()
+                .answer,
+            "3"
+        );
     }
 }

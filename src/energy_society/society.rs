@@ -13,11 +13,11 @@ use crate::agency::Agency;
 use crate::backend::OutputFormat;
 
 use super::config::{Mode, SocietyConfig};
-use super::invoke::{call_seed, invoke_all, InvokeSpec, InvokeStatus, Invocation};
+use super::invoke::{call_seed, invoke_all, Invocation, InvokeSpec, InvokeStatus};
 use super::job::{Job, JobSource};
 use super::layout::{
-    AgentRecord, AgentSpec, ErrorRecord, JobRecord, MemoryEntry,
-    ReceivedDonation, RunConfig, RunFolder, TokenUsageRecord, TranscriptEntry,
+    AgentRecord, AgentSpec, ErrorRecord, JobRecord, MemoryEntry, ReceivedDonation, RunConfig,
+    RunFolder, TokenUsageRecord, TranscriptEntry,
 };
 use super::prompts::{self, AgentView, View};
 use super::recorder::Recorder;
@@ -121,7 +121,13 @@ impl Society {
             .collect()
     }
 
-    fn view<'a>(&self, round: u32, me: usize, agents: &'a [AgentView], jobs: &'a [Job]) -> View<'a> {
+    fn view<'a>(
+        &self,
+        round: u32,
+        me: usize,
+        agents: &'a [AgentView],
+        jobs: &'a [Job],
+    ) -> View<'a> {
         View {
             round,
             objective: self.cfg.objective,
@@ -236,24 +242,29 @@ impl Society {
                        "energy": a.energy, "per_token": a.per_token})).collect::<Vec<_>>()}),
         )?;
         let mut round: u32 = 1;
-        let mut played = 0;
-        loop {
+        let played = loop {
             self.play_round(&agency, round).await?;
-            played = round;
+            let played = round;
             if let Some(f) = &mut self.on_round {
                 f(round);
             }
             round += 1;
             // R7: all inactive is checked first, then the round limit.
             if self.agents.iter().all(|a| !a.active()) {
-                self.rec.event("termination", json!({"round": played, "reason": "all_inactive"}))?;
-                break;
+                self.rec.event(
+                    "termination",
+                    json!({"round": played, "reason": "all_inactive"}),
+                )?;
+                break played;
             }
             if round > self.cfg.max_rounds {
-                self.rec.event("termination", json!({"round": played, "reason": "max_rounds"}))?;
-                break;
+                self.rec.event(
+                    "termination",
+                    json!({"round": played, "reason": "max_rounds"}),
+                )?;
+                break played;
             }
-        }
+        };
         self.finish(played)
     }
 
@@ -362,7 +373,8 @@ impl Society {
                     )
                 })
                 .collect();
-            let results = invoke_all(agency, specs, |t| schema::parse_vote(t, sabotage, mode)).await;
+            let results =
+                invoke_all(agency, specs, |t| schema::parse_vote(t, sabotage, mode)).await;
             for inv in results {
                 let i = inv.agent;
                 let vote = inv
@@ -435,7 +447,9 @@ impl Society {
         let mut received: Vec<Vec<ReceivedDonation>> = vec![vec![]; n];
         let mut sabotaged: BTreeSet<String> = BTreeSet::new();
         for i in 0..n {
-            let Some(dd) = decided[i].clone() else { continue };
+            let Some(dd) = decided[i].clone() else {
+                continue;
+            };
             let d = &dd.decision;
             let ok = eligible(&self.agents, i);
             let before = self.agents[i].energy;
@@ -449,7 +463,11 @@ impl Society {
                     let recorded = if ok {
                         let (after, deducted, recorded) = rules::apply_fee(before, fee, mode);
                         self.agents[i].energy = after;
-                        ledger.push(LedgerLine { agent: i, kind: LedgerKind::Fee, delta: -deducted });
+                        ledger.push(LedgerLine {
+                            agent: i,
+                            kind: LedgerKind::Fee,
+                            delta: -deducted,
+                        });
                         if d.action == Action::SabotageJob {
                             if let Some(j) = d.job_id.as_deref().and_then(|j| job_by_id.get(j)) {
                                 sabotaged.insert(j.id.clone());
@@ -484,13 +502,22 @@ impl Society {
                             if let Some(x) = rules::donation_transfer(amount, before, mode) {
                                 self.agents[i].energy -= x;
                                 self.agents[t].energy += x;
-                                ledger.push(LedgerLine { agent: i, kind: LedgerKind::Donation, delta: -x });
-                                ledger.push(LedgerLine { agent: t, kind: LedgerKind::Donation, delta: x });
+                                ledger.push(LedgerLine {
+                                    agent: i,
+                                    kind: LedgerKind::Donation,
+                                    delta: -x,
+                                });
+                                ledger.push(LedgerLine {
+                                    agent: t,
+                                    kind: LedgerKind::Donation,
+                                    delta: x,
+                                });
                                 moved = Some(x);
                             }
                         }
                     }
-                    let recorded = rules::recorded_donation(amount, dd.energy_after_deciding, moved, mode);
+                    let recorded =
+                        rules::recorded_donation(amount, dd.energy_after_deciding, moved, mode);
                     outcomes[i].action_cost = recorded;
                     outcomes[i].donated = Some(recorded);
                     if let Some(t) = target {
@@ -563,14 +590,19 @@ impl Society {
             let results = invoke_all(agency, specs, schema::parse_solution).await;
             for (inv, (i, job)) in results.into_iter().zip(&attempters) {
                 let i = *i;
-                let answer = inv
-                    .value
-                    .clone()
-                    .unwrap_or(AgentJobSolution { answer: String::new() });
+                let answer = inv.value.clone().unwrap_or(AgentJobSolution {
+                    answer: String::new(),
+                });
                 let sr = serde_json::to_value(&answer)?;
                 self.settle(round, "act", &inv, sr, &mut ledger)?;
                 act_spent[i] = inv.spent();
-                let ok = rules::grade(&answer.answer, &job.options, job.correct_answer(), job.answer_index, mode);
+                let ok = rules::grade(
+                    &answer.answer,
+                    &job.options,
+                    job.correct_answer(),
+                    job.answer_index,
+                    mode,
+                );
                 self.rec.event(
                     "grade",
                     json!({"round": round, "phase": "act", "agent": self.agents[i].id(), "job_id": job.id,
@@ -605,7 +637,11 @@ impl Society {
                 let before = self.agents[i].energy;
                 self.agents[i].energy += paid;
                 if paid != 0.0 {
-                    ledger.push(LedgerLine { agent: i, kind: LedgerKind::Reward, delta: paid });
+                    ledger.push(LedgerLine {
+                        agent: i,
+                        kind: LedgerKind::Reward,
+                        delta: paid,
+                    });
                 }
                 outcomes[i].rewarded = Some(paid);
                 self.rec.event(
@@ -659,11 +695,16 @@ impl Society {
                         succeeded: o.succeeded,
                         energy_rewarded: o.rewarded,
                         agent_answer: o.answer.clone(),
-                        target_agent: if d.action == Action::Donate { d.target_agent.clone() } else { None },
+                        target_agent: if d.action == Action::Donate {
+                            d.target_agent.clone()
+                        } else {
+                            None
+                        },
                         donated_amount: o.donated,
                         received_donations: recv,
                         sabotaged_job: sab.then(|| o.sabotaged_job.clone()),
-                        sabotage_successful: sab.then(|| is_sab.then(|| !o.sabotage_hits.is_empty())),
+                        sabotage_successful: sab
+                            .then(|| is_sab.then(|| !o.sabotage_hits.is_empty())),
                         sabotage_hit_agents: sab.then(|| is_sab.then(|| o.sabotage_hits.clone())),
                     }
                 }

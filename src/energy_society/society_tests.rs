@@ -4,7 +4,9 @@
 use serde_json::json;
 
 use crate::agency::run_one;
-use crate::backend::{Backend, BackendError, FinishReason, ModelRequest, ModelResponse, ModelResult, TokenUsage};
+use crate::backend::{
+    Backend, BackendError, FinishReason, ModelRequest, ModelResponse, ModelResult, TokenUsage,
+};
 
 use super::config::{Mode, Objective, RosterEntry, SocietyConfig};
 use super::job::{Difficulty, Job};
@@ -89,9 +91,17 @@ fn cfg(mode: Mode, energies: &[f64], votes: bool) -> SocietyConfig {
     c
 }
 
-fn play(c: SocietyConfig, jobs: Vec<Job>, f: Answer) -> (SocietyResult, Vec<(String, String, u64)>) {
+fn play(
+    c: SocietyConfig,
+    jobs: Vec<Job>,
+    f: Answer,
+) -> (SocietyResult, Vec<(String, String, u64)>) {
     let rounds = vec![jobs; c.max_rounds as usize];
-    let society = Society::new(c, Box::new(ListedJobs::new(rounds, "test")), Recorder::in_memory());
+    let society = Society::new(
+        c,
+        Box::new(ListedJobs::new(rounds, "test")),
+        Recorder::in_memory(),
+    );
     let mut b = Hand { f, log: vec![] };
     let r = run_one(&mut b, |agency| society.run(agency)).unwrap();
     (r, b.log)
@@ -129,7 +139,9 @@ fn charges_per_call_are_rounded_and_phases_run_in_order() {
             let me = req.agent_id.clone();
             Ok(match req.tag.as_str() {
                 "vote" => (vote(&me), 1399),
-                "decide" if me == "agent_1" => (decision("ATTEMPT_JOB", Some("1"), None, None), 100),
+                "decide" if me == "agent_1" => {
+                    (decision("ATTEMPT_JOB", Some("1"), None, None), 100)
+                }
                 "decide" => (decision("IDLE", None, None, None), 3),
                 _ => (answer("2"), 7),
             })
@@ -146,7 +158,10 @@ fn charges_per_call_are_rounded_and_phases_run_in_order() {
     assert_eq!((m.succeeded, m.energy_rewarded), (Some(true), Some(800.0)));
     assert_eq!(energy(&r.folder, 0), 1500.0 - 41.97 - 3.0 - 0.21 + 800.0);
     let idle = &mem(&r, 1)[0];
-    assert_eq!((idle.action.as_str(), idle.energy_spent_on_action), ("IDLE", Some(10.0)));
+    assert_eq!(
+        (idle.action.as_str(), idle.energy_spent_on_action),
+        ("IDLE", Some(10.0))
+    );
     assert_eq!(energy(&r.folder, 1), 1500.0 - 41.97 - 0.09 - 10.0);
     assert_eq!(r.folder.token_usage.len(), 5);
     assert_eq!(r.folder.transcript[0].phase, "vote");
@@ -165,11 +180,16 @@ fn votes_are_skipped_with_one_active_agent() {
 
 fn retry_then(tokens: [u32; 2]) -> Answer {
     Box::new(move |req| {
-        Ok(match (req.tag.as_str(), req.observation["call"].as_u64().unwrap()) {
-            ("decide", 0) => ("I think I will attempt something".into(), tokens[0]),
-            ("decide", _) => (decision("ATTEMPT_JOB", Some("job_0"), None, None), tokens[1]),
-            _ => (answer("c"), 1),
-        })
+        Ok(
+            match (req.tag.as_str(), req.observation["call"].as_u64().unwrap()) {
+                ("decide", 0) => ("I think I will attempt something".into(), tokens[0]),
+                ("decide", _) => (
+                    decision("ATTEMPT_JOB", Some("job_0"), None, None),
+                    tokens[1],
+                ),
+                _ => (answer("c"), 1),
+            },
+        )
     })
 }
 
@@ -179,7 +199,13 @@ fn invalid_answers_are_retried_in_the_same_invocation_and_charged_per_call() {
     let mut c = cfg(Mode::Faithful, &[100.0], false);
     c.roster[0].size = 9.0;
     let (r, log) = play(c, vec![job(0, Difficulty::Easy)], retry_then([1, 1]));
-    assert_eq!(log[0..2], [("decide".into(), "agent_1".into(), 0), ("decide".into(), "agent_1".into(), 1)]);
+    assert_eq!(
+        log[0..2],
+        [
+            ("decide".into(), "agent_1".into(), 0),
+            ("decide".into(), "agent_1".into(), 1)
+        ]
+    );
     assert_eq!(mem(&r, 0)[0].energy_spent_deciding, Some(0.08));
     assert_eq!(r.folder.token_usage[0].output_tokens, 2);
 }
@@ -187,14 +213,22 @@ fn invalid_answers_are_retried_in_the_same_invocation_and_charged_per_call() {
 #[test]
 fn quirk2_reaching_zero_mid_invocation_faithful_continues_corrected_aborts() {
     // 50 energy; first call costs 60 (clamped to 0), second call's answer is used.
-    let (r, log) = play(cfg(Mode::Faithful, &[50.0], false), vec![job(0, Difficulty::Easy)], retry_then([2000, 10]));
+    let (r, log) = play(
+        cfg(Mode::Faithful, &[50.0], false),
+        vec![job(0, Difficulty::Easy)],
+        retry_then([2000, 10]),
+    );
     let m = &mem(&r, 0)[0];
     assert_eq!(m.action, "ATTEMPT_JOB");
     assert_eq!(m.energy_spent_deciding, Some(50.0));
     // At 0 after deciding, the attempt is never executed (QUIRK-9 family).
     assert_eq!((m.succeeded, m.energy_rewarded), (None, None));
     assert_eq!(log.len(), 2);
-    let (r, log) = play(cfg(Mode::Corrected, &[50.0], false), vec![job(0, Difficulty::Easy)], retry_then([2000, 10]));
+    let (r, log) = play(
+        cfg(Mode::Corrected, &[50.0], false),
+        vec![job(0, Difficulty::Easy)],
+        retry_then([2000, 10]),
+    );
     assert_eq!(log.len(), 1);
     let m = &mem(&r, 0)[0];
     assert_eq!(m.action, "IDLE");
@@ -229,7 +263,10 @@ fn quirk3_invoke_errors_charge_nothing_in_faithful_partial_usage_in_corrected() 
     };
     let (r, _) = play(cfg(Mode::Faithful, &[1500.0], false), vec![], f());
     let m = &mem(&r, 0)[0];
-    assert_eq!((m.action.as_str(), m.energy_spent_deciding), ("IDLE", Some(0.0)));
+    assert_eq!(
+        (m.action.as_str(), m.energy_spent_deciding),
+        ("IDLE", Some(0.0))
+    );
     assert_eq!(r.folder.token_usage[0].output_tokens, 0);
     assert_eq!(r.folder.agents[0].errors[0].error_type, "invoke_error");
     let (r, _) = play(cfg(Mode::Corrected, &[1500.0], false), vec![], f());
@@ -239,7 +276,12 @@ fn quirk3_invoke_errors_charge_nothing_in_faithful_partial_usage_in_corrected() 
 
 fn decide_only(decisions: Vec<String>) -> Answer {
     Box::new(move |req| {
-        let i: usize = req.agent_id.trim_start_matches("agent_").parse::<usize>().unwrap() - 1;
+        let i: usize = req
+            .agent_id
+            .trim_start_matches("agent_")
+            .parse::<usize>()
+            .unwrap()
+            - 1;
         Ok(match req.tag.as_str() {
             "decide" => (decisions[i].clone(), 0),
             _ => (answer("2"), 0),
@@ -250,7 +292,11 @@ fn decide_only(decisions: Vec<String>) -> Answer {
 #[test]
 fn quirk4_idle_fee_clamps_and_faithful_records_ten() {
     for (mode, recorded) in [(Mode::Faithful, 10.0), (Mode::Corrected, 4.0)] {
-        let (r, _) = play(cfg(mode, &[4.0], false), vec![], decide_only(vec![decision("IDLE", None, None, None)]));
+        let (r, _) = play(
+            cfg(mode, &[4.0], false),
+            vec![],
+            decide_only(vec![decision("IDLE", None, None, None)]),
+        );
         assert_eq!(energy(&r.folder, 0), 0.0);
         assert_eq!(mem(&r, 0)[0].energy_spent_on_action, Some(recorded));
     }
@@ -269,8 +315,14 @@ fn donations_cap_move_and_revive() {
     assert_eq!(energy(&r.folder, 0), 0.0);
     assert_eq!(energy(&r.folder, 1), 50.0 - 10.0 + 100.0);
     let m = &mem(&r, 0)[0];
-    assert_eq!((m.donated_amount, m.energy_spent_on_action), (Some(100.0), Some(100.0)));
-    assert_eq!(mem(&r, 1)[0].received_donations.as_ref().unwrap()[0].amount, 100.0);
+    assert_eq!(
+        (m.donated_amount, m.energy_spent_on_action),
+        (Some(100.0), Some(100.0))
+    );
+    assert_eq!(
+        mem(&r, 1)[0].received_donations.as_ref().unwrap()[0].amount,
+        100.0
+    );
     assert_eq!(r.folder.agents[0].deactivated_at_round, Some(1));
 }
 
@@ -310,9 +362,10 @@ fn quirk6_negative_donations_reverse_in_faithful_and_are_rejected_in_corrected()
         ])
     };
     let (r, _) = play(cfg(Mode::Faithful, &[100.0, 10.0], false), vec![], d());
-    // agent_1 takes 20 from agent_2, then agent_2 gives 1 back.
-    assert_eq!(energy(&r.folder, 0), 121.0);
-    assert_eq!(energy(&r.folder, 1), -11.0);
+    // agent_1 takes 20 from agent_2, pushing it below 0; agent_2 is then
+    // inactive, so its own donation is skipped.
+    assert_eq!(energy(&r.folder, 0), 120.0);
+    assert_eq!(energy(&r.folder, 1), -10.0);
     let (r, _) = play(cfg(Mode::Corrected, &[100.0, 10.0], false), vec![], d());
     // Five parse failures: IDLE for agent_1.
     assert_eq!(mem(&r, 0)[0].action, "IDLE");
@@ -370,7 +423,10 @@ fn quirk8_death_while_voting_leaves_no_row_in_faithful() {
     assert_eq!(r.folder.agents[1].deactivated_at_round, Some(1));
     let (r, _) = play(cfg(Mode::Corrected, &[100.0, 100.0], true), vec![], f());
     let m = &mem(&r, 1)[0];
-    assert_eq!((m.action.as_str(), m.energy_spent_voting), ("INACTIVE", Some(100.0)));
+    assert_eq!(
+        (m.action.as_str(), m.energy_spent_voting),
+        ("INACTIVE", Some(100.0))
+    );
 }
 
 #[test]
@@ -402,10 +458,18 @@ fn quirk10_a_solver_at_zero_is_paid_in_faithful_only() {
             })
         })
     };
-    let (r, _) = play(cfg(Mode::Faithful, &[100.0], false), vec![job(0, Difficulty::Medium)], f());
+    let (r, _) = play(
+        cfg(Mode::Faithful, &[100.0], false),
+        vec![job(0, Difficulty::Medium)],
+        f(),
+    );
     assert_eq!(energy(&r.folder, 0), 500.0);
     assert_eq!(r.folder.agents[0].deactivated_at_round, None);
-    let (r, _) = play(cfg(Mode::Corrected, &[100.0], false), vec![job(0, Difficulty::Medium)], f());
+    let (r, _) = play(
+        cfg(Mode::Corrected, &[100.0], false),
+        vec![job(0, Difficulty::Medium)],
+        f(),
+    );
     assert_eq!(energy(&r.folder, 0), 0.0);
     assert_eq!(mem(&r, 0)[0].energy_rewarded, Some(0.0));
 }
@@ -414,7 +478,12 @@ fn quirk10_a_solver_at_zero_is_paid_in_faithful_only() {
 fn collisions_split_with_python_rounding_and_failures_get_nothing() {
     let f = |ans: [&'static str; 4]| -> Answer {
         Box::new(move |req| {
-            let i: usize = req.agent_id.trim_start_matches("agent_").parse::<usize>().unwrap() - 1;
+            let i: usize = req
+                .agent_id
+                .trim_start_matches("agent_")
+                .parse::<usize>()
+                .unwrap()
+                - 1;
             Ok(match req.tag.as_str() {
                 "decide" => (decision("ATTEMPT_JOB", Some("job_0"), None, None), 0),
                 _ => (answer(ans[i]), 0),
@@ -429,7 +498,10 @@ fn collisions_split_with_python_rounding_and_failures_get_nothing() {
     for i in 0..3 {
         assert_eq!(mem(&r, i)[0].energy_rewarded, Some(266.67));
     }
-    assert_eq!((mem(&r, 3)[0].succeeded, mem(&r, 3)[0].energy_rewarded), (Some(false), Some(0.0)));
+    assert_eq!(
+        (mem(&r, 3)[0].succeeded, mem(&r, 3)[0].energy_rewarded),
+        (Some(false), Some(0.0))
+    );
     assert_eq!(energy(&r.folder, 0), 366.67);
     let (r, _) = play(
         cfg(Mode::Corrected, &[100.0; 4], false),
@@ -459,7 +531,10 @@ fn sabotage_zeroes_the_payout_and_names_the_hit_agents() {
     let s = &mem(&r, 0)[0];
     assert_eq!(s.energy_spent_on_action, Some(10.0));
     assert_eq!(s.sabotage_successful, Some(Some(true)));
-    assert_eq!(s.sabotage_hit_agents, Some(Some(vec!["agent_2".to_string()])));
+    assert_eq!(
+        s.sabotage_hit_agents,
+        Some(Some(vec!["agent_2".to_string()]))
+    );
     let v = &mem(&r, 1)[0];
     assert_eq!((v.succeeded, v.energy_rewarded), (Some(true), Some(0.0)));
     assert_eq!(energy(&r.folder, 1), 100.0);
@@ -477,7 +552,14 @@ fn invalid_attempt_ids_cost_nothing_beyond_deciding() {
     );
     assert!(!log.iter().any(|l| l.0 == "act"));
     let m = &mem(&r, 0)[0];
-    assert_eq!((m.attempted_job.clone(), m.succeeded, m.energy_spent_on_action), (None, None, Some(0.0)));
+    assert_eq!(
+        (
+            m.attempted_job.clone(),
+            m.succeeded,
+            m.energy_spent_on_action
+        ),
+        (None, None, Some(0.0))
+    );
     // Corrected strips the quotes and attempts job_0.
     let (_, log) = play(
         cfg(Mode::Corrected, &[100.0], false),
@@ -496,7 +578,10 @@ fn quirk1_bookkeeping_in_both_modes() {
             let round = req.observation["round"].as_u64().unwrap();
             Ok(match (req.agent_id.as_str(), round) {
                 ("agent_2", 2) => (decision("DONATE", None, Some("agent_1"), Some(100.0)), 0),
-                ("agent_2", r) => (decision("IDLE", None, None, None), if r >= 3 { 20_000 } else { 0 }),
+                ("agent_2", r) => (
+                    decision("IDLE", None, None, None),
+                    if r >= 3 { 20_000 } else { 0 },
+                ),
                 _ => (decision("IDLE", None, None, None), 0),
             })
         })
@@ -532,7 +617,11 @@ fn quirk1_bookkeeping_in_both_modes() {
 fn the_game_stops_when_everyone_is_inactive() {
     let mut c = cfg(Mode::Faithful, &[5.0, 5.0], false);
     c.max_rounds = 30;
-    let (r, _) = play(c, vec![], Box::new(|_| Ok((decision("IDLE", None, None, None), 0))));
+    let (r, _) = play(
+        c,
+        vec![],
+        Box::new(|_| Ok((decision("IDLE", None, None, None), 0))),
+    );
     assert_eq!(r.rounds_played, 1);
     assert_eq!(r.folder.agents[0].rounds_active, 0);
 }
@@ -582,7 +671,11 @@ fn same_seed_gives_identical_event_logs() {
         c.roster[3].model = "scripted:random".into();
         let out = dir.path().join(format!("run{k}"));
         let rounds = (0..4)
-            .map(|r| (0..6).map(|i| job(i, Difficulty::ALL[(i + r) % 3])).collect())
+            .map(|r| {
+                (0..6)
+                    .map(|i| job(i, Difficulty::ALL[(i + r) % 3]))
+                    .collect()
+            })
             .collect();
         let rec = Recorder::create(&out, &c).unwrap();
         let mut b = scripted_backend(c.scripted.tokens.clone(), c.scripted.skill);

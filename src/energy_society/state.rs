@@ -96,7 +96,10 @@ pub fn check_conservation(
     let (mut rewards, mut charges, mut fees, mut donations) = (0.0, 0.0, 0.0, 0.0);
     for l in ledger {
         let Some(slot) = per_agent.get_mut(l.agent) else {
-            return fail(format!("ledger names agent #{} that does not exist", l.agent));
+            return fail(format!(
+                "ledger names agent #{} that does not exist",
+                l.agent
+            ));
         };
         *slot += l.delta;
         match l.kind {
@@ -135,11 +138,31 @@ mod tests {
 
     fn ledger() -> Vec<LedgerLine> {
         vec![
-            LedgerLine { agent: 0, kind: LedgerKind::Tokens, delta: -41.97 },
-            LedgerLine { agent: 1, kind: LedgerKind::Fee, delta: -10.0 },
-            LedgerLine { agent: 1, kind: LedgerKind::Donation, delta: -100.0 },
-            LedgerLine { agent: 0, kind: LedgerKind::Donation, delta: 100.0 },
-            LedgerLine { agent: 0, kind: LedgerKind::Reward, delta: 266.67 },
+            LedgerLine {
+                agent: 0,
+                kind: LedgerKind::Tokens,
+                delta: -41.97,
+            },
+            LedgerLine {
+                agent: 1,
+                kind: LedgerKind::Fee,
+                delta: -10.0,
+            },
+            LedgerLine {
+                agent: 1,
+                kind: LedgerKind::Donation,
+                delta: -100.0,
+            },
+            LedgerLine {
+                agent: 0,
+                kind: LedgerKind::Donation,
+                delta: 100.0,
+            },
+            LedgerLine {
+                agent: 0,
+                kind: LedgerKind::Reward,
+                delta: 266.67,
+            },
         ]
     }
 
