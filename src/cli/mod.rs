@@ -1,6 +1,10 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 use clap::{Parser, Subcommand};
+
+pub mod replay;
+pub mod run;
+pub mod sweep;
 use std::process::ExitCode;
 
 pub mod jobs;
@@ -20,6 +24,12 @@ pub struct Cli {
 pub enum Command {
     /// Print the job lists (question ids) the reference's draw gives a seed.
     Jobs(jobs::JobsArgs),
+    /// Run one Energy Society experiment from a TOML config.
+    Run(run::RunArgs),
+    /// Run a grid of Energy Society configs x seeds, resumably.
+    Sweep(sweep::SweepArgs),
+    /// Replay reference run folders through the faithful engine and compare.
+    Replay(replay::ReplayArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -37,5 +47,8 @@ pub fn main() -> ExitCode {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Jobs(args) => jobs::run(args),
+        Command::Run(a) => run::run(a),
+        Command::Sweep(a) => sweep::run(a),
+        Command::Replay(a) => replay::run(a),
     }
 }

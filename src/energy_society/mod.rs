@@ -1,7 +1,36 @@
 //! The Energy Society scenario (spec: ../shared/specs/energy-society.md).
+//!
+//! - [`config`]: the TOML experiment configuration (mode, conditions, roster).
+//! - [`job`], [`listed_jobs`]: jobs and where they come from.
+//! - [`schema`]: structured outputs, their JSON Schemas and parsers (§6).
+//! - [`prompts`]: vote/decide/solve prompts, memory rendering, observations (§4).
+//! - [`rules`]: grading, splits, fees, donations, bookkeeping (§1–§3, §10).
+//! - [`state`]: agent accounts, the energy ledger and the conservation check.
+//! - [`invoke`]: one invocation of up to 5 calls with parse-and-retry (§2).
+//! - [`society`]: the round loop R0–R7 as an async scenario (§1).
+//! - [`policies`]: scripted baseline agents.
+//! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
+//! - [`replay`]: re-run a reference run through the engine and compare.
+//! - [`layout`]: the reference run-folder files.
 
 pub mod dataset;
 pub mod draw;
 pub mod job;
 pub mod layout;
 pub mod procedural;
+pub mod config;
+pub mod invoke;
+pub mod job;
+pub mod layout;
+pub mod listed_jobs;
+pub mod policies;
+pub mod prompts;
+pub mod recorder;
+pub mod replay;
+pub mod rules;
+pub mod runner;
+pub mod schema;
+pub mod society;
+#[cfg(test)]
+mod society_tests;
+pub mod state;

@@ -1,0 +1,83 @@
+//! `joule run CONFIG`: one Energy Society run from a TOML config, with a
+//! progress bar and a per-agent summary table at the end.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::runner::{backend_for, run_society};
+use crate::energy_society::society::SocietyResult;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The experiment config (TOML).
+    pub config: PathBuf,
+    /// Run folder (default: runs/<config name>/seed_<seed>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Override the config's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override the config's max_rounds.
+    #[arg(long)]
+    pub rounds: Option<u32>,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = SocietyConfig::load(&args.config)?;
+    if let Some(dir) = args.config.parent() {
+        cfg.resolve_paths(dir);
+    }
+    if let Some(s) = args.seed {
+        cfg.seed = s;
+    }
+    if let Some(r) = args.rounds {
+        cfg.max_rounds = r;
+        cfg.validate(&args.config.display().to_string())?;
+    }
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from("runs")
+            .join(SocietyConfig::folder_name(&args.config))
+            .join(format!("seed_{}", cfg.seed))
+    });
+    let mut backend = backend_for(&cfg)?;
+    let bar = ProgressBar::new(cfg.max_rounds as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} round {pos}/{len} {bar:30} {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let b = bar.clone();
+    let result = run_society(cfg, backend.as_mut(), Some(&out), move |r| {
+        b.set_position(r as u64)
+    })?;
+    bar.finish_and_clear();
+    print!("{}", summary_table(&result));
+    println!("run folder: {}", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The per-agent summary printed after a run.
+pub fn summary_table(r: &SocietyResult) -> String {
+    let mut s = format!(
+        "{} rounds played\n{:<10} {:<22} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9}\n",
+        r.rounds_played,
+        "agent",
+        "model",
+        "size",
+        "final",
+        "active",
+        "attempts",
+        "successes",
+        "donations"
+    );
+    for (a, (att, succ, don)) in r.folder.agents.iter().zip(&r.stats) {
+        s += &format!(
+            "{:<10} {:<22} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9}\n",
+            a.agent_id, a.model_name, a.model_size, a.final_energy, a.rounds_active, att, succ, don
+        );
+    }
+    s
+}

@@ -1,0 +1,150 @@
+//! `joule sweep FILE`: run a grid of configs × seeds. Each cell writes its own
+//! run folder `<out>/<config name>/seed_<seed>`; a cell whose folder holds
+//! the completion marker is skipped, so an interrupted sweep resumes where
+//! it stopped (an incomplete folder is cleared and rerun). `--jobs N` runs N
+//! cells concurrently on one driver, so their model calls batch together.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::recorder::Recorder;
+use crate::energy_society::runner::{backend_for, job_source, run_many, MakeJobs};
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// The sweep file (TOML: `configs`, `seeds`, optional `out`).
+    pub file: PathBuf,
+    /// Cells run concurrently on one driver.
+    #[arg(long, default_value_t = 1)]
+    pub jobs: usize,
+    /// Output folder (overrides the file's `out`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// The sweep file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepFile {
+    /// Config files, relative to the sweep file.
+    pub configs: Vec<PathBuf>,
+    pub seeds: Vec<u64>,
+    #[serde(default)]
+    pub out: Option<PathBuf>,
+}
+
+/// One cell of the grid.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub config: SocietyConfig,
+    pub dir: PathBuf,
+}
+
+/// Expand a sweep file into its cells (config order, then seed order).
+pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let sweep: SweepFile = toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.message()))?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let out = out_override
+        .map(Path::to_path_buf)
+        .or(sweep.out.clone())
+        .unwrap_or_else(|| PathBuf::from("runs").join(SocietyConfig::folder_name(file)));
+    let mut cells = Vec::new();
+    for c in &sweep.configs {
+        let path = base.join(c);
+        let mut cfg = SocietyConfig::load(&path)?;
+        cfg.resolve_paths(path.parent().unwrap_or(base));
+        for &seed in &sweep.seeds {
+            let mut cfg = cfg.clone();
+            cfg.seed = seed;
+            cells.push(Cell {
+                config: cfg,
+                dir: out
+                    .join(SocietyConfig::folder_name(&path))
+                    .join(format!("seed_{seed}")),
+            });
+        }
+    }
+    Ok(cells)
+}
+
+/// Run every incomplete cell; returns (ran, skipped).
+pub fn run_cells(
+    cells: Vec<Cell>,
+    jobs: usize,
+    quiet: bool,
+    make_jobs: MakeJobs,
+) -> anyhow::Result<(usize, usize)> {
+    let total = cells.len();
+    let todo: Vec<Cell> = cells
+        .into_iter()
+        .filter(|c| !Recorder::is_complete(&c.dir))
+        .collect();
+    let skipped = total - todo.len();
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} cells {pos}/{len} {bar:30} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut failures = Vec::new();
+    for chunk in todo.chunks(jobs.max(1)) {
+        // Cells of a chunk share one backend; scripted settings must agree.
+        let mut groups: Vec<Vec<Cell>> = Vec::new();
+        for c in chunk {
+            match groups
+                .iter_mut()
+                .find(|g| g[0].config.scripted == c.config.scripted)
+            {
+                Some(g) => g.push(c.clone()),
+                None => groups.push(vec![c.clone()]),
+            }
+        }
+        for g in groups {
+            let mut backend = backend_for(&g[0].config)?;
+            let dirs: Vec<PathBuf> = g.iter().map(|c| c.dir.clone()).collect();
+            let results = run_many(
+                g.into_iter().map(|c| (c.config, c.dir)).collect(),
+                backend.as_mut(),
+                make_jobs,
+                |_| bar.tick(),
+            );
+            for (dir, r) in dirs.iter().zip(results) {
+                bar.inc(1);
+                if let Err(e) = r {
+                    failures.push(format!("{}: {e:#}", dir.display()));
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} cell(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+    Ok((todo.len(), skipped))
+}
+
+pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
+    let cells = cells(&args.file, args.out.as_deref())?;
+    let (ran, skipped) = run_cells(cells, args.jobs, false, &job_source)?;
+    println!(
+        "sweep {}: {ran} cell(s) run, {skipped} already complete",
+        args.file.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

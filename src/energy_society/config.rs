@@ -1,0 +1,513 @@
+//! The experiment configuration of one Energy Society run (TOML): rules mode
+//! (faithful / corrected, spec §10), objective, conditions (spec §5), cost
+//! model (spec §2), roster, job source, scripted-agent settings and
+//! generation parameters. Unknown keys are rejected, and every error names the
+//! file, the key and what was expected.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::GenParams;
+use crate::energy::CostModel;
+use crate::scripted::TokenDist;
+
+use super::layout::DifficultyCounts;
+
+/// Whether the reference's quirks (spec §10) are reproduced or fixed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Reproduce every quirk of the reference implementation.
+    #[default]
+    Faithful,
+    /// Fix each quirk as spec §10 suggests.
+    Corrected,
+}
+
+/// What agents are told to maximise (spec §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Objective {
+    /// Own energy.
+    #[default]
+    #[serde(rename = "comp")]
+    Competitive,
+    /// Total energy of all agents.
+    #[serde(rename = "coop")]
+    Cooperative,
+}
+
+impl Objective {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Objective::Competitive => "comp",
+            Objective::Cooperative => "coop",
+        }
+    }
+}
+
+/// One agent of the roster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RosterEntry {
+    pub agent_id: String,
+    /// Model key sent as `ModelRequest.model`: `scripted:<policy>` or a
+    /// model manifest name.
+    pub model: String,
+    /// The name shown in prompts and records (`qwen3:8b`).
+    pub model_name: String,
+    /// Model size S in billions of parameters (drives the per-token price).
+    pub size: f64,
+    #[serde(default = "default_init_energy")]
+    pub init_energy: f64,
+}
+
+fn default_init_energy() -> f64 {
+    1500.0
+}
+
+/// Where the jobs come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(tag = "source", rename_all = "lowercase", deny_unknown_fields)]
+pub enum JobsConfig {
+    /// Offline generated questions (no data set needed).
+    #[default]
+    Procedural,
+    /// MMLU-Pro-Stratified with the reference's exact numpy draw. `path` is a
+    /// local JSON export of the data set, or `"hub"` to fetch it.
+    Mmlu { path: String },
+}
+
+/// Probability that a scripted agent answers a job of each tier correctly.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Skill {
+    pub easy: f64,
+    pub medium: f64,
+    pub hard: f64,
+}
+
+impl Default for Skill {
+    fn default() -> Self {
+        Skill {
+            easy: 0.8,
+            medium: 0.5,
+            hard: 0.3,
+        }
+    }
+}
+
+/// Settings of the scripted (non-LLM) agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScriptedConfig {
+    /// Token counts drawn for every scripted call.
+    pub tokens: TokenDist,
+    /// Chance of a correct answer per tier.
+    pub skill: Skill,
+}
+
+/// The whole configuration of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocietyConfig {
+    /// A label for records (`baseline-comp`).
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default)]
+    pub objective: Objective,
+    /// R1 (discussion) on or off.
+    #[serde(default = "yes")]
+    pub use_votes: bool,
+    #[serde(default)]
+    pub enable_sabotage: bool,
+    /// Memory shown in prompts (spec §4.3: off removes own and others' memory).
+    #[serde(default = "yes")]
+    pub memory: bool,
+    #[serde(default = "default_rounds")]
+    pub max_rounds: u32,
+    #[serde(default = "default_counts")]
+    pub difficulty: DifficultyCounts,
+    #[serde(default)]
+    pub cost: CostModel,
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Model calls per invocation (the reference's `run_limit = 5`).
+    #[serde(default = "default_max_calls")]
+    pub max_calls: u32,
+    /// IDLE and SABOTAGE_JOB fees.
+    #[serde(default = "default_fee")]
+    pub idle_fee: f64,
+    #[serde(default = "default_fee")]
+    pub sabotage_fee: f64,
+    #[serde(default)]
+    pub jobs: JobsConfig,
+    #[serde(default)]
+    pub scripted: ScriptedConfig,
+    #[serde(default)]
+    pub generation: GenParams,
+    pub roster: Vec<RosterEntry>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_rounds() -> u32 {
+    30
+}
+fn default_counts() -> DifficultyCounts {
+    DifficultyCounts {
+        easy: 4,
+        medium: 4,
+        hard: 4,
+    }
+}
+fn default_seed() -> u64 {
+    12345
+}
+fn default_max_calls() -> u32 {
+    5
+}
+fn default_fee() -> f64 {
+    10.0
+}
+
+/// A configuration error: which file, which key, what was expected.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: key `{key}`: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub key: String,
+    pub message: String,
+}
+
+impl SocietyConfig {
+    /// The paper's roster (spec §5) played by `policy` scripted agents.
+    pub fn paper_roster(policy: &str) -> Vec<RosterEntry> {
+        [
+            ("agent_1", "gemma4:e4b", 4.0),
+            ("agent_2", "nemotron-3-nano:4b", 4.0),
+            ("agent_3", "qwen3.5:4b", 4.0),
+            ("agent_4", "qwen3:8b", 8.0),
+            ("agent_5", "qwen3.5:9b", 9.0),
+        ]
+        .into_iter()
+        .map(|(id, name, size)| RosterEntry {
+            agent_id: id.into(),
+            model: format!("scripted:{policy}"),
+            model_name: name.into(),
+            size,
+            init_energy: 1500.0,
+        })
+        .collect()
+    }
+
+    /// The baseline condition with scripted agents (for tests and defaults).
+    pub fn baseline(policy: &str) -> Self {
+        SocietyConfig {
+            name: "baseline".into(),
+            mode: Mode::Faithful,
+            objective: Objective::Competitive,
+            use_votes: true,
+            enable_sabotage: false,
+            memory: true,
+            max_rounds: 30,
+            difficulty: default_counts(),
+            cost: CostModel::default(),
+            seed: 12345,
+            max_calls: 5,
+            idle_fee: 10.0,
+            sabotage_fee: 10.0,
+            jobs: JobsConfig::Procedural,
+            scripted: ScriptedConfig::default(),
+            generation: GenParams::default(),
+            roster: Self::paper_roster(policy),
+        }
+    }
+
+    /// Parse TOML text; `file` names the source in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let cfg: SocietyConfig = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|s| key_at(text, s.start))
+                .unwrap_or_else(|| "?".into());
+            ConfigError {
+                file: file.into(),
+                key,
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        cfg.validate(file)?;
+        Ok(cfg)
+    }
+
+    /// Read and validate a TOML file.
+    pub fn load(path: impl AsRef<Path>) -> anyhow::Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.display().to_string(),
+            key: "(file)".into(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Ok(Self::from_toml_str(&text, &path.display().to_string())?)
+    }
+
+    /// Check every value a user controls.
+    pub fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let err = |key: String, message: String| ConfigError {
+            file: file.into(),
+            key,
+            message,
+        };
+        if self.roster.is_empty() {
+            return Err(err(
+                "roster".into(),
+                "expected at least one agent, got none".into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, a) in self.roster.iter().enumerate() {
+            if a.agent_id.trim().is_empty() {
+                return Err(err(
+                    format!("roster[{i}].agent_id"),
+                    "expected a non-empty id".into(),
+                ));
+            }
+            if !seen.insert(a.agent_id.clone()) {
+                return Err(err(
+                    format!("roster[{i}].agent_id"),
+                    format!("expected a unique id, `{}` appears twice", a.agent_id),
+                ));
+            }
+            if a.model.trim().is_empty() {
+                return Err(err(
+                    format!("roster[{i}].model"),
+                    "expected a model key such as `scripted:greedy` or a manifest name".into(),
+                ));
+            }
+            if !(a.size > 0.0 && a.size.is_finite()) {
+                return Err(err(
+                    format!("roster[{i}].size"),
+                    format!("expected a positive number, got {}", a.size),
+                ));
+            }
+            if !(a.init_energy > 0.0 && a.init_energy.is_finite()) {
+                return Err(err(
+                    format!("roster[{i}].init_energy"),
+                    format!("expected a positive number, got {}", a.init_energy),
+                ));
+            }
+        }
+        if self.max_rounds == 0 {
+            return Err(err(
+                "max_rounds".into(),
+                "expected at least 1, got 0".into(),
+            ));
+        }
+        if self.max_calls == 0 {
+            return Err(err("max_calls".into(), "expected at least 1, got 0".into()));
+        }
+        let d = self.difficulty;
+        if d.easy + d.medium + d.hard == 0 {
+            return Err(err(
+                "difficulty".into(),
+                "expected at least one job per round, got 0/0/0".into(),
+            ));
+        }
+        if !(self.cost.k > 0.0 && self.cost.k.is_finite()) {
+            return Err(err(
+                "cost.k".into(),
+                format!("expected a positive number, got {}", self.cost.k),
+            ));
+        }
+        if !self.cost.alpha.is_finite() {
+            return Err(err(
+                "cost.alpha".into(),
+                format!("expected a finite number, got {}", self.cost.alpha),
+            ));
+        }
+        for (key, v) in [
+            ("idle_fee", self.idle_fee),
+            ("sabotage_fee", self.sabotage_fee),
+        ] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err(err(key.into(), format!("expected a number >= 0, got {v}")));
+            }
+        }
+        self.scripted
+            .tokens
+            .validate()
+            .map_err(|m| err("scripted.tokens".into(), m))?;
+        let s = self.scripted.skill;
+        for (key, v) in [("easy", s.easy), ("medium", s.medium), ("hard", s.hard)] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(err(
+                    format!("scripted.skill.{key}"),
+                    format!("expected a probability in [0, 1], got {v}"),
+                ));
+            }
+        }
+        if self.generation.max_tokens == 0 {
+            return Err(err(
+                "generation.max_tokens".into(),
+                "expected at least 1, got 0".into(),
+            ));
+        }
+        if let JobsConfig::Mmlu { path } = &self.jobs {
+            if path.trim().is_empty() {
+                return Err(err(
+                    "jobs.path".into(),
+                    "expected a data set JSON path or \"hub\"".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolve relative paths (the MMLU data set) against the config's folder.
+    pub fn resolve_paths(&mut self, config_dir: &Path) {
+        if let JobsConfig::Mmlu { path } = &mut self.jobs {
+            if path != "hub" && Path::new(path.as_str()).is_relative() {
+                *path = config_dir.join(&*path).display().to_string();
+            }
+        }
+    }
+
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+
+    /// Jobs per round.
+    pub fn num_jobs(&self) -> u32 {
+        self.difficulty.easy + self.difficulty.medium + self.difficulty.hard
+    }
+
+    pub fn folder_name(path: &Path) -> PathBuf {
+        PathBuf::from(
+            path.file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_else(|| "run".into()),
+        )
+    }
+}
+
+/// The dotted key path (`roster[2].size`) of the TOML value at byte `pos`.
+/// A best-effort reading of the text: tables, arrays of tables and the key
+/// on the line.
+fn key_at(text: &str, pos: usize) -> String {
+    let mut table = String::new();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut key = String::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        offset += line.len();
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
+            let name = name.trim().to_string();
+            let n = counts.entry(name.clone()).or_insert(0);
+            table = format!("{name}[{n}]");
+            *n += 1;
+            key.clear();
+        } else if let Some(name) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
+            table = name.trim().to_string();
+            key.clear();
+        } else if let Some((k, _)) = t.split_once('=') {
+            key = k.trim().trim_matches('"').to_string();
+        }
+        if pos < offset || offset >= text.len() {
+            break;
+        }
+    }
+    match (table.is_empty(), key.is_empty()) {
+        (true, true) => "(top level)".into(),
+        (true, false) => key,
+        (false, true) => table,
+        (false, false) => format!("{table}.{key}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+mode = "corrected"
+objective = "coop"
+max_rounds = 3
+[cost]
+k = 0.015
+alpha = 0.0
+[[roster]]
+agent_id = "a"
+model = "scripted:greedy"
+model_name = "m"
+size = 4
+[[roster]]
+agent_id = "b"
+model = "scripted:donor"
+model_name = "m"
+size = 9
+init_energy = 100
+"#;
+
+    #[test]
+    fn parses_a_good_config_with_defaults() {
+        let c = SocietyConfig::from_toml_str(GOOD, "x.toml").unwrap();
+        assert_eq!(c.mode, Mode::Corrected);
+        assert_eq!(c.objective, Objective::Cooperative);
+        assert_eq!(c.roster[1].init_energy, 100.0);
+        assert_eq!(c.roster[0].init_energy, 1500.0);
+        assert_eq!(c.max_calls, 5);
+        assert_eq!(c.num_jobs(), 12);
+        assert_eq!(c.cost.alpha, 0.0);
+        // round-trips through TOML
+        let again = SocietyConfig::from_toml_str(&c.to_toml().unwrap(), "y").unwrap();
+        assert_eq!(again, c);
+    }
+
+    #[test]
+    fn negative_size_names_file_key_and_expectation() {
+        let bad = GOOD.replace("size = 9", "size = -1");
+        let e = SocietyConfig::from_toml_str(&bad, "configs/x.toml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "configs/x.toml: key `roster[1].size`: expected a positive number, got -1"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_with_their_place() {
+        let bad = GOOD.replace("alpha = 0.0", "alpha = 0.0\nbeta = 2");
+        let e = SocietyConfig::from_toml_str(&bad, "c.toml").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("c.toml: key `cost.beta`"), "{s}");
+        assert!(s.contains("unknown field `beta`"), "{s}");
+        let bad = GOOD.replace("size = 4", "size = 4\ncolour = 1");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("roster[0].colour"), "{s}");
+    }
+
+    #[test]
+    fn wrong_types_and_bad_modes_are_named() {
+        let bad = GOOD.replace("mode = \"corrected\"", "mode = \"fast\"");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("key `mode`") && s.contains("faithful"), "{s}");
+        let bad = GOOD.replace("max_rounds = 3", "max_rounds = \"many\"");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("key `max_rounds`"), "{s}");
+        let bad = GOOD.replace("max_rounds = 3", "max_rounds = 0");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(s, "c.toml: key `max_rounds`: expected at least 1, got 0");
+    }
+}

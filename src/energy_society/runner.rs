@@ -1,0 +1,111 @@
+//! Running a configured society: the job source a config names, the backend
+//! for its roster, and one run into a run folder. This is the public entry a
+//! later step uses to plug in LLM backends: build any [`Backend`] that
+//! answers the roster's model keys and call [`run_society`] (one run) or
+//! spawn [`Society::run`] futures on one [`Driver`] (many runs, batched).
+
+use std::path::Path;
+
+use anyhow::Context;
+
+use crate::agency::{run_one, Driver};
+use crate::backend::Backend;
+use crate::scripted::SCRIPTED_PREFIX;
+
+use super::config::{JobsConfig, SocietyConfig};
+use super::job::JobSource;
+use super::policies::scripted_backend;
+use super::recorder::Recorder;
+use super::society::{Society, SocietyResult};
+
+/// The job source a config names.
+pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
+    match &cfg.jobs {
+        JobsConfig::Procedural => anyhow::bail!(
+            "jobs.source = \"procedural\": the procedural job source is not in this build yet"
+        ),
+        JobsConfig::Mmlu { path } => anyhow::bail!(
+            "jobs.source = \"mmlu\" (path {path}): the MMLU job source is not in this build yet"
+        ),
+    }
+}
+
+/// A backend for a roster made only of `scripted:` agents.
+pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
+    if let Some(a) = cfg
+        .roster
+        .iter()
+        .find(|a| !a.model.starts_with(SCRIPTED_PREFIX))
+    {
+        anyhow::bail!(
+            "roster agent `{}` uses model `{}`: only `scripted:<policy>` models can run in this build",
+            a.agent_id,
+            a.model
+        );
+    }
+    Ok(Box::new(scripted_backend(
+        cfg.scripted.tokens.clone(),
+        cfg.scripted.skill,
+    )))
+}
+
+/// Makes the job source of a config (normally [`job_source`]).
+pub type MakeJobs<'a> = &'a dyn Fn(&SocietyConfig) -> anyhow::Result<Box<dyn JobSource>>;
+
+/// Build the society of `cfg`, writing records into `out` (or memory only).
+pub fn society(
+    cfg: SocietyConfig,
+    out: Option<&Path>,
+    make_jobs: MakeJobs,
+) -> anyhow::Result<Society> {
+    let jobs = make_jobs(&cfg)?;
+    let rec = match out {
+        Some(dir) => Recorder::create(dir, &cfg)?,
+        None => Recorder::in_memory(),
+    };
+    Ok(Society::new(cfg, jobs, rec))
+}
+
+/// Run one society to the end on `backend`.
+pub fn run_society(
+    cfg: SocietyConfig,
+    backend: &mut dyn Backend,
+    out: Option<&Path>,
+    on_round: impl FnMut(u32) + 'static,
+) -> anyhow::Result<SocietyResult> {
+    let s = society(cfg, out, &job_source)?.on_round(on_round);
+    run_one(backend, |agency| s.run(agency))
+}
+
+/// Run several societies concurrently on one driver, so their calls batch
+/// per model. Results come back in order.
+pub fn run_many(
+    cells: Vec<(SocietyConfig, std::path::PathBuf)>,
+    backend: &mut dyn Backend,
+    make_jobs: MakeJobs,
+    mut on_batch: impl FnMut(usize),
+) -> Vec<anyhow::Result<SocietyResult>> {
+    let mut driver = Driver::new();
+    let mut early: Vec<Option<anyhow::Error>> = Vec::new();
+    for (cfg, dir) in cells {
+        match society(cfg, Some(&dir), make_jobs)
+            .with_context(|| format!("preparing {}", dir.display()))
+        {
+            Ok(s) => {
+                driver.spawn(move |agency| s.run(agency));
+                early.push(None);
+            }
+            Err(e) => early.push(Some(e)),
+        }
+    }
+    let mut results = driver.run(backend, &mut on_batch).into_iter();
+    early
+        .into_iter()
+        .map(|e| match e {
+            Some(e) => Err(e),
+            None => results
+                .next()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result"))),
+        })
+        .collect()
+}

@@ -1,0 +1,81 @@
+//! Sweep resume: run a small sweep, delete one cell's completion marker,
+//! run again: only that cell reruns, and it reproduces the same records.
+
+use std::path::Path;
+
+use joule::cli::sweep::{cells, run_cells};
+use joule::energy_society::config::SocietyConfig;
+use joule::energy_society::job::{Difficulty, Job, JobSource};
+use joule::energy_society::listed_jobs::ListedJobs;
+
+/// Jobs that depend on the seed, so cells differ.
+fn jobs(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
+    let rounds = (0..cfg.max_rounds as usize)
+        .map(|r| {
+            (0..6)
+                .map(|i| {
+                    let d = Difficulty::ALL[(i + r + cfg.seed as usize) % 3];
+                    Job {
+                        id: format!("job_{i}"),
+                        question_id: i as i64,
+                        category: "math".into(),
+                        difficulty: d,
+                        reward: d.reward(),
+                        description: format!("question {i}"),
+                        options: (0..4).map(|k| format!("option {k}")).collect(),
+                        answer_index: (i + r) % 4,
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Box::new(ListedJobs::new(rounds, "test")))
+}
+
+#[test]
+fn an_interrupted_cell_is_the_only_one_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfgs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society");
+    for name in ["baseline-comp.toml", "scarcity-coop.toml"] {
+        let text = std::fs::read_to_string(cfgs.join(name)).unwrap();
+        std::fs::write(
+            dir.path().join(name),
+            text.replace("max_rounds = 30", "max_rounds = 3"),
+        )
+        .unwrap();
+    }
+    let sweep = dir.path().join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        "seeds = [1, 2]\nconfigs = [\"baseline-comp.toml\", \"scarcity-coop.toml\"]\nout = \"out\"\n",
+    )
+    .unwrap();
+    let out = dir.path().join("o");
+    let c = cells(&sweep, Some(&out)).unwrap();
+    assert_eq!(c.len(), 4);
+    assert_eq!(run_cells(c, 2, true, &jobs).unwrap(), (4, 0));
+    let cell = out.join("baseline-comp").join("seed_2");
+    let before = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+    let other = out
+        .join("scarcity-coop")
+        .join("seed_1")
+        .join("events.jsonl");
+    let other_mtime = std::fs::metadata(&other).unwrap().modified().unwrap();
+    std::fs::remove_file(cell.join("COMPLETE")).unwrap();
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(),
+        (1, 3)
+    );
+    assert_eq!(
+        std::fs::read_to_string(cell.join("events.jsonl")).unwrap(),
+        before
+    );
+    assert_eq!(
+        std::fs::metadata(&other).unwrap().modified().unwrap(),
+        other_mtime
+    );
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 2, true, &jobs).unwrap(),
+        (0, 4)
+    );
+}
