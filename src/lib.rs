@@ -6,6 +6,7 @@
 //! - [`scripted`]: non-LLM policies behind the backend interface.
 //! - [`energy`]: cost model and Python-exact rounding.
 //! - [`record`]: append-only JSONL event logs and atomic JSON files.
+//! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;
@@ -14,4 +15,5 @@ pub mod cli;
 pub mod energy;
 pub mod energy_society;
 pub mod record;
+pub mod report;
 pub mod scripted;

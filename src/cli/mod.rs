@@ -1,6 +1,8 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 use clap::{Parser, Subcommand};
+
+pub mod report;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -15,7 +17,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Aggregate metrics, tables and plots of Energy Society runs.
+    Report(report::ReportArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +35,7 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Report(args) => report::run(args),
+    }
 }
