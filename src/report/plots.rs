@@ -290,8 +290,16 @@ fn grouped_bars<DB: DrawingBackend>(
                 plotters::style::text_anchor::VPos::Top,
             ),
         );
-        area.draw(&Text::new(name.clone(), (px - ox, py - oy + 8), style))
+        // "agent_1 (model)" on two lines so that neighbouring groups do not overlap.
+        let (first, second) = name.split_once(' ').unwrap_or((name.as_str(), ""));
+        for (line, text) in [first, second].into_iter().enumerate() {
+            area.draw(&Text::new(
+                text.to_string(),
+                (px - ox, py - oy + 6 + 17 * line as i32),
+                style.clone(),
+            ))
             .map_err(err)?;
+        }
     }
     chart
         .configure_series_labels()
