@@ -7,6 +7,7 @@
 //! - [`energy`]: cost model and Python-exact rounding.
 //! - [`record`]: append-only JSONL event logs and atomic JSON files.
 //! - [`nprand`]: a bit-exact port of numpy's seeding, PCG64 and the draws the job sampler uses.
+//! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;
@@ -16,4 +17,5 @@ pub mod energy;
 pub mod energy_society;
 pub mod nprand;
 pub mod record;
+pub mod report;
 pub mod scripted;

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 pub mod replay;
 pub mod run;
 pub mod sweep;
+pub mod report;
 use std::process::ExitCode;
 
 pub mod jobs;
@@ -30,6 +31,8 @@ pub enum Command {
     Sweep(sweep::SweepArgs),
     /// Replay reference run folders through the faithful engine and compare.
     Replay(replay::ReplayArgs),
+    /// Aggregate metrics, tables and plots of Energy Society runs.
+    Report(report::ReportArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -50,5 +53,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(a) => run::run(a),
         Command::Sweep(a) => sweep::run(a),
         Command::Replay(a) => replay::run(a),
+        Command::Report(args) => report::run(args),
     }
 }

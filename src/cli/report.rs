@@ -1,0 +1,82 @@
+//! `joule report`: aggregate metrics, tables and plots of Energy Society runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::report;
+
+/// Arguments of `joule report`.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Run folders, or folders holding them at any depth (e.g.
+    /// `<condition>/exponent_<α>/`); runs are grouped by their parent folder.
+    pub runs: Vec<PathBuf>,
+    /// Output folder (aggregate/*.csv, report.md, metrics.json, plots/).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Compare two conditions A and B (each a folder of runs of one condition);
+    /// differences are B − A.
+    #[arg(long, num_args = 2, value_names = ["A", "B"])]
+    pub compare: Option<Vec<PathBuf>>,
+    /// Skip the SVG/PNG plots.
+    #[arg(long)]
+    pub no_plots: bool,
+}
+
+/// Run `joule report`.
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let conditions = match &args.compare {
+        Some(ab) => {
+            if !args.runs.is_empty() {
+                anyhow::bail!(
+                    "--compare takes the two conditions itself; drop the other run folders"
+                );
+            }
+            let mut out = Vec::new();
+            for p in ab {
+                let mut c = report::load::discover(std::slice::from_ref(p))?;
+                if c.len() != 1 {
+                    anyhow::bail!(
+                        "--compare needs one condition per argument; {} holds {} (folders {})",
+                        p.display(),
+                        c.len(),
+                        c.iter()
+                            .map(|c| c.dir.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+                out.push(c.remove(0));
+            }
+            out
+        }
+        None => {
+            if args.runs.is_empty() {
+                anyhow::bail!("give at least one run folder (or a folder of runs)");
+            }
+            report::load::discover(&args.runs)?
+        }
+    };
+    let reports: Vec<report::ConditionReport> =
+        conditions.into_iter().map(report::analyse).collect();
+    let written = report::write(&reports, &args.out, args.compare.is_some(), !args.no_plots)?;
+    print!("{}", written.terminal);
+    for d in &written.aggregate_dirs {
+        println!("wrote {}", d.display());
+    }
+    println!("wrote {}", args.out.join("report.md").display());
+    println!("wrote {}", args.out.join("metrics.json").display());
+    if !written.plots.is_empty() {
+        println!(
+            "wrote {} plots in {}",
+            written.plots.len(),
+            args.out.join("plots").display()
+        );
+    }
+    for w in &written.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

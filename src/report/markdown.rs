@@ -1,0 +1,95 @@
+//! The report's markdown: per condition, the paper's agent table (mean ± sample
+//! std over runs), the collisions per run, and which runs and seeds it covers.
+
+use std::fmt::Write;
+
+use crate::report::summary::Summary;
+
+fn fmt_size(s: f64) -> String {
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+fn fmt_range(min: Option<f64>, max: Option<f64>) -> String {
+    match (min, max) {
+        (Some(a), Some(b)) => format!("{a:.0}–{b:.0}"),
+        _ => "-".into(),
+    }
+}
+
+/// The agent table of one condition (markdown; also printed to the terminal).
+pub fn agent_table(s: &Summary) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| Agent | Model | Size | Rounds active | Gained / spent | Donations made / run (total) \
+         | Donations received / run (total) | Success easy | Success medium | Success hard |\n",
+    );
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for a in &s.agents {
+        let don = |m: &crate::report::summary::MeanStd, total: i64| {
+            if m.mean.is_none() {
+                "-".to_string()
+            } else {
+                format!("{} ({total})", m.fmt(2, 1.0, ""))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            a.agent_id,
+            a.model_name,
+            fmt_size(a.model_size),
+            a.rounds_active.fmt(2, 1.0, ""),
+            a.gained_per_spent.fmt(2, 1.0, ""),
+            don(&a.donations_made, a.donations_made_total),
+            don(&a.donations_received, a.donations_received_total),
+            a.success_rate[0].fmt(1, 100.0, "%"),
+            a.success_rate[1].fmt(1, 100.0, "%"),
+            a.success_rate[2].fmt(1, 100.0, "%"),
+        );
+    }
+    out
+}
+
+/// One condition's section.
+pub fn condition_section(s: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "## Condition `{}`\n", s.condition);
+    let seeds: Vec<String> = s.seeds.iter().map(|x| x.to_string()).collect();
+    let _ = writeln!(
+        out,
+        "- Runs: {} (experiment `{}`), seeds {}\n- Folder: `{}`\n- Collisions per run: {} (range {})\n",
+        s.n_runs,
+        s.experiment.join("`, `"),
+        seeds.join(", "),
+        s.dir,
+        s.collisions.fmt(2, 1.0, ""),
+        fmt_range(s.collisions_min, s.collisions_max),
+    );
+    out.push_str(&agent_table(s));
+    out.push_str(
+        "\nEach cell is the mean ± sample std (ddof = 1) over runs. Donations per run \
+         count only runs with at least one donation (spec QUIRK-16); success rates count \
+         only runs with an attempt at that difficulty.\n",
+    );
+    out
+}
+
+/// The whole `report.md`.
+pub fn report(summaries: &[Summary], plots: &[String]) -> String {
+    let mut out = String::from("# Energy Society report\n\n");
+    for s in summaries {
+        out.push_str(&condition_section(s));
+        out.push('\n');
+    }
+    if !plots.is_empty() {
+        out.push_str("## Plots\n\n");
+        for p in plots {
+            let _ = writeln!(out, "![{p}]({p})");
+        }
+    }
+    out
+}

@@ -1,0 +1,181 @@
+//! `joule report`: the Energy Society's aggregate metrics, tables and plots
+//! (spec §7–§9), computed from run folders in the reference layout.
+//!
+//! - [`load`]: find run folders, group them into conditions, flatten to rows;
+//! - [`stats`]: pandas-exact sums, means and standard deviations;
+//! - [`metrics`]: one file per metric family, producing [`table::Table`]s;
+//! - [`table`]: typed tables and the pandas-identical CSV writer;
+//! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report.
+//!
+//! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
+//! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
+//! `--compare` also `compare.md` and `compare.csv`.
+
+pub mod compare;
+pub mod load;
+pub mod markdown;
+pub mod metrics;
+pub mod plots;
+pub mod stats;
+pub mod summary;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use load::{Condition, Rows};
+use summary::Summary;
+use table::Table;
+
+/// One condition, analysed.
+pub struct ConditionReport {
+    pub condition: Condition,
+    pub rows: Rows,
+    pub tables: Vec<(&'static str, Table)>,
+    pub summary: Summary,
+}
+
+/// Compute every aggregate table and the summary of a condition.
+pub fn analyse(condition: Condition) -> ConditionReport {
+    let rows = condition.rows();
+    let tables = metrics::aggregate(&condition, &rows);
+    let summary = summary::summarize(&condition, &rows, &tables);
+    ConditionReport {
+        condition,
+        rows,
+        tables,
+        summary,
+    }
+}
+
+/// What a report wrote.
+pub struct Written {
+    /// The agent tables, as printed to the terminal.
+    pub terminal: String,
+    /// Aggregate folder of each condition.
+    pub aggregate_dirs: Vec<PathBuf>,
+    pub plots: Vec<String>,
+    /// Problems that did not stop the report (e.g. no font for the plots).
+    pub warnings: Vec<String>,
+}
+
+fn slug(label: &str) -> String {
+    label
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Write the report of `reports` into `out`. With `compare`, the first two
+/// conditions are A and B and the differences B − A are written too.
+pub fn write(
+    reports: &[ConditionReport],
+    out: &Path,
+    compare: bool,
+    with_plots: bool,
+) -> anyhow::Result<Written> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut aggregate_dirs = Vec::new();
+    let mut used: Vec<String> = Vec::new();
+    for r in reports {
+        let dir = if reports.len() == 1 {
+            out.join("aggregate")
+        } else {
+            let mut s = slug(&r.condition.label);
+            while used.contains(&s) {
+                s.push('_');
+            }
+            used.push(s.clone());
+            out.join(s).join("aggregate")
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (name, t) in &r.tables {
+            t.write_csv(&dir.join(format!("{name}.csv")))?;
+        }
+        aggregate_dirs.push(dir);
+    }
+    let summaries: Vec<Summary> = reports.iter().map(|r| r.summary.clone()).collect();
+    let mut warnings = Vec::new();
+    let plots = if with_plots {
+        let inputs: Vec<plots::PlotInput> = reports
+            .iter()
+            .map(|r| plots::PlotInput {
+                summary: &r.summary,
+                tables: &r.tables,
+            })
+            .collect();
+        match plots::write_all(&out.join("plots"), &inputs) {
+            Ok(files) => files.into_iter().map(|f| format!("plots/{f}")).collect(),
+            Err(e) => {
+                // Tables matter more than figures: keep going, and say why.
+                warnings.push(format!("plots not written: {e:#}"));
+                Vec::new()
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let png_plots: Vec<String> = plots
+        .iter()
+        .filter(|p| p.ends_with(".png"))
+        .cloned()
+        .collect();
+    let mut md = markdown::report(&summaries, &png_plots);
+    let mut terminal: String = summaries
+        .iter()
+        .map(|s| format!("{}\n", markdown::condition_section(s)))
+        .collect();
+    let mut compare_json = serde_json::Value::Null;
+    if compare && reports.len() >= 2 {
+        let (a, b) = (&summaries[0], &summaries[1]);
+        let rows = compare::compare(a, b);
+        let cmp_md = compare::to_markdown(a, b, &rows);
+        write_text(&out.join("compare.md"), &cmp_md)?;
+        compare::to_table(&rows).write_csv(&out.join("compare.csv"))?;
+        md.push('\n');
+        md.push_str(&cmp_md.replacen("# ", "## ", 1));
+        terminal.push_str(&cmp_md);
+        compare_json = serde_json::to_value(&rows)?;
+    }
+    write_text(&out.join("report.md"), &md)?;
+    let conditions: Vec<serde_json::Value> = reports
+        .iter()
+        .zip(&aggregate_dirs)
+        .map(|(r, dir)| {
+            let aggregates: serde_json::Map<String, serde_json::Value> = r
+                .tables
+                .iter()
+                .map(|(n, t)| (n.to_string(), t.to_json()))
+                .collect();
+            serde_json::json!({
+                "label": r.condition.label,
+                "aggregate_dir": dir.display().to_string(),
+                "summary": r.summary,
+                "aggregates": aggregates,
+            })
+        })
+        .collect();
+    let json = serde_json::json!({
+        "conditions": conditions,
+        "compare": compare_json,
+        "plots": plots,
+    });
+    crate::record::write_json_atomic(out.join("metrics.json"), &json)?;
+    Ok(Written {
+        terminal,
+        aggregate_dirs,
+        plots,
+        warnings,
+    })
+}
+
+fn write_text(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,453 @@
+//! The report's figures, each written as SVG and PNG with `plotters`: energy over
+//! time per agent with a shaded standard-error band (spec §7: SEM = std/√n runs),
+//! action frequency, attempted difficulty and success rate by difficulty, and
+//! donations. One panel per condition. Text is laid out with a system sans-serif
+//! font (plotters' `ttf` feature, through font-kit); without one, drawing fails
+//! and the report says so, keeping its tables.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, Context};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::report::summary::{lookup, Summary};
+use crate::report::table::{Cell, Table};
+
+/// Series colours (colour-blind-friendly "Tableau 10").
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// What the plots read: a condition's summary and aggregate tables.
+pub struct PlotInput<'a> {
+    pub summary: &'a Summary,
+    pub tables: &'a [(&'static str, Table)],
+}
+
+impl PlotInput<'_> {
+    fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|(n, _)| *n == name).map(|(_, t)| t)
+    }
+}
+
+type DrawResult = anyhow::Result<()>;
+
+fn err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("drawing failed: {e:?}")
+}
+
+/// The figures.
+#[derive(Clone, Copy)]
+enum Figure {
+    EnergyOverTime,
+    ActionFrequency,
+    Difficulty,
+    Donations,
+}
+
+/// Write every figure as `<dir>/<name>.svg` and `.png`; returns the file names.
+pub fn write_all(dir: &Path, inputs: &[PlotInput]) -> anyhow::Result<Vec<String>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let n = inputs.len().max(1) as u32;
+    let figures = [
+        ("energy_over_time", (1000, 520 * n), Figure::EnergyOverTime),
+        ("action_frequency", (1100, 480 * n), Figure::ActionFrequency),
+        ("difficulty", (1600, 480 * n), Figure::Difficulty),
+        ("donations", (1000, 480 * n), Figure::Donations),
+    ];
+    let mut files = Vec::new();
+    for (name, size, fig) in figures {
+        let svg: PathBuf = dir.join(format!("{name}.svg"));
+        {
+            let root = SVGBackend::new(&svg, size).into_drawing_area();
+            draw_figure(&root, inputs, fig).with_context(|| format!("plot {name}.svg"))?;
+            root.present().map_err(err)?;
+        }
+        let png: PathBuf = dir.join(format!("{name}.png"));
+        {
+            let root = BitMapBackend::new(&png, size).into_drawing_area();
+            draw_figure(&root, inputs, fig).with_context(|| format!("plot {name}.png"))?;
+            root.present().map_err(err)?;
+        }
+        files.push(format!("{name}.svg"));
+        files.push(format!("{name}.png"));
+    }
+    Ok(files)
+}
+
+/// One panel per condition, stacked vertically.
+fn draw_figure<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    inputs: &[PlotInput],
+    fig: Figure,
+) -> DrawResult {
+    root.fill(&WHITE).map_err(err)?;
+    let panels = root.split_evenly((inputs.len().max(1), 1));
+    for (area, input) in panels.iter().zip(inputs) {
+        match fig {
+            Figure::EnergyOverTime => energy_over_time(area, input)?,
+            Figure::ActionFrequency => action_frequency(area, input)?,
+            Figure::Difficulty => difficulty(area, input)?,
+            Figure::Donations => donations(area, input)?,
+        }
+    }
+    Ok(())
+}
+
+fn agent_label(id: &str, model: &str) -> String {
+    format!("{id} ({model})")
+}
+
+fn str_at<'a>(row: &'a [Cell], i: usize) -> &'a str {
+    match &row[i] {
+        Cell::Str(s) => s,
+        _ => "",
+    }
+}
+
+fn energy_over_time<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    input: &PlotInput,
+) -> DrawResult {
+    let s = input.summary;
+    let title = format!("Energy over time — {}", s.condition);
+    let Some(t) = input
+        .table("energy_over_time")
+        .filter(|t| !t.rows.is_empty())
+    else {
+        return no_data(area, &title);
+    };
+    let c = |n: &str| {
+        t.col(n)
+            .ok_or_else(|| anyhow!("energy_over_time lacks {n}"))
+    };
+    let (ca, cr, cm, csd, cn) = (
+        c("agent_id")?,
+        c("round_num")?,
+        c("avg_energy")?,
+        c("std_energy")?,
+        c("n_runs")?,
+    );
+    let mut x_max = 1.0f64;
+    let mut y_max = 0.0f64;
+    let mut series = Vec::new();
+    for a in &s.agents {
+        let mut pts: Vec<(f64, f64, f64)> = Vec::new();
+        for row in t.rows.iter().filter(|r| str_at(r, ca) == a.agent_id) {
+            let x = row[cr].as_f64().unwrap_or(0.0);
+            let m = row[cm].as_f64().unwrap_or(f64::NAN);
+            let sd = row[csd].as_f64().filter(|v| !v.is_nan()).unwrap_or(0.0);
+            let n = row[cn].as_f64().unwrap_or(1.0).max(1.0);
+            let sem = sd / n.sqrt();
+            pts.push((x, m, sem));
+            x_max = x_max.max(x);
+            y_max = y_max.max(m + sem);
+        }
+        pts.sort_by(|p, q| p.0.total_cmp(&q.0));
+        series.push((agent_label(&a.agent_id, &a.model_name), pts));
+    }
+    let mut chart = ChartBuilder::on(area)
+        .caption(&title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.05).max(1.0))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("Round (round {x_max:.0} = final energy)"))
+        .y_desc("Energy at round start (mean ± SEM)")
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(err)?;
+    for (i, (label, pts)) in series.iter().enumerate() {
+        let col = color(i);
+        let band: Vec<(f64, f64)> = pts
+            .iter()
+            .map(|p| (p.0, p.1 + p.2))
+            .chain(pts.iter().rev().map(|p| (p.0, (p.1 - p.2).max(0.0))))
+            .collect();
+        chart
+            .draw_series(std::iter::once(Polygon::new(band, col.mix(0.18).filled())))
+            .map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.0, p.1)),
+                col.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(label.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+fn no_data<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, title: &str) -> DrawResult {
+    let (w, h) = area.dim_in_pixel();
+    area.draw(&Text::new(
+        format!("{title}: no data"),
+        (w as i32 / 2 - 150, h as i32 / 2),
+        ("sans-serif", 20).into_font(),
+    ))
+    .map_err(err)?;
+    Ok(())
+}
+
+/// A grouped bar chart: one group per agent, one bar per series.
+#[allow(clippy::too_many_arguments)]
+fn grouped_bars<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_desc: &str,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+    y_max: Option<f64>,
+    percent: bool,
+) -> DrawResult {
+    let n = groups.len().max(1);
+    let top = y_max.unwrap_or_else(|| {
+        series
+            .iter()
+            .flat_map(|s| s.1.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max)
+            * 1.15
+    });
+    let top = if top > 0.0 { top } else { 1.0 };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(60)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..n as f64, 0.0..top)
+        .map_err(err)?;
+    let fmt_y = |v: &f64| {
+        if percent {
+            format!("{:.0}%", v * 100.0)
+        } else {
+            format!("{v:.1}")
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(y_desc)
+        .x_desc("Agent (model)")
+        .y_label_formatter(&fmt_y)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()
+        .map_err(err)?;
+    let k = series.len().max(1) as f64;
+    let width = 0.8 / k;
+    for (si, (label, vals)) in series.iter().enumerate() {
+        let col = color(si);
+        chart
+            .draw_series(
+                vals.iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_finite())
+                    .map(|(g, v)| {
+                        let x0 = g as f64 + 0.1 + si as f64 * width;
+                        Rectangle::new([(x0, 0.0), (x0 + width * 0.92, *v)], col.filled())
+                    }),
+            )
+            .map_err(err)?
+            .label(label.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], col.filled()));
+    }
+    // Group names under the axis, centred on each group.
+    for (g, name) in groups.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let (ox, oy) = area.get_base_pixel();
+        let style = ("sans-serif", 14).into_font().into_text_style(area).pos(
+            plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Top,
+            ),
+        );
+        // "agent_1 (model)" on two lines so that neighbouring groups do not overlap.
+        let (first, second) = name.split_once(' ').unwrap_or((name.as_str(), ""));
+        for (line, text) in [first, second].into_iter().enumerate() {
+            area.draw(&Text::new(
+                text.to_string(),
+                (px - ox, py - oy + 6 + 17 * line as i32),
+                style.clone(),
+            ))
+            .map_err(err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+fn agent_groups(s: &Summary) -> Vec<String> {
+    s.agents
+        .iter()
+        .map(|a| agent_label(&a.agent_id, &a.model_name))
+        .collect()
+}
+
+fn action_frequency<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    input: &PlotInput,
+) -> DrawResult {
+    let s = input.summary;
+    let title = format!("Action frequency — {}", s.condition);
+    let Some(t) = input
+        .table("action_frequency")
+        .filter(|t| !t.rows.is_empty())
+    else {
+        return no_data(area, &title);
+    };
+    let ci = t
+        .col("action")
+        .ok_or_else(|| anyhow!("action_frequency lacks action"))?;
+    let mut actions: Vec<String> = Vec::new();
+    for r in &t.rows {
+        let a = str_at(r, ci).to_string();
+        if !actions.contains(&a) {
+            actions.push(a);
+        }
+    }
+    let series: Vec<(String, Vec<f64>)> = actions
+        .iter()
+        .map(|act| {
+            let vals = s
+                .agents
+                .iter()
+                .map(|a| {
+                    let k = [
+                        ("agent_id", a.agent_id.as_str()),
+                        ("model_name", a.model_name.as_str()),
+                        ("action", act.as_str()),
+                    ];
+                    lookup(t, &k, "avg_frequency_per_run").unwrap_or(0.0)
+                })
+                .collect();
+            (act.clone(), vals)
+        })
+        .collect();
+    grouped_bars(
+        area,
+        &title,
+        "Share of rounds (mean over runs)",
+        &agent_groups(s),
+        &series,
+        Some(1.15),
+        true,
+    )
+}
+
+fn difficulty<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, input: &PlotInput) -> DrawResult {
+    let s = input.summary;
+    let halves = area.split_evenly((1, 2));
+    let groups = agent_groups(s);
+    let diffs = ["easy", "medium", "hard"];
+    let attempts: Vec<(String, Vec<f64>)> = diffs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            (
+                d.to_string(),
+                s.agents
+                    .iter()
+                    .map(|a| a.attempts_per_run[i].mean.unwrap_or(0.0))
+                    .collect(),
+            )
+        })
+        .collect();
+    let success: Vec<(String, Vec<f64>)> = diffs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            (
+                d.to_string(),
+                s.agents
+                    .iter()
+                    .map(|a| a.success_rate[i].mean.unwrap_or(f64::NAN))
+                    .collect(),
+            )
+        })
+        .collect();
+    grouped_bars(
+        &halves[0],
+        &format!("Attempted difficulty — {}", s.condition),
+        "Attempts per run (mean)",
+        &groups,
+        &attempts,
+        None,
+        false,
+    )?;
+    grouped_bars(
+        &halves[1],
+        &format!("Success rate by difficulty — {}", s.condition),
+        "Success rate per run (mean)",
+        &groups,
+        &success,
+        Some(1.15),
+        true,
+    )
+}
+
+fn donations<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, input: &PlotInput) -> DrawResult {
+    let s = input.summary;
+    let runs = s.n_runs.max(1) as f64;
+    // Per run over all runs (zero-filled), so bars compare across agents.
+    let series = vec![
+        (
+            "made".to_string(),
+            s.agents
+                .iter()
+                .map(|a| a.donations_made_total as f64 / runs)
+                .collect(),
+        ),
+        (
+            "received".to_string(),
+            s.agents
+                .iter()
+                .map(|a| a.donations_received_total as f64 / runs)
+                .collect(),
+        ),
+    ];
+    grouped_bars(
+        area,
+        &format!("Donations per run (all runs) — {}", s.condition),
+        "Donations per run",
+        &agent_groups(s),
+        &series,
+        None,
+        false,
+    )
+}

@@ -1,0 +1,162 @@
+//! `joule report` end to end on the shared reference runs: the markdown table,
+//! the plots (SVG text and PNG pixels) and `--compare`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn condition_dir(cond: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/reference-runs/energy-society")
+        .join(cond)
+        .join("exponent_0.5")
+}
+
+fn joule(args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(args)
+        .output()
+        .expect("running joule");
+    assert!(
+        out.status.success(),
+        "joule failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+const MODELS: [&str; 5] = [
+    "gemma4:e4b",
+    "nemotron-3-nano:4b",
+    "qwen3.5:4b",
+    "qwen3:8b",
+    "qwen3.5:9b",
+];
+
+/// The markdown row of an agent, split into cells.
+fn row<'a>(md: &'a str, agent: &str) -> Vec<&'a str> {
+    let line = md
+        .lines()
+        .find(|l| l.starts_with(&format!("| {agent} |")))
+        .unwrap_or_else(|| panic!("no row for {agent}"));
+    line.trim_matches('|').split('|').map(str::trim).collect()
+}
+
+#[test]
+fn report_of_one_condition_has_the_table_and_plots() {
+    let out = tempfile::tempdir().unwrap();
+    let stdout = joule(&[
+        "report".as_ref(),
+        condition_dir("comp_with_discussion").as_os_str(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+    ]);
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    // The same table is printed to the terminal.
+    assert!(stdout.contains(
+        &md.lines()
+            .find(|l| l.starts_with("| agent_4 |"))
+            .unwrap()
+            .to_string()
+    ));
+    assert!(md.contains("## Condition `comp_with_discussion/exponent_0.5`"));
+    assert!(md.contains("seeds 12345, 19284, 47309, 98765, 42"));
+    assert!(md.contains("Collisions per run: 12.80 ± 3.90 (range 9–19)"));
+    let a4 = row(&md, "agent_4");
+    assert_eq!(a4[1], "qwen3:8b");
+    assert_eq!(a4[2], "8");
+    assert_eq!(a4[3], "14.00 ± 9.46");
+    assert_eq!(a4[4], "0.55 ± 0.29"); // gained/spent 0.5521794745667786 ± 0.29465409957109084
+    assert_eq!(a4[5], "-"); // no donations in comp
+    let a1 = row(&md, "agent_1");
+    assert_eq!(a1[3], "30.00 ± 0.00");
+    assert_eq!(a1[4], "1.39 ± 0.43");
+    // success by difficulty: easy 0.95 ± 0.09999999999999998 (4 runs), hard 0.1866… ± 0.0727…
+    assert_eq!(a1[7], "95.0% ± 10.0%");
+    assert_eq!(a1[9], "18.7% ± 7.3%");
+    assert!(out.path().join("aggregate/rounds_active.csv").is_file());
+
+    // metrics.json carries the same numbers.
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("metrics.json")).unwrap())
+            .unwrap();
+    let c = &json["conditions"][0];
+    assert_eq!(
+        c["summary"]["agents"][3]["rounds_active"]["std"],
+        9.460443964212251
+    );
+    assert_eq!(c["aggregates"]["average_collisions"][0]["mean"], 12.8);
+    assert_eq!(
+        c["aggregates"]["energy_over_time"]
+            .as_array()
+            .unwrap()
+            .len(),
+        155
+    );
+
+    // SVG: titles, axis labels and every model name.
+    let svg = std::fs::read_to_string(out.path().join("plots/energy_over_time.svg")).unwrap();
+    assert!(svg.contains("Energy over time — comp_with_discussion/exponent_0.5"));
+    assert!(svg.contains("Round (round 31 = final energy)"));
+    assert!(svg.contains("Energy at round start (mean ± SEM)"));
+    for m in MODELS {
+        assert!(svg.contains(m), "energy plot lacks {m}");
+    }
+    for (name, title) in [
+        ("action_frequency", "Action frequency — "),
+        ("difficulty", "Success rate by difficulty — "),
+        ("donations", "Donations per run (all runs) — "),
+    ] {
+        let svg = std::fs::read_to_string(out.path().join(format!("plots/{name}.svg"))).unwrap();
+        assert!(svg.contains(title), "{name}.svg lacks its title");
+        assert!(
+            svg.contains("Agent (model)"),
+            "{name}.svg lacks its x label"
+        );
+        for m in MODELS {
+            assert!(svg.contains(m), "{name}.svg lacks {m}");
+        }
+    }
+    // PNG: size as drawn and real content (many non-white pixels, several colours).
+    let img = image::open(out.path().join("plots/energy_over_time.png"))
+        .unwrap()
+        .to_rgb8();
+    assert_eq!(img.dimensions(), (1000, 520));
+    let non_white = img.pixels().filter(|p| p.0 != [255, 255, 255]).count();
+    assert!(non_white > 20_000, "only {non_white} non-white pixels");
+    let mut colours: Vec<[u8; 3]> = img.pixels().map(|p| p.0).collect();
+    colours.sort();
+    colours.dedup();
+    assert!(colours.len() > 20, "only {} colours", colours.len());
+}
+
+#[test]
+fn compare_gives_differences_b_minus_a() {
+    let out = tempfile::tempdir().unwrap();
+    joule(&[
+        "report".as_ref(),
+        "--compare".as_ref(),
+        condition_dir("comp_with_discussion").as_os_str(),
+        condition_dir("coop").as_os_str(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+        "--no-plots".as_ref(),
+    ]);
+    let csv = std::fs::read_to_string(out.path().join("compare.csv")).unwrap();
+    // agent_4 rounds active: coop 19.2 − comp 14.0.
+    assert!(csv.contains("agent_4,qwen3:8b,rounds_active,14.0,9.460443964212251,19.2,2.588435821108957,5.199999999999999\n"));
+    // collisions per run: coop 8.6 − comp 12.8.
+    assert!(csv.contains("all,-,collisions_per_run,12.8,3.8987177379235853,8.6,2.3021728866442674,-4.200000000000001\n"));
+    let md = std::fs::read_to_string(out.path().join("compare.md")).unwrap();
+    assert!(
+        md.contains("| agent_4 | qwen3:8b | rounds_active | 14.00 ± 9.46 | 19.20 ± 2.59 | +5.20 |")
+    );
+    // Both conditions' aggregates are written.
+    assert!(out
+        .path()
+        .join("comp_with_discussion_exponent_0.5/aggregate/rounds_active.csv")
+        .is_file());
+    assert!(out
+        .path()
+        .join("coop_exponent_0.5/aggregate/donations_made.csv")
+        .is_file());
+}
