@@ -1,6 +1,8 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 use clap::{Parser, Subcommand};
+
+pub mod tokenize;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -15,7 +17,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Print the token ids of a text under a GGUF file's tokenizer.
+    Tokenize(tokenize::TokenizeArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +35,7 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Tokenize(args) => tokenize::run(args),
+    }
 }
