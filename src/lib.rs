@@ -8,6 +8,7 @@
 //! - [`record`]: append-only JSONL event logs and atomic JSON files.
 //! - [`nprand`]: a bit-exact port of numpy's seeding, PCG64 and the draws the job sampler uses.
 //! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
+//! - [`inference`]: tokenizers from GGUF metadata, chat templates, thinking-token accounting.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod energy;
 pub mod energy_society;
 pub mod nprand;
+pub mod inference;
 pub mod record;
 pub mod report;
 pub mod scripted;

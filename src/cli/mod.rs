@@ -6,6 +6,7 @@ pub mod replay;
 pub mod run;
 pub mod sweep;
 pub mod report;
+pub mod tokenize;
 use std::process::ExitCode;
 
 pub mod jobs;
@@ -33,6 +34,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Aggregate metrics, tables and plots of Energy Society runs.
     Report(report::ReportArgs),
+    /// Print the token ids of a text under a GGUF file's tokenizer.
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -54,5 +57,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(a) => sweep::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Report(args) => report::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     }
 }

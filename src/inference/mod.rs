@@ -1,0 +1,7 @@
+//! Local inference pieces that do not depend on a particular model
+//! architecture: tokenizers read from GGUF metadata, chat templates, and the
+//! accounting of thinking tokens.
+
+pub mod chat_template;
+pub mod thinking;
+pub mod tokenizer;
