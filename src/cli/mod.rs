@@ -1,5 +1,8 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
+pub mod bench;
+pub mod generate;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -15,7 +18,12 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Generate from a GGUF model and print the text and token counts.
+    Generate(generate::GenerateArgs),
+    /// Measure prompt-processing and generation speed (llama-bench method).
+    Bench(bench::BenchArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +38,8 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
+    }
 }
