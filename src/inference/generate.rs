@@ -231,7 +231,10 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
             } else {
                 st.gen.decode_ms += ms;
             }
-            let step = lg.and_then(|lg| advance(st, &mut seqs[i], &lg, ctx));
+            let step = match lg {
+                Ok(lg) => advance(st, &mut seqs[i], &lg, ctx),
+                Err(e) => Err(e),
+            };
             match step {
                 Ok(Some(tok)) => feeds[i] = vec![tok],
                 Ok(None) => st.done = true,
