@@ -9,6 +9,7 @@
 //! - [`nprand`]: a bit-exact port of numpy's seeding, PCG64 and the draws the job sampler uses.
 //! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
 //! - [`inference`]: tokenizers from GGUF metadata, chat templates, thinking-token accounting.
+//! - [`inference`]: GGUF models on candle: architectures, KV caches, sampling, generation.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;

@@ -1,5 +1,8 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
+pub mod bench;
+pub mod generate;
+
 use clap::{Parser, Subcommand};
 
 pub mod replay;
@@ -36,6 +39,10 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Print the token ids of a text under a GGUF file's tokenizer.
     Tokenize(tokenize::TokenizeArgs),
+    /// Generate from a GGUF model and print the text and token counts.
+    Generate(generate::GenerateArgs),
+    /// Measure prompt-processing and generation speed (llama-bench method).
+    Bench(bench::BenchArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -58,5 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Replay(a) => replay::run(a),
         Command::Report(args) => report::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

@@ -5,3 +5,11 @@
 pub mod chat_template;
 pub mod thinking;
 pub mod tokenizer;
+//! Local inference: GGUF loading, model architectures, sampling and generation.
+
+pub mod device;
+pub mod generate;
+pub mod gguf;
+pub mod model;
+pub mod models;
+pub mod sampler;

@@ -1,0 +1,186 @@
+//! `joule bench`: prompt-processing and token-generation speed of a GGUF
+//! model, measured the way llama-bench measures it.
+//!
+//! - `pp<P>`: a fresh cache, P random tokens in one forward pass; t/s = P / time.
+//! - `tg<N>`: a fresh cache, N random tokens fed one at a time (each step
+//!   computes the next-token logits, as a decode step does); t/s = N / time.
+//! - One warm-up run of each test, then `-r` timed repetitions; the table
+//!   shows the mean ± sample standard deviation of the per-run t/s.
+
+use crate::inference::device::{device_name, select_device};
+use crate::inference::model::{load_model, CausalLm, SeqStep};
+use anyhow::Result;
+use clap::Args;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The GGUF model file.
+    #[arg(long)]
+    pub gguf: PathBuf,
+    /// Prompt tokens of the prompt-processing test (0 skips it).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the token-generation test (0 skips it).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// cpu, cuda or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One test's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub model: String,
+    pub arch: String,
+    pub size_bytes: u64,
+    pub n_params: u64,
+    pub backend: String,
+    pub threads: usize,
+    pub test: String,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub samples_ts: Vec<f64>,
+    pub avg_ts: f64,
+    pub stddev_ts: f64,
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let sd = if xs.len() > 1 {
+        (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (mean, sd)
+}
+
+fn random_tokens(rng: &mut impl Rng, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect()
+}
+
+fn time_pp(model: &dyn CausalLm, tokens: &[u32]) -> Result<f64> {
+    let mut cache = model.new_cache();
+    let t0 = Instant::now();
+    let mut step = [SeqStep::new(tokens, &mut cache)];
+    model.forward(&mut step)?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+fn time_tg(model: &dyn CausalLm, tokens: &[u32]) -> Result<f64> {
+    let mut cache = model.new_cache();
+    let t0 = Instant::now();
+    for tok in tokens {
+        let one = [*tok];
+        let mut step = [SeqStep::new(&one, &mut cache)];
+        model.forward(&mut step)?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    if let Some(t) = args.threads {
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+    }
+    let reps = args.repetitions.max(1);
+    let device = select_device(&args.device)?;
+    let model = load_model(&args.gguf, &device)?;
+    let info = model.info().clone();
+    let threads = candle_core::utils::get_num_threads();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
+    let mut results = Vec::new();
+    let mut tests: Vec<(String, usize, usize)> = Vec::new();
+    if args.n_prompt > 0 {
+        tests.push((format!("pp{}", args.n_prompt), args.n_prompt, 0));
+    }
+    if args.n_gen > 0 {
+        tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
+    }
+    for (name, p, n) in tests {
+        let count = p.max(n);
+        let warm = random_tokens(&mut rng, count, info.vocab_size);
+        if p > 0 {
+            time_pp(model.as_ref(), &warm)?;
+        } else {
+            time_tg(model.as_ref(), &warm)?;
+        }
+        let mut samples = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            let toks = random_tokens(&mut rng, count, info.vocab_size);
+            let secs = if p > 0 {
+                time_pp(model.as_ref(), &toks)?
+            } else {
+                time_tg(model.as_ref(), &toks)?
+            };
+            samples.push(count as f64 / secs);
+        }
+        let (avg, sd) = mean_sd(&samples);
+        results.push(BenchResult {
+            model: info.name.clone(),
+            arch: info.arch.clone(),
+            size_bytes: info.weight_bytes,
+            n_params: info.n_params,
+            backend: device_name(&device).to_string(),
+            threads,
+            test: name,
+            n_prompt: p,
+            n_gen: n,
+            samples_ts: samples,
+            avg_ts: avg,
+            stddev_ts: sd,
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        print_table(&results);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_table(results: &[BenchResult]) {
+    println!("| model | size | params | backend | threads | test | t/s |");
+    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    for r in results {
+        println!(
+            "| {} ({}) | {:.2} MiB | {:.2} M | candle-{} | {} | {} | {:.2} ± {:.2} |",
+            r.model,
+            r.arch,
+            r.size_bytes as f64 / (1024.0 * 1024.0),
+            r.n_params as f64 / 1e6,
+            r.backend,
+            r.threads,
+            r.test,
+            r.avg_ts,
+            r.stddev_ts
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mean_sd;
+
+    #[test]
+    fn mean_and_sample_sd() {
+        let (m, s) = mean_sd(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(m, 5.0);
+        assert!((s - 2.138089935299395).abs() < 1e-12, "{s}");
+        assert_eq!(mean_sd(&[3.0]), (3.0, 0.0));
+    }
+}

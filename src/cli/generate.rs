@@ -1,0 +1,114 @@
+//! `joule generate`: load a GGUF model, generate from a prompt and print the
+//! text (or ids) and the exact token counts.
+
+use crate::backend::GenParams;
+use crate::inference::device::select_device;
+use crate::inference::generate::{generate, GenOptions, GenSeq};
+use crate::inference::model::load_model;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// The GGUF model file.
+    #[arg(long)]
+    pub gguf: PathBuf,
+    /// Prompt text (needs the GGUF tokenizer).
+    #[arg(long, conflicts_with = "ids")]
+    pub prompt: Option<String>,
+    /// Prompt as comma-separated token ids (no tokenizer needed).
+    #[arg(long, value_delimiter = ',')]
+    pub ids: Option<Vec<u32>>,
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: u32,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    #[arg(long)]
+    pub min_p: Option<f32>,
+    #[arg(long)]
+    pub repeat_penalty: Option<f32>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Use the prompt as is, without the model's chat template.
+    #[arg(long)]
+    pub no_chat: bool,
+    /// End-of-generation token ids (with --ids; otherwise from the tokenizer).
+    #[arg(long, value_delimiter = ',')]
+    pub eos: Vec<u32>,
+    /// Do not count the end-of-generation token as generated.
+    #[arg(long)]
+    pub no_count_eos: bool,
+    /// cpu, cuda or metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+pub fn run(args: GenerateArgs) -> Result<ExitCode> {
+    let device = select_device(&args.device)?;
+    let model = load_model(&args.gguf, &device)?;
+    let prompt: Vec<u32> = match (&args.ids, &args.prompt) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(_)) => bail!(
+            "--prompt needs the GGUF tokenizer, which this build does not have yet; pass --ids"
+        ),
+        (None, None) => bail!("give --prompt TEXT or --ids 1,2,3"),
+    };
+    let params = GenParams {
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        seed: args.seed,
+        ..GenParams::default()
+    };
+    let options = GenOptions {
+        eos_ids: args.eos.clone(),
+        count_eos: !args.no_count_eos,
+        ..GenOptions::default()
+    };
+    let mut cache = model.new_cache();
+    let g = generate(
+        model.as_ref(),
+        GenSeq {
+            prompt: &prompt,
+            cache: &mut cache,
+            params: &params,
+            options: &options,
+            decode: None,
+            mask: None,
+        },
+    )
+    .with_context(|| format!("generating with {}", args.gguf.display()))?;
+    let ids: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
+    println!("{}", ids.join(","));
+    print_counts(&g);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_counts(g: &crate::inference::generate::Generation) {
+    let tg = if g.decode_ms > 0.0 {
+        (g.tokens.len().saturating_sub(1)) as f64 / (g.decode_ms / 1e3)
+    } else {
+        0.0
+    };
+    eprintln!(
+        "prompt_tokens={} generated_tokens={} thinking_tokens={} eos_counted={} finish={:?} prefill_ms={:.1} decode_ms={:.1} decode_tok_s={:.2}",
+        g.prompt_tokens,
+        g.generated_tokens,
+        g.thinking_tokens,
+        g.eos_counted,
+        g.finish,
+        g.prefill_ms,
+        g.decode_ms,
+        tg
+    );
+}

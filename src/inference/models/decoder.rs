@@ -1,0 +1,713 @@
+//! The decoder-only transformer shared by the llama, qwen2, qwen3 and gemma3
+//! families: token embedding, `n_layer` blocks of (norm → attention with
+//! rotary positions and grouped-query heads → residual, norm → gated MLP →
+//! residual), final norm and output projection.
+//!
+//! What differs between families is described by [`ArchSpec`] (rotary
+//! layout, q/k norms, sandwich norms, activation, embedding scale, sliding
+//! windows, soft-capping) and filled in by each family's file; tensor names
+//! are llama.cpp's (`blk.N.attn_q.weight`, ...). Architectures that are not
+//! plain attention stacks (gated delta-net, Mamba-2) get files of their own.
+
+use crate::inference::gguf::{GgufFile, LoadError};
+use crate::inference::model::{CausalLm, KvCache, Logits, ModelInfo, SeqStep};
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::sync::Arc;
+
+/// How rotary position embeddings pair up the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (llama.cpp "normal"; llama GGUFs store q/k permuted for it).
+    Interleaved,
+    /// First half with second half (llama.cpp "neox"; qwen2/qwen3/gemma3).
+    Neox,
+}
+
+/// The MLP's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU with the tanh approximation (gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// What a family's architecture uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchSpec {
+    pub rope_style: RopeStyle,
+    /// Biases on q, k, v projections (qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm of each q and k head before rotary (qwen3, gemma3).
+    pub qk_norm: bool,
+    /// Norms after attention and after the MLP too (gemma3's sandwich norms).
+    pub sandwich_norms: bool,
+    pub activation: Activation,
+    /// Multiply embeddings by `sqrt(n_embd)` (gemma).
+    pub scale_embeddings: bool,
+    /// Query scale; `None` means `1/sqrt(head_dim)`.
+    pub attn_scale: Option<f32>,
+    /// `tanh` soft-capping of attention scores and of final logits.
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
+}
+
+/// Hyperparameters read from `{arch}.*` metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HyperParams {
+    pub arch: String,
+    pub context_length: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// Position multiplier of linear rope scaling (1 / factor).
+    pub rope_pos_scale: f32,
+}
+
+impl HyperParams {
+    /// Read the keys every family shares.
+    pub fn read(g: &GgufFile, arch: &str) -> Result<Self, LoadError> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_embd = g.usize(&k("embedding_length"))?;
+        let n_head = g.usize(&k("attention.head_count"))?;
+        if n_head == 0 {
+            return Err(g.invalid(format!("{} is 0", k("attention.head_count"))));
+        }
+        let n_kv_head = g
+            .opt(&k("attention.head_count_kv"), GgufFile::usize)?
+            .unwrap_or(n_head);
+        if n_kv_head == 0 || n_head % n_kv_head != 0 {
+            return Err(g.invalid(format!(
+                "{n_head} attention heads are not a multiple of {n_kv_head} key/value heads"
+            )));
+        }
+        let head_dim = g
+            .opt(&k("attention.key_length"), GgufFile::usize)?
+            .unwrap_or(n_embd / n_head);
+        if let Some(vl) = g.opt(&k("attention.value_length"), GgufFile::usize)? {
+            if vl != head_dim {
+                return Err(g.invalid(format!(
+                    "value length {vl} differs from key length {head_dim} (not implemented)"
+                )));
+            }
+        }
+        if let Some(rot) = g.opt(&k("rope.dimension_count"), GgufFile::usize)? {
+            if rot != head_dim {
+                return Err(g.invalid(format!(
+                    "rope.dimension_count {rot} differs from head size {head_dim} (partial rotary is not implemented)"
+                )));
+            }
+        }
+        if head_dim % 2 != 0 || head_dim == 0 {
+            return Err(g.invalid(format!("head size {head_dim} must be even")));
+        }
+        let rope_pos_scale = match g.opt(&k("rope.scaling.type"), GgufFile::string)? {
+            None => 1.0,
+            Some(t) if t == "none" => 1.0,
+            Some(t) if t == "linear" => {
+                let f = g.f32(&k("rope.scaling.factor"))?;
+                if f <= 0.0 {
+                    return Err(g.invalid(format!("rope.scaling.factor {f} must be > 0")));
+                }
+                1.0 / f
+            }
+            Some(t) => {
+                return Err(g.invalid(format!(
+                    "rope scaling `{t}` is not implemented (only linear)"
+                )))
+            }
+        };
+        Ok(Self {
+            arch: arch.to_string(),
+            context_length: g.usize(&k("context_length"))?,
+            n_embd,
+            n_layer: g.usize(&k("block_count"))?,
+            n_ff: g.usize(&k("feed_forward_length"))?,
+            n_head,
+            n_kv_head,
+            head_dim,
+            rms_eps: g.f32(&k("attention.layer_norm_rms_epsilon"))?,
+            rope_base: g
+                .opt(&k("rope.freq_base"), GgufFile::f32)?
+                .unwrap_or(10_000.0),
+            rope_pos_scale,
+        })
+    }
+}
+
+/// Which rotary table and attention window one layer uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerKind {
+    /// Index into [`DecoderModel`]'s rotary tables.
+    pub rope: usize,
+    /// Sliding attention window (keys at distance `< window` are visible).
+    pub window: Option<usize>,
+}
+
+/// Rotary frequencies of one table.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f64>,
+    pos_scale: f64,
+}
+
+impl Rope {
+    /// `freq_factors`: llama.cpp's optional `rope_freqs.weight` (divides each frequency).
+    pub fn new(head_dim: usize, base: f32, pos_scale: f32, freq_factors: Option<&[f32]>) -> Self {
+        let half = head_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| {
+                let f = 1.0 / (base as f64).powf(2.0 * i as f64 / head_dim as f64);
+                match freq_factors {
+                    Some(ff) => f / ff[i] as f64,
+                    None => f,
+                }
+            })
+            .collect();
+        Self {
+            inv_freq,
+            pos_scale: pos_scale as f64,
+        }
+    }
+
+    /// `cos`, `sin` tables `[t, head_dim/2]` for positions `start..start+t`.
+    fn tables(
+        &self,
+        start: usize,
+        t: usize,
+        device: &Device,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(t * half);
+        let mut sin = Vec::with_capacity(t * half);
+        for p in start..start + t {
+            let p = p as f64 * self.pos_scale;
+            for f in &self.inv_freq {
+                let a = (p * f) as f32;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (t, half), device)?,
+            Tensor::from_vec(sin, (t, half), device)?,
+        ))
+    }
+}
+
+/// RMSNorm over the last dimension (`x / rms(x) * w`; gemma GGUFs store `1 + w`).
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+    }
+}
+
+/// A projection `x @ W^T (+ b)`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    w: QMatMul,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = self.w.forward(x)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// One transformer block.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    kind: LayerKind,
+    attn_norm: RmsNorm,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
+    q_norm: Option<RmsNorm>,
+    k_norm: Option<RmsNorm>,
+    post_attn_norm: Option<RmsNorm>,
+    ffn_norm: RmsNorm,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+    post_ffn_norm: Option<RmsNorm>,
+}
+
+/// A loaded decoder model; immutable, shared by all sequences.
+#[derive(Debug)]
+pub struct DecoderModel {
+    info: ModelInfo,
+    spec: ArchSpec,
+    hp: HyperParams,
+    device: Device,
+    embed: Arc<QTensor>,
+    layers: Vec<Layer>,
+    out_norm: RmsNorm,
+    output: QMatMul,
+    ropes: Vec<Rope>,
+}
+
+/// Loads tensors of one file with the shapes `hp` implies.
+struct Loader<'a> {
+    g: &'a mut GgufFile,
+    device: &'a Device,
+    eps: f32,
+}
+
+impl Loader<'_> {
+    fn q(&mut self, name: &str, shape: &[usize]) -> Result<QTensor, LoadError> {
+        self.g.tensor(name, shape, self.device)
+    }
+
+    fn dense(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        let q = self.q(name, shape)?;
+        q.dequantize(self.device)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| LoadError::BadTensor {
+                path: self.g.path().to_path_buf(),
+                name: name.to_string(),
+                message: e.to_string(),
+            })
+    }
+
+    fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<QMatMul, LoadError> {
+        let q = self.q(name, shape)?;
+        QMatMul::from_arc(Arc::new(q)).map_err(|e| LoadError::BadTensor {
+            path: self.g.path().to_path_buf(),
+            name: name.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn norm(&mut self, name: &str, n: usize) -> Result<RmsNorm, LoadError> {
+        Ok(RmsNorm {
+            weight: self.dense(name, &[n])?,
+            eps: self.eps,
+        })
+    }
+
+    fn linear(
+        &mut self,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, LoadError> {
+        let w = self.matmul(&format!("{prefix}.weight"), &[out, inp])?;
+        let b = if bias {
+            Some(self.dense(&format!("{prefix}.bias"), &[out])?)
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
+    }
+}
+
+impl DecoderModel {
+    /// Load every tensor of a decoder model: `kinds` gives each layer's rotary
+    /// table (an index into `ropes`) and attention window.
+    pub fn load(
+        g: &mut GgufFile,
+        hp: HyperParams,
+        spec: ArchSpec,
+        ropes: Vec<Rope>,
+        kinds: Vec<LayerKind>,
+        device: &Device,
+    ) -> Result<Self> {
+        if kinds.len() != hp.n_layer {
+            bail!(
+                "{}: {} layer kinds for {} layers",
+                g.path().display(),
+                kinds.len(),
+                hp.n_layer
+            );
+        }
+        if let Some(k) = kinds.iter().find(|k| k.rope >= ropes.len()) {
+            bail!(
+                "{}: layer uses rotary table {} of {}",
+                g.path().display(),
+                k.rope,
+                ropes.len()
+            );
+        }
+        let HyperParams {
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim,
+            n_ff,
+            ..
+        } = hp;
+        let vocab = match g.tensor_shape("token_embd.weight") {
+            Some(s) if s.len() == 2 => s[0],
+            Some(s) => {
+                return Err(LoadError::BadShape {
+                    path: g.path().to_path_buf(),
+                    name: "token_embd.weight".into(),
+                    got: s,
+                    expected: vec![0, n_embd],
+                }
+                .into())
+            }
+            None => {
+                return Err(LoadError::MissingTensor {
+                    path: g.path().to_path_buf(),
+                    name: "token_embd.weight".into(),
+                }
+                .into())
+            }
+        };
+        let (n_params, weight_bytes) = {
+            let c = g.content();
+            let mut n = 0u64;
+            let mut b = 0u64;
+            for info in c.tensor_infos.values() {
+                let e = info.shape.elem_count() as u64;
+                n += e;
+                b += e / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
+            }
+            (n, b)
+        };
+        let name = g.opt("general.name", GgufFile::string)?.unwrap_or_else(|| {
+            g.path()
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+        let info = ModelInfo {
+            arch: hp.arch.clone(),
+            name,
+            path: g.path().to_path_buf(),
+            context_length: hp.context_length,
+            vocab_size: vocab,
+            n_layer: hp.n_layer,
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim,
+            n_params,
+            weight_bytes,
+        };
+        let mut ld = Loader {
+            g,
+            device,
+            eps: hp.rms_eps,
+        };
+        let embed = Arc::new(ld.q("token_embd.weight", &[vocab, n_embd])?);
+        let output = if ld.g.has_tensor("output.weight") {
+            ld.matmul("output.weight", &[vocab, n_embd])?
+        } else {
+            QMatMul::from_arc(embed.clone()).with_context(|| {
+                format!(
+                    "{}: tied output from token_embd.weight",
+                    info.path.display()
+                )
+            })?
+        };
+        let out_norm = ld.norm("output_norm.weight", n_embd)?;
+        let mut layers = Vec::with_capacity(hp.n_layer);
+        for (i, kind) in kinds.into_iter().enumerate() {
+            let p = format!("blk.{i}");
+            let qk = |ld: &mut Loader, s: &str| -> Result<Option<RmsNorm>, LoadError> {
+                if spec.qk_norm {
+                    ld.norm(&format!("{p}.{s}.weight"), head_dim).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let sandwich = |ld: &mut Loader, s: &str| -> Result<Option<RmsNorm>, LoadError> {
+                if spec.sandwich_norms {
+                    ld.norm(&format!("{p}.{s}.weight"), n_embd).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                kind,
+                attn_norm: ld.norm(&format!("{p}.attn_norm.weight"), n_embd)?,
+                wq: ld.linear(
+                    &format!("{p}.attn_q"),
+                    n_head * head_dim,
+                    n_embd,
+                    spec.qkv_bias,
+                )?,
+                wk: ld.linear(
+                    &format!("{p}.attn_k"),
+                    n_kv_head * head_dim,
+                    n_embd,
+                    spec.qkv_bias,
+                )?,
+                wv: ld.linear(
+                    &format!("{p}.attn_v"),
+                    n_kv_head * head_dim,
+                    n_embd,
+                    spec.qkv_bias,
+                )?,
+                wo: ld.linear(
+                    &format!("{p}.attn_output"),
+                    n_embd,
+                    n_head * head_dim,
+                    false,
+                )?,
+                q_norm: qk(&mut ld, "attn_q_norm")?,
+                k_norm: qk(&mut ld, "attn_k_norm")?,
+                post_attn_norm: sandwich(&mut ld, "post_attention_norm")?,
+                ffn_norm: ld.norm(&format!("{p}.ffn_norm.weight"), n_embd)?,
+                gate: ld.matmul(&format!("{p}.ffn_gate.weight"), &[n_ff, n_embd])?,
+                up: ld.matmul(&format!("{p}.ffn_up.weight"), &[n_ff, n_embd])?,
+                down: ld.matmul(&format!("{p}.ffn_down.weight"), &[n_embd, n_ff])?,
+                post_ffn_norm: sandwich(&mut ld, "post_ffw_norm")?,
+            });
+        }
+        Ok(Self {
+            info,
+            spec,
+            hp,
+            device: device.clone(),
+            embed,
+            layers,
+            out_norm,
+            output,
+            ropes,
+        })
+    }
+
+    /// Causal (and sliding-window) mask `[t, start + t]` of 0 / -inf, or
+    /// `None` when every key is visible (one new token, no window cut).
+    fn mask(
+        &self,
+        start: usize,
+        t: usize,
+        window: Option<usize>,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let l = start + t;
+        let window_cuts = window.is_some_and(|w| l > w);
+        if t == 1 && !window_cuts {
+            return Ok(None);
+        }
+        let mut m = Vec::with_capacity(t * l);
+        for i in 0..t {
+            let qp = start + i;
+            for kp in 0..l {
+                let hidden = kp > qp || window.is_some_and(|w| qp - kp >= w);
+                m.push(if hidden { f32::NEG_INFINITY } else { 0.0 });
+            }
+        }
+        Tensor::from_vec(m, (t, l), &self.device).map(Some)
+    }
+
+    fn attention(
+        &self,
+        layer: &Layer,
+        li: usize,
+        x: &Tensor,
+        cache: &mut KvCache,
+        cos_sin: &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+    ) -> candle_core::Result<Tensor> {
+        let (t, _) = x.dims2()?;
+        let HyperParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            ..
+        } = self.hp;
+        let rep = n_head / n_kv_head;
+        let heads = |y: Tensor, n: usize, norm: Option<&RmsNorm>| -> candle_core::Result<Tensor> {
+            let y = y.reshape((t, n, head_dim))?;
+            let y = match norm {
+                Some(nm) => nm.forward(&y)?,
+                None => y,
+            };
+            y.transpose(0, 1)?.contiguous()
+        };
+        let q = heads(layer.wq.forward(x)?, n_head, layer.q_norm.as_ref())?;
+        let k = heads(layer.wk.forward(x)?, n_kv_head, layer.k_norm.as_ref())?;
+        let v = heads(layer.wv.forward(x)?, n_kv_head, None)?;
+        let (cos, sin) = cos_sin;
+        let rope = |y: &Tensor| -> candle_core::Result<Tensor> {
+            let y = y.unsqueeze(0)?;
+            let y = match self.spec.rope_style {
+                RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&y, cos, sin)?,
+                RopeStyle::Neox => candle_nn::rotary_emb::rope(&y, cos, sin)?,
+            };
+            y.squeeze(0)
+        };
+        let q = rope(&q)?;
+        let k = rope(&k)?;
+        let (k_all, v_all) = cache.append(li, &k, &v)?;
+        let l = k_all.dim(1)?;
+        let scale = self
+            .spec
+            .attn_scale
+            .unwrap_or(1.0 / (head_dim as f32).sqrt()) as f64;
+        // Query heads sharing a key/value head are stacked as extra rows.
+        let q = q.reshape((n_kv_head, rep * t, head_dim))?;
+        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
+        if let Some(cap) = self.spec.attn_softcap {
+            scores = ((scores / cap as f64)?.tanh()? * cap as f64)?;
+        }
+        if let Some(m) = mask {
+            scores = scores
+                .reshape((n_kv_head, rep, t, l))?
+                .broadcast_add(m)?
+                .reshape((n_kv_head, rep * t, l))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out = probs.matmul(&v_all)?; // [n_kv, rep*t, hd]
+        let out = out
+            .reshape((n_head, t, head_dim))?
+            .transpose(0, 1)?
+            .reshape((t, n_head * head_dim))?;
+        layer.wo.forward(&out)
+    }
+
+    fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
+        let g = layer.gate.forward(x)?;
+        let u = layer.up.forward(x)?;
+        let g = match self.spec.activation {
+            Activation::Silu => candle_nn::ops::silu(&g)?,
+            Activation::GeluTanh => g.gelu()?,
+        };
+        layer.down.forward(&(g * u)?)
+    }
+
+    fn forward_seq(&self, step: &mut SeqStep<'_>) -> Result<Tensor> {
+        let t = step.tokens.len();
+        let start = step.cache.len();
+        if t == 0 {
+            bail!(
+                "model `{}`: a step needs at least one token",
+                self.info.name
+            );
+        }
+        if start + t > step.cache.max_len() {
+            bail!(
+                "model `{}`: {} cached + {} new tokens exceed the context length {}",
+                self.info.name,
+                start,
+                t,
+                step.cache.max_len()
+            );
+        }
+        if step.cache.n_layer() != self.layers.len() {
+            bail!(
+                "model `{}`: cache has {} layers, the model {}",
+                self.info.name,
+                step.cache.n_layer(),
+                self.layers.len()
+            );
+        }
+        if let Some(bad) = step
+            .tokens
+            .iter()
+            .find(|&&id| id as usize >= self.info.vocab_size)
+        {
+            bail!(
+                "model `{}`: token id {bad} is outside the vocabulary of {}",
+                self.info.name,
+                self.info.vocab_size
+            );
+        }
+        let ids = Tensor::new(step.tokens, &self.device)?;
+        let mut x = self.embed.embedding(&ids)?.to_dtype(DType::F32)?;
+        if self.spec.scale_embeddings {
+            x = (x * (self.hp.n_embd as f64).sqrt())?;
+        }
+        let tables = self
+            .ropes
+            .iter()
+            .map(|r| r.tables(start, t, &self.device))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
+        for (li, layer) in self.layers.iter().enumerate() {
+            let w = layer.kind.window;
+            if !masks.iter().any(|(mw, _)| *mw == w) {
+                masks.push((w, self.mask(start, t, w)?));
+            }
+            let mask = masks
+                .iter()
+                .find(|(mw, _)| *mw == w)
+                .and_then(|(_, m)| m.as_ref());
+            let h = layer.attn_norm.forward(&x)?;
+            let mut a =
+                self.attention(layer, li, &h, step.cache, &tables[layer.kind.rope], mask)?;
+            if let Some(n) = &layer.post_attn_norm {
+                a = n.forward(&a)?;
+            }
+            x = (x + a)?;
+            let h = layer.ffn_norm.forward(&x)?;
+            let mut m = self.mlp(layer, &h)?;
+            if let Some(n) = &layer.post_ffn_norm {
+                m = n.forward(&m)?;
+            }
+            x = (x + m)?;
+        }
+        step.cache.commit(step.tokens);
+        let x = match step.logits {
+            Logits::Last => x.narrow(0, t - 1, 1)?,
+            Logits::All => x,
+        };
+        let x = self.out_norm.forward(&x)?;
+        let mut logits = self.output.forward(&x)?;
+        if let Some(cap) = self.spec.final_softcap {
+            logits = ((logits / cap as f64)?.tanh()? * cap as f64)?;
+        }
+        Ok(match step.logits {
+            Logits::Last => logits.squeeze(0)?,
+            Logits::All => logits,
+        })
+    }
+}
+
+impl CausalLm for DecoderModel {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn forward(&self, batch: &mut [SeqStep<'_>]) -> Result<Vec<Tensor>> {
+        // Sequences are run one after another; each has its own cache and position.
+        batch
+            .iter_mut()
+            .map(|step| self.forward_seq(step))
+            .collect()
+    }
+}
+
+/// Load llama.cpp's optional `rope_freqs.weight` (per-frequency divisors).
+pub fn rope_freq_factors(
+    g: &mut GgufFile,
+    head_dim: usize,
+    device: &Device,
+) -> Result<Option<Vec<f32>>> {
+    let Some(q) = g.opt_tensor("rope_freqs.weight", &[head_dim / 2], device)? else {
+        return Ok(None);
+    };
+    let v = q
+        .dequantize(device)?
+        .to_dtype(DType::F32)?
+        .to_vec1::<f32>()
+        .with_context(|| format!("{}: reading rope_freqs.weight", g.path().display()))?;
+    Ok(Some(v))
+}

@@ -1,0 +1,289 @@
+//! Seeded token sampling: an optional allowed-token mask (constrained
+//! decoding), repetition penalty, then greedy choice at temperature 0 or
+//! top-k → top-p → min-p → temperature → a draw from the sequence's own RNG.
+//!
+//! The order of the filters is llama.cpp's default sampler chain (penalties,
+//! top-k, top-p, min-p, temperature, distribution): the truncations look at
+//! the untempered distribution. Each sequence owns a [`Sampler`] seeded from
+//! `GenParams::seed`, so the same seed on the same device gives the same
+//! tokens however sequences are batched.
+
+use crate::backend::GenParams;
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// The sampling part of [`GenParams`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 (or below) means greedy.
+    pub temperature: f32,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    /// llama.cpp's `repeat_penalty`: positive logits of recent tokens are
+    /// divided by it, negative ones multiplied. 1.0 or `None` is off.
+    pub repeat_penalty: Option<f32>,
+    /// How many recent tokens the penalty looks at (llama.cpp's default 64).
+    pub repeat_last_n: usize,
+    pub seed: u64,
+}
+
+impl SamplingParams {
+    pub fn from_gen_params(p: &GenParams) -> Self {
+        Self {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            repeat_penalty: p.repeat_penalty,
+            repeat_last_n: 64,
+            seed: p.seed,
+        }
+    }
+
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repeat_penalty: None,
+            repeat_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+/// One sequence's sampler with its own RNG.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: ChaCha20Rng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        let rng = ChaCha20Rng::seed_from_u64(params.seed);
+        Self { params, rng }
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Choose the next token from `logits` (one row, `vocab` long).
+    /// `history` is the sequence so far (for the repetition penalty);
+    /// `allowed`, when given, is a per-token mask (`true` = may be chosen)
+    /// applied before anything else.
+    pub fn sample(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&[bool]>,
+    ) -> Result<u32> {
+        if logits.is_empty() {
+            bail!("sampler: empty logits");
+        }
+        let mut l = logits.to_vec();
+        if let Some(mask) = allowed {
+            if mask.len() < l.len() {
+                bail!(
+                    "sampler: allowed-token mask has {} entries for a vocabulary of {}",
+                    mask.len(),
+                    l.len()
+                );
+            }
+            for (x, &ok) in l.iter_mut().zip(mask) {
+                if !ok {
+                    *x = f32::NEG_INFINITY;
+                }
+            }
+        }
+        if let Some(pen) = self.params.repeat_penalty.filter(|&p| p != 1.0 && p > 0.0) {
+            let from = history.len().saturating_sub(self.params.repeat_last_n);
+            let mut seen = std::collections::HashSet::new();
+            for &tok in &history[from..] {
+                if let Some(x) = l.get_mut(tok as usize) {
+                    if seen.insert(tok) {
+                        *x = if *x > 0.0 { *x / pen } else { *x * pen };
+                    }
+                }
+            }
+        }
+        let best = argmax(&l);
+        if !l[best].is_finite() && l[best] < 0.0 {
+            bail!("sampler: every token is masked out");
+        }
+        if l[best].is_nan() {
+            bail!("sampler: logits contain NaN");
+        }
+        if self.params.temperature <= 0.0 {
+            return Ok(best as u32);
+        }
+        // Candidates sorted by logit, descending (ties by id for determinism).
+        let mut cand: Vec<(u32, f32)> = l
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.is_finite())
+            .map(|(i, &x)| (i as u32, x))
+            .collect();
+        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if let Some(k) = self.params.top_k.filter(|&k| k > 0) {
+            cand.truncate(k);
+        }
+        let probs = softmax(&cand, 1.0);
+        if let Some(p) = self.params.top_p.filter(|&p| p < 1.0) {
+            let mut cum = 0.0;
+            let mut keep = cand.len();
+            for (i, q) in probs.iter().enumerate() {
+                cum += q;
+                if cum >= p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cand.truncate(keep.max(1));
+        }
+        if let Some(m) = self.params.min_p.filter(|&m| m > 0.0) {
+            let probs = softmax(&cand, 1.0);
+            let top = probs[0];
+            let keep = probs.iter().take_while(|&&q| q >= m as f64 * top).count();
+            cand.truncate(keep.max(1));
+        }
+        let probs = softmax(&cand, self.params.temperature);
+        let r: f64 = self.rng.gen();
+        let mut cum = 0.0;
+        for (i, q) in probs.iter().enumerate() {
+            cum += q;
+            if r < cum {
+                return Ok(cand[i].0);
+            }
+        }
+        Ok(cand[cand.len() - 1].0)
+    }
+}
+
+/// Index of the largest value (the first one on ties).
+pub fn argmax(xs: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] || xs[best].is_nan() {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Probabilities of `cand` (sorted descending) at `temperature`, in f64.
+fn softmax(cand: &[(u32, f32)], temperature: f32) -> Vec<f64> {
+    let t = temperature as f64;
+    let max = cand[0].1 as f64 / t;
+    let e: Vec<f64> = cand
+        .iter()
+        .map(|&(_, x)| (x as f64 / t - max).exp())
+        .collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(t: f32, seed: u64) -> SamplingParams {
+        SamplingParams {
+            temperature: t,
+            seed,
+            ..SamplingParams::greedy()
+        }
+    }
+
+    #[test]
+    fn greedy_picks_the_largest_and_respects_the_mask() {
+        let mut s = Sampler::new(params(0.0, 1));
+        let logits = [0.1, 3.0, 2.0, -1.0];
+        assert_eq!(s.sample(&logits, &[], None).unwrap(), 1);
+        let mask = [true, false, true, true];
+        assert_eq!(s.sample(&logits, &[], Some(&mask)).unwrap(), 2);
+        let none = [false; 4];
+        let err = s.sample(&logits, &[], Some(&none)).unwrap_err().to_string();
+        assert!(err.contains("every token is masked"), "{err}");
+    }
+
+    #[test]
+    fn same_seed_same_tokens_different_seed_differs() {
+        let logits: Vec<f32> = (0..50).map(|i| ((i * 7) % 13) as f32 * 0.3).collect();
+        let draw = |seed| {
+            let mut s = Sampler::new(params(1.0, seed));
+            (0..40)
+                .map(|_| s.sample(&logits, &[], None).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_mask_holds_when_sampling() {
+        let logits = [1.0, 2.0, 0.5, 1.9];
+        let mut s = Sampler::new(SamplingParams {
+            top_k: Some(1),
+            ..params(1.5, 3)
+        });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[], None).unwrap(), 1);
+        }
+        let mut s = Sampler::new(params(2.0, 4));
+        let mask = [true, false, true, false];
+        for _ in 0..50 {
+            let t = s.sample(&logits, &[], Some(&mask)).unwrap();
+            assert!(t == 0 || t == 2, "{t}");
+        }
+    }
+
+    #[test]
+    fn min_p_and_top_p_cut_the_tail() {
+        // probs ~ [0.84, 0.11, 0.04, ...]: min_p 0.2 keeps only the top token.
+        let logits = [5.0, 3.0, 2.0, 0.0];
+        let mut s = Sampler::new(SamplingParams {
+            min_p: Some(0.2),
+            ..params(1.0, 5)
+        });
+        for _ in 0..30 {
+            assert_eq!(s.sample(&logits, &[], None).unwrap(), 0);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            top_p: Some(0.9),
+            ..params(1.0, 6)
+        });
+        for _ in 0..50 {
+            assert!(s.sample(&logits, &[], None).unwrap() <= 1);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_changes_the_greedy_choice() {
+        let logits = [2.0, 1.9, -1.0];
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: Some(1.5),
+            ..params(0.0, 0)
+        });
+        // 2.0 / 1.5 = 1.33 < 1.9
+        assert_eq!(s.sample(&logits, &[0], None).unwrap(), 1);
+        assert_eq!(s.sample(&logits, &[], None).unwrap(), 0);
+    }
+
+    #[test]
+    fn sampling_frequencies_follow_the_distribution() {
+        // Two tokens, logits ln(3) and 0 -> p = 0.75 / 0.25 at temperature 1.
+        let logits = [3f32.ln(), 0.0];
+        let mut s = Sampler::new(params(1.0, 11));
+        let n = 4000;
+        let zeros = (0..n)
+            .filter(|_| s.sample(&logits, &[], None).unwrap() == 0)
+            .count();
+        let f = zeros as f64 / n as f64;
+        assert!((f - 0.75).abs() < 0.03, "{f}");
+    }
+}

@@ -1,0 +1,132 @@
+//! Golden-logit tests: tiny random-weight llama, qwen2, qwen3 and gemma3
+//! models written as F32 GGUF by scripts/gen_golden_logits.py, whose
+//! transformers logits are in tests/fixtures/golden/<arch>.logits.json.
+//! Our logits must match to 1e-4 for a one-shot prefill, for a prefill
+//! followed by single-token decode steps through the KV cache, and for a
+//! batch of sequences at different positions.
+
+use candle_core::Device;
+use joule::inference::model::{load_model, logits_to_vec, Logits, SeqStep};
+use std::path::PathBuf;
+
+struct Golden {
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
+fn fixture(arch: &str) -> (PathBuf, Golden) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden");
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("{arch}.logits.json"))).unwrap(),
+    )
+    .unwrap();
+    let tokens = json["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let logits = json["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    (dir.join(format!("{arch}.gguf")), Golden { tokens, logits })
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+const TOL: f32 = 1e-4;
+
+fn check_arch(arch: &str) {
+    let (path, g) = fixture(arch);
+    let model = load_model(&path, &Device::Cpu).unwrap();
+    assert_eq!(model.info().arch, arch);
+    let vocab = model.info().vocab_size;
+    let n = g.tokens.len();
+
+    // 1. One-shot prefill, logits at every position.
+    let mut cache = model.new_cache();
+    let mut step = [SeqStep {
+        tokens: &g.tokens,
+        cache: &mut cache,
+        logits: Logits::All,
+    }];
+    let out = model.forward(&mut step).unwrap();
+    let all = logits_to_vec(&out[0]).unwrap();
+    assert_eq!(all.len(), n * vocab);
+    for (i, want) in g.logits.iter().enumerate() {
+        let d = max_abs_diff(&all[i * vocab..(i + 1) * vocab], want);
+        assert!(d < TOL, "{arch}: prefill position {i}: max abs diff {d}");
+    }
+    assert_eq!(cache.len(), n);
+
+    // 2. Prefill a prefix, then decode one token at a time through the cache.
+    let split = 5;
+    let mut cache = model.new_cache();
+    let mut step = [SeqStep::new(&g.tokens[..split], &mut cache)];
+    let out = model.forward(&mut step).unwrap();
+    let d = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[split - 1]);
+    assert!(d < TOL, "{arch}: prefix prefill: max abs diff {d}");
+    for i in split..n {
+        let mut step = [SeqStep::new(&g.tokens[i..i + 1], &mut cache)];
+        assert_eq!(step[0].position(), i);
+        let out = model.forward(&mut step).unwrap();
+        let d = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[i]);
+        assert!(d < TOL, "{arch}: decode position {i}: max abs diff {d}");
+    }
+
+    // 3. A batch: two sequences at different positions with their own caches.
+    let mut c1 = model.new_cache();
+    let mut c2 = model.new_cache();
+    let mut first = [SeqStep::new(&g.tokens[..8], &mut c1)];
+    model.forward(&mut first).unwrap();
+    let mut batch = [
+        SeqStep::new(&g.tokens[8..9], &mut c1),
+        SeqStep::new(&g.tokens[..3], &mut c2),
+    ];
+    let out = model.forward(&mut batch).unwrap();
+    let d1 = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[8]);
+    let d2 = max_abs_diff(&logits_to_vec(&out[1]).unwrap(), &g.logits[2]);
+    assert!(d1 < TOL && d2 < TOL, "{arch}: batch: {d1} {d2}");
+
+    // 4. Reusing a cache after truncation gives the same logits again.
+    c1.truncate(4);
+    let mut step = [SeqStep::new(&g.tokens[4..7], &mut c1)];
+    let out = model.forward(&mut step).unwrap();
+    let d = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[6]);
+    assert!(d < TOL, "{arch}: after truncate: {d}");
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_arch("llama");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_arch("qwen2");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    check_arch("qwen3");
+}
+
+#[test]
+fn gemma3_matches_transformers() {
+    check_arch("gemma3");
+}
