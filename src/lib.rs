@@ -6,6 +6,7 @@
 //! - [`scripted`]: non-LLM policies behind the backend interface.
 //! - [`energy`]: cost model and Python-exact rounding.
 //! - [`record`]: append-only JSONL event logs and atomic JSON files.
+//! - [`inference`]: model manifests, model files and their sources, GGUF headers.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;
@@ -13,5 +14,6 @@ pub mod backend;
 pub mod cli;
 pub mod energy;
 pub mod energy_society;
+pub mod inference;
 pub mod record;
 pub mod scripted;
