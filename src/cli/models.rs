@@ -230,6 +230,8 @@ mod tests {
         full.extend(argv);
         match Cli::try_parse_from(full).unwrap().command {
             Command::Models(a) => a,
+            #[allow(unreachable_patterns)]
+            _ => panic!("not a models command"),
         }
     }
 

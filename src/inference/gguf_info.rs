@@ -30,7 +30,7 @@ const MAX_NESTING: u32 = 4;
 
 /// A problem with a GGUF file, with the file's path.
 #[derive(Debug, thiserror::Error)]
-#[error("{}: {problem}", path.display())]
+#[error("{}: {problem}", .path.display())]
 pub struct GgufError {
     pub path: PathBuf,
     pub problem: GgufProblem,

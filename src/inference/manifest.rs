@@ -121,7 +121,7 @@ pub enum ManifestError {
     },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {source}", .path.display())]
     Io {
         path: PathBuf,
         source: std::io::Error,

@@ -39,7 +39,7 @@ const OLLAMA_MODEL_MEDIA_TYPE: &str = "application/vnd.ollama.image.model";
 
 /// A sha256 mismatch: the file, the digest expected and the digest found.
 #[derive(Debug, thiserror::Error)]
-#[error("sha256 mismatch for {file}: expected {expected}, got {actual}{}", note.as_deref().map(|n| format!("; {n}")).unwrap_or_default())]
+#[error("sha256 mismatch for {file}: expected {expected}, got {actual}{}", .note.as_deref().map(|n| format!("; {n}")).unwrap_or_default())]
 pub struct Sha256Mismatch {
     pub file: String,
     pub expected: String,
@@ -361,7 +361,7 @@ impl Sources {
                 "--no-deps",
                 "--only-binary=:all:",
                 "--disable-pip-version-check",
-                &spec,
+                spec.as_str(),
                 "-d",
             ])
             .arg(&scratch.path)
