@@ -10,6 +10,7 @@
 //! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
 //! - [`inference`]: tokenizers from GGUF metadata, chat templates, thinking-token accounting.
 //! - [`inference`]: GGUF models on candle: architectures, KV caches, sampling, generation.
+//! - [`inference`]: model manifests, model files and their sources, GGUF headers.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;

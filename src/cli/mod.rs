@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod generate;
+pub mod models;
 
 use clap::{Parser, Subcommand};
 
@@ -43,6 +44,8 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prompt-processing and generation speed (llama-bench method).
     Bench(bench::BenchArgs),
+    /// Model manifests and files: list, fetch, path, inspect.
+    Models(models::ModelsArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -67,5 +70,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Models(args) => models::run(args),
     }
 }

@@ -13,3 +13,9 @@ pub mod gguf;
 pub mod model;
 pub mod models;
 pub mod sampler;
+//! Local inference: model manifests, model files and where they come from, GGUF headers.
+
+pub mod gguf_info;
+pub mod manifest;
+pub mod sources;
+pub mod wheel;

