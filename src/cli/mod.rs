@@ -1,5 +1,7 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
+pub mod race;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -15,7 +17,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// The AI development race: run, sweep, audit, egt, report.
+    Race(race::RaceArgs),
+}
 
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
@@ -30,5 +35,7 @@ pub fn main() -> ExitCode {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {}
+    match cli.command {
+        Command::Race(args) => race::run(args),
+    }
 }
