@@ -20,6 +20,7 @@ pub mod energy;
 pub mod energy_society;
 pub mod nprand;
 pub mod inference;
+pub mod race;
 pub mod record;
 pub mod report;
 pub mod scripted;

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod generate;
 pub mod models;
+pub mod race;
 
 use clap::{Parser, Subcommand};
 
@@ -46,6 +47,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Model manifests and files: list, fetch, path, inspect.
     Models(models::ModelsArgs),
+    /// The AI development race: run, sweep, audit, egt, report.
+    Race(race::RaceArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -71,5 +74,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Models(args) => models::run(args),
+        Command::Race(args) => race::run(args),
     }
 }

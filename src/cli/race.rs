@@ -1,0 +1,311 @@
+//! `joule race …`: the AI development race (spec `ai-race.md`): run a
+//! config, sweep (resumable), the validity audit, the evolutionary
+//! benchmark, and the report.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use crate::race::audit::{run_audit, summarize, summary_table, AuditRow};
+use crate::race::config::ExperimentConfig;
+use crate::race::egt::{
+    matchup_table, stationary_full, stationary_small_mutation, PopulationParams, STRATEGIES,
+};
+use crate::race::run::{backend_for, run_experiment, scripted_backend};
+use crate::record::{write_json_atomic, EventLog};
+use crate::scripted::SCRIPTED_PREFIX;
+
+#[derive(Args, Debug)]
+pub struct RaceArgs {
+    #[command(subcommand)]
+    pub command: RaceCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RaceCommand {
+    /// Run every race of a config into a fresh folder.
+    Run {
+        /// Race config (TOML), e.g. configs/ai-race/baseline-scripted.toml.
+        config: PathBuf,
+        /// Output folder (default runs/race/<name>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Continue a folder that already holds finished races.
+        #[arg(long)]
+        resume: bool,
+    },
+    /// Run a sweep (models × p_max × personas × N × reps), skipping finished races.
+    Sweep {
+        file: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// The task-validity audit (spec §6) against one model.
+    Audit {
+        /// Model key, e.g. scripted:oracle or scripted:sloppy.
+        #[arg(long, default_value = "scripted:oracle")]
+        model: String,
+        #[arg(long, default_value_t = 5)]
+        reps: u32,
+        /// Folder for audit.jsonl and audit_summary.json.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The evolutionary benchmark (spec §7).
+    Egt {
+        #[arg(long, default_value_t = 100)]
+        z: usize,
+        #[arg(long, default_value_t = 2.0)]
+        beta: f64,
+        #[arg(long, default_value_t = 0.02)]
+        mu: f64,
+        #[arg(long, value_delimiter = ',', default_values_t = vec![0.1, 0.6, 0.9])]
+        pmax: Vec<f64>,
+        /// Also report the small-mutation limit.
+        #[arg(long)]
+        small_mutation: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fixed-state replay (spec §5.4): k states per p_max × 8 skins × 2 mappings.
+    Replay {
+        #[arg(long, default_value = "scripted:random")]
+        model: String,
+        #[arg(long, default_value_t = 32)]
+        k: usize,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Tables, trajectory features and a plot from run folders.
+    Report {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        RaceCommand::Run {
+            config,
+            out,
+            resume,
+        } => run_config(&config, out, resume),
+        RaceCommand::Sweep { file, out } => run_config(&file, out, true),
+        RaceCommand::Audit {
+            model,
+            reps,
+            out,
+            json,
+        } => audit(model, reps, out, json),
+        RaceCommand::Egt {
+            z,
+            beta,
+            mu,
+            pmax,
+            small_mutation,
+            json,
+        } => egt(z, beta, mu, &pmax, small_mutation, json),
+        RaceCommand::Replay { model, k, out } => replay(model, k, out),
+        RaceCommand::Report { dirs, out } => {
+            let md = crate::race::report::write_report(&dirs, &out)?;
+            println!("{md}");
+            eprintln!("report written to {}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::Result<ExitCode> {
+    let cfg = ExperimentConfig::load(config)?;
+    let dir = out.unwrap_or_else(|| PathBuf::from("runs/race").join(&cfg.name));
+    let mut backend = backend_for(&cfg)?;
+    let t = std::time::Instant::now();
+    let s = run_experiment(&cfg, &dir, resume, backend.as_mut())?;
+    eprintln!(
+        "{}: {} races ({} played, {} already done, {} contaminated) in {:.1}s, {} batches (largest {}) -> {}",
+        cfg.name,
+        s.total_races,
+        s.played_races,
+        s.skipped_races,
+        s.contaminated_races,
+        t.elapsed().as_secs_f64(),
+        s.batches,
+        s.largest_batch,
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn audit(model: String, reps: u32, out: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        model.starts_with(SCRIPTED_PREFIX),
+        "model `{model}` is not scripted; this build serves scripted:oracle and scripted:sloppy"
+    );
+    let mut backend = scripted_backend(None);
+    let rows: Vec<AuditRow> = crate::agency::run_one(&mut backend, |agency| {
+        run_audit(agency, model.clone(), reps)
+    })?;
+    let summary = summarize(&rows);
+    if let Some(dir) = &out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("audit.jsonl");
+        anyhow::ensure!(
+            !path.exists(),
+            "{} exists; choose a new folder",
+            path.display()
+        );
+        let mut log = EventLog::append(&path)?;
+        for r in &rows {
+            log.write(r)?;
+        }
+        write_json_atomic(dir.join("audit_summary.json"), &summary)?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", summary_table(&model, &summary));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn egt(
+    z: usize,
+    beta: f64,
+    mu: f64,
+    pmax: &[f64],
+    small_mutation: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let params = PopulationParams { z, beta, mu };
+    let mut per_p = serde_json::Map::new();
+    let mut payoffs = serde_json::Map::new();
+    let mut text = format!("Evolutionary benchmark: Z={z}, beta={beta}, mu={mu}\n");
+    for &p in pmax {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&p),
+            "--pmax values must lie in [0, 1], got {p}"
+        );
+        let table = matchup_table(p);
+        let res = stationary_full(&table, params)?;
+        let key = format!("{p}");
+        let freq: serde_json::Map<String, serde_json::Value> = STRATEGIES
+            .iter()
+            .zip(res.stationary)
+            .map(|(s, f)| (s.name().to_string(), f.into()))
+            .collect();
+        let mut entry = serde_json::json!({
+            "unsafe_rate": res.unsafe_rate,
+            "stationary": freq,
+            "states": res.states,
+            "residual": res.residual,
+        });
+        let mut pay = serde_json::Map::new();
+        for (i, a) in STRATEGIES.iter().enumerate() {
+            let row: serde_json::Map<String, serde_json::Value> = STRATEGIES
+                .iter()
+                .enumerate()
+                .map(|(j, b)| (b.name().to_string(), table.payoff[i][j].into()))
+                .collect();
+            pay.insert(a.name().to_string(), row.into());
+        }
+        payoffs.insert(key.clone(), pay.into());
+        text.push_str(&format!(
+            "\np_max = {p}: predicted Unsafe rate {:.1}% ({:.6})\n  stationary  {}\n",
+            100.0 * res.unsafe_rate,
+            res.unsafe_rate,
+            STRATEGIES
+                .iter()
+                .zip(res.stationary)
+                .map(|(s, f)| format!("{} {:.6}", s.name(), f))
+                .collect::<Vec<_>>()
+                .join("  ")
+        ));
+        text.push_str("  payoffs (row vs column)     AS         AU         CS        CAS\n");
+        for (i, a) in STRATEGIES.iter().enumerate() {
+            text.push_str(&format!(
+                "  {:<24} {}\n",
+                a.name(),
+                table.payoff[i]
+                    .iter()
+                    .map(|x| format!("{x:>10.4}"))
+                    .collect::<String>()
+            ));
+        }
+        if small_mutation {
+            let sm = stationary_small_mutation(&table, z, beta);
+            let u: f64 = (0..4).map(|s| sm[s] * table.unsafe_fraction[s][s]).sum();
+            text.push_str(&format!(
+                "  small-mutation limit: Unsafe {:.6}; {}\n",
+                u,
+                STRATEGIES
+                    .iter()
+                    .zip(sm)
+                    .map(|(s, f)| format!("{} {:.6}", s.name(), f))
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            ));
+            entry["small_mutation"] = serde_json::json!({"unsafe_rate": u, "stationary": sm});
+        }
+        per_p.insert(key, entry);
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "params": {"z": z, "beta": beta, "mu": mu},
+                "pmax": per_p,
+                "payoffs": payoffs,
+            }))?
+        );
+    } else {
+        print!("{text}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replay(model: String, k: usize, out: PathBuf) -> anyhow::Result<ExitCode> {
+    use crate::race::replay::{replay_cells, select_states};
+    anyhow::ensure!(
+        model.starts_with(SCRIPTED_PREFIX),
+        "model `{model}` is not scripted; this build serves scripted models"
+    );
+    let mut states = Vec::new();
+    for (i, p) in [0.1, 0.6, 0.9].into_iter().enumerate() {
+        states.extend(select_states(crate::race::rng::BASE_SEED, i, p, k)?);
+    }
+    let skins: Vec<String> = crate::race::prompt::skins()?
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    let mut backend = scripted_backend(None);
+    let n_states = states.len();
+    let rows = crate::agency::run_one(&mut backend, |agency| {
+        replay_cells(agency, model.clone(), states, skins, 3)
+    })?;
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let path = out.join("replay.jsonl");
+    anyhow::ensure!(
+        !path.exists(),
+        "{} exists; choose a new folder",
+        path.display()
+    );
+    let mut log = EventLog::append(&path)?;
+    for r in &rows {
+        log.write(r)?;
+    }
+    let unsafe_n = rows.iter().filter(|r| r.unsafe_).count();
+    let failed = rows.iter().filter(|r| r.parse_failed).count();
+    println!(
+        "{n_states} states x 8 skins x 2 mappings = {} cells; Unsafe {:.1}%, {failed} parse failures -> {}",
+        rows.len(),
+        100.0 * unsafe_n as f64 / rows.len().max(1) as f64,
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,210 @@
+//! Race experiment files (`configs/ai-race/*.toml`, issue item 6): one
+//! format for `joule race run` and `joule race sweep`. An experiment is the
+//! product lineups × persona conditions × N × p_max × repetitions; every
+//! cell is one race with `game_seed = base_seed + rep`, so p_max levels
+//! share horizons and setback draws (common random numbers, §1.5).
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use super::engine::RaceRules;
+use super::prompt::{persona, PromptCondition};
+use super::rng::BASE_SEED;
+use super::scenario::GameSpec;
+use crate::backend::GenParams;
+use crate::scripted::TokenDist;
+
+/// Models per seat; a list shorter than N is cycled (one model = self-play).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lineup {
+    pub name: String,
+    pub seats: Vec<String>,
+}
+
+/// Persona ids per seat (cycled); empty = no persona sentence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PersonaCondition {
+    pub name: String,
+    #[serde(default)]
+    pub seats: Vec<String>,
+}
+
+fn default_reps() -> u32 {
+    10
+}
+fn default_seed() -> i64 {
+    BASE_SEED
+}
+fn default_n() -> Vec<usize> {
+    vec![2]
+}
+fn default_pmax() -> Vec<f64> {
+    vec![0.1, 0.6, 0.9]
+}
+fn default_retries() -> u32 {
+    3
+}
+fn default_temperature() -> f32 {
+    0.7
+}
+fn default_max_tokens() -> u32 {
+    32
+}
+fn default_true() -> bool {
+    true
+}
+fn default_phase() -> String {
+    "pilot".into()
+}
+fn default_personas() -> Vec<PersonaCondition> {
+    vec![PersonaCondition {
+        name: "none".into(),
+        seats: vec![],
+    }]
+}
+
+/// A race experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentConfig {
+    pub name: String,
+    #[serde(default = "default_reps")]
+    pub repetitions: u32,
+    #[serde(default = "default_seed")]
+    pub base_seed: i64,
+    #[serde(default = "default_pmax")]
+    pub p_max: Vec<f64>,
+    #[serde(default = "default_n")]
+    pub n_players: Vec<usize>,
+    pub lineups: Vec<Lineup>,
+    #[serde(default = "default_personas")]
+    pub personas: Vec<PersonaCondition>,
+    #[serde(default)]
+    pub prompt: PromptCondition,
+    #[serde(default = "default_retries")]
+    pub max_parse_retries: u32,
+    #[serde(default = "default_temperature")]
+    pub temperature: f32,
+    #[serde(default = "default_max_tokens")]
+    pub max_tokens: u32,
+    #[serde(default = "default_true")]
+    pub sampling_seed_applied: bool,
+    #[serde(default = "default_phase")]
+    pub run_phase: String,
+    /// Token counts of scripted answers.
+    #[serde(default)]
+    pub scripted_tokens: Option<TokenDist>,
+}
+
+impl ExperimentConfig {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading race config {}", path.display()))?;
+        let cfg: Self = toml::from_str(&text)
+            .with_context(|| format!("parsing race config {}", path.display()))?;
+        cfg.validate()
+            .with_context(|| format!("invalid race config {}", path.display()))?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.lineups.is_empty(),
+            "`lineups` must list at least one lineup"
+        );
+        for l in &self.lineups {
+            anyhow::ensure!(!l.seats.is_empty(), "lineup `{}` has no seats", l.name);
+        }
+        anyhow::ensure!(!self.p_max.is_empty(), "`p_max` must not be empty");
+        for &p in &self.p_max {
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&p),
+                "`p_max` values must lie in [0, 1], got {p}"
+            );
+        }
+        for &n in &self.n_players {
+            anyhow::ensure!(
+                (2..=5).contains(&n),
+                "`n_players` values must be 2..5, got {n}"
+            );
+        }
+        anyhow::ensure!(self.repetitions > 0, "`repetitions` must be at least 1");
+        for pc in &self.personas {
+            for id in &pc.seats {
+                persona(id).with_context(|| format!("persona condition `{}`", pc.name))?;
+            }
+        }
+        self.prompt.mapping(0).context("`prompt.codes`")?;
+        if let Some(s) = &self.prompt.skin {
+            super::prompt::skin(s).context("`prompt.skin`")?;
+        }
+        if let Some(t) = &self.scripted_tokens {
+            t.validate()
+                .map_err(|e| anyhow::anyhow!("`scripted_tokens`: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Every race of the experiment, in a fixed order.
+    pub fn games(&self) -> anyhow::Result<Vec<GameSpec>> {
+        let variant = self.prompt.variant();
+        let mut out = Vec::new();
+        for lineup in &self.lineups {
+            for pc in &self.personas {
+                for &n in &self.n_players {
+                    for &p in &self.p_max {
+                        for rep in 0..self.repetitions {
+                            let models: Vec<String> = (0..n)
+                                .map(|i| lineup.seats[i % lineup.seats.len()].clone())
+                                .collect();
+                            let personas = (0..n)
+                                .map(|i| {
+                                    if pc.seats.is_empty() {
+                                        Ok(None)
+                                    } else {
+                                        persona(&pc.seats[i % pc.seats.len()])
+                                    }
+                                })
+                                .collect::<anyhow::Result<Vec<_>>>()?;
+                            let mut game_id = format!(
+                                "n{n}__p{}__{}__{}",
+                                super::rules::fmt_num(p),
+                                lineup.name,
+                                pc.name
+                            );
+                            if !variant.is_empty() {
+                                game_id.push_str(&format!("__{variant}"));
+                            }
+                            game_id.push_str(&format!("__rep{rep:04}"));
+                            out.push(GameSpec {
+                                game_id,
+                                lineup: lineup.name.clone(),
+                                models,
+                                rules: RaceRules::new(n, p)?,
+                                rep,
+                                game_seed: self.base_seed + rep as i64,
+                                persona_condition: pc.name.clone(),
+                                personas,
+                                prompt: self.prompt.clone(),
+                                max_parse_retries: self.max_parse_retries,
+                                params: GenParams {
+                                    max_tokens: self.max_tokens,
+                                    temperature: self.temperature,
+                                    thinking: false,
+                                    ..Default::default()
+                                },
+                                sampling_seed_applied: self.sampling_seed_applied,
+                                run_phase: self.run_phase.clone(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,516 @@
+//! `joule race report` (issue item 6, spec §8): reads run folders and
+//! writes Unsafe rates with 95% Wilson intervals by p_max, N, lineup,
+//! persona band and position (Leader / Middle / Trailer before the round),
+//! with parse-failure and contamination counts beside every rate; the
+//! per-trajectory features (own action, opponent action and progress gap
+//! for rounds 1–5); and a plot of Unsafe rate by position and persona band.
+//! Behavioural rates use uncontaminated races only (§3.2).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use plotters::prelude::*;
+use serde::Serialize;
+
+use super::scenario::{Position, RaceRecord, TurnRecord};
+use crate::record::read_jsonl;
+
+/// z for a two-sided 95% interval.
+pub const Z95: f64 = 1.959964;
+
+/// Wilson score interval (§8): centre (p̂ + z²/2n)/(1 + z²/n), half-width
+/// z·√(p̂(1−p̂)/n + z²/4n²)/(1 + z²/n).
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (kf, nf) = (k as f64, n as f64);
+    let p = kf / nf;
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / nf;
+    let centre = (p + z2 / (2.0 * nf)) / denom;
+    let half = Z95 * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// Everything read from the run folders.
+pub struct RunData {
+    pub turns: Vec<TurnRecord>,
+    pub races: Vec<RaceRecord>,
+}
+
+pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
+    let mut turns = Vec::new();
+    let mut races = Vec::new();
+    for d in dirs {
+        let rp = d.join("races.jsonl");
+        let rs: Vec<RaceRecord> = read_jsonl(&rp)?
+            .into_iter()
+            .map(serde_json::from_value)
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("reading {}", rp.display()))?;
+        let done: BTreeSet<String> = rs.iter().map(|r| r.game_id.clone()).collect();
+        let tp = d.join("turns.jsonl");
+        for v in read_jsonl(&tp)? {
+            let t: TurnRecord = serde_json::from_value(v)
+                .with_context(|| format!("reading a turn in {}", tp.display()))?;
+            if done.contains(&t.game_id) {
+                turns.push(t);
+            }
+        }
+        races.extend(rs);
+    }
+    anyhow::ensure!(!races.is_empty(), "no finished races in {dirs:?}");
+    Ok(RunData { turns, races })
+}
+
+/// One row of a rate table.
+#[derive(Debug, Clone, Serialize)]
+pub struct RateRow {
+    pub table: String,
+    pub group: Vec<(String, String)>,
+    pub races: usize,
+    pub decisions: usize,
+    pub unsafe_count: usize,
+    pub unsafe_rate: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    /// Turns (all races) whose final attempt failed and fell back to SAFE.
+    pub parse_failures: usize,
+    /// Races in the cell excluded for any parse failure.
+    pub contaminated_races: usize,
+}
+
+fn band_order(b: &str) -> usize {
+    ["baseline", "placebo", "low", "mid", "high", "framing"]
+        .iter()
+        .position(|x| *x == b)
+        .unwrap_or(9)
+}
+
+fn pos_name(p: Position) -> &'static str {
+    match p {
+        Position::Leader => "Leader",
+        Position::Middle => "Middle",
+        Position::Trailer => "Trailer",
+    }
+}
+
+fn rate_table(
+    data: &RunData,
+    table: &str,
+    keys: &[&str],
+    key_of: impl Fn(&TurnRecord) -> Vec<String>,
+) -> Vec<RateRow> {
+    let contaminated: BTreeSet<&str> = data
+        .races
+        .iter()
+        .filter(|r| r.any_parse_failure)
+        .map(|r| r.game_id.as_str())
+        .collect();
+    #[derive(Default)]
+    struct Acc {
+        n: usize,
+        u: usize,
+        pf: usize,
+        races: BTreeSet<String>,
+        bad: BTreeSet<String>,
+    }
+    let mut cells: BTreeMap<Vec<String>, Acc> = BTreeMap::new();
+    for t in &data.turns {
+        let a = cells.entry(key_of(t)).or_default();
+        a.pf += t.parse_failed as usize;
+        if contaminated.contains(t.game_id.as_str()) {
+            a.bad.insert(t.game_id.clone());
+            continue;
+        }
+        a.n += 1;
+        a.u += t.unsafe_ as usize;
+        a.races.insert(t.game_id.clone());
+    }
+    cells
+        .into_iter()
+        .map(|(k, a)| {
+            let (lo, hi) = wilson(a.u, a.n);
+            RateRow {
+                table: table.into(),
+                group: keys.iter().map(|s| s.to_string()).zip(k).collect(),
+                races: a.races.len(),
+                decisions: a.n,
+                unsafe_count: a.u,
+                unsafe_rate: if a.n == 0 {
+                    0.0
+                } else {
+                    a.u as f64 / a.n as f64
+                },
+                ci_low: lo,
+                ci_high: hi,
+                parse_failures: a.pf,
+                contaminated_races: a.bad.len(),
+            }
+        })
+        .collect()
+}
+
+fn markdown(rows: &[RateRow], title: &str) -> String {
+    let mut out = format!("## {title}\n\n");
+    let Some(first) = rows.first() else {
+        return out + "(no decisions)\n\n";
+    };
+    let keys: Vec<&str> = first.group.iter().map(|(k, _)| k.as_str()).collect();
+    out.push_str(&format!(
+        "| {} | races | n | Unsafe | 95% CI | parse failures | contaminated races |\n",
+        keys.join(" | ")
+    ));
+    out.push_str(&format!(
+        "|{}---|---|---|---|---|---|---|\n",
+        "---|".repeat(keys.len())
+    ));
+    for r in rows {
+        let mark = if r.decisions < 20 { "†" } else { "" };
+        out.push_str(&format!(
+            "| {} | {} | {}{} | {:.1}% | {:.1}–{:.1}% | {} | {} |\n",
+            r.group
+                .iter()
+                .map(|(_, v)| v.as_str())
+                .collect::<Vec<_>>()
+                .join(" | "),
+            r.races,
+            r.decisions,
+            mark,
+            100.0 * r.unsafe_rate,
+            100.0 * r.ci_low,
+            100.0 * r.ci_high,
+            r.parse_failures,
+            r.contaminated_races
+        ));
+    }
+    out.push('\n');
+    out
+}
+
+/// Per-trajectory features: own action, opponent action (for N > 2 the
+/// share of co-players playing UNSAFE) and progress gap entering rounds 1–5.
+fn trajectories_csv(data: &RunData) -> String {
+    let mut by: BTreeMap<(String, usize), Vec<&TurnRecord>> = BTreeMap::new();
+    for t in &data.turns {
+        by.entry((t.game_id.clone(), t.player_index))
+            .or_default()
+            .push(t);
+    }
+    let contaminated: BTreeSet<&str> = data
+        .races
+        .iter()
+        .filter(|r| r.any_parse_failure)
+        .map(|r| r.game_id.as_str())
+        .collect();
+    let mut head = vec![
+        "game_id",
+        "lineup",
+        "model",
+        "n_players",
+        "max_private_risk",
+        "persona_condition",
+        "persona_band",
+        "rep",
+        "player_index",
+        "contaminated",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
+    for f in ["own", "opp", "gap"] {
+        for r in 1..=5 {
+            head.push(format!("{f}_{r}"));
+        }
+    }
+    let mut out = vec![head.join(",")];
+    for ((gid, seat), mut ts) in by {
+        ts.sort_by_key(|t| t.round);
+        let t0 = ts[0];
+        let mut row = vec![
+            gid.clone(),
+            t0.lineup.clone(),
+            t0.model.clone(),
+            t0.n_players.to_string(),
+            t0.max_private_risk.to_string(),
+            t0.persona_condition.clone(),
+            t0.persona_band.clone(),
+            t0.rep.to_string(),
+            seat.to_string(),
+            contaminated.contains(gid.as_str()).to_string(),
+        ];
+        let get = |r: usize| ts.iter().find(|t| t.round as usize == r);
+        for r in 1..=5 {
+            row.push(
+                get(r)
+                    .map(|t| (t.unsafe_ as u8).to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        for r in 1..=5 {
+            // The co-players' actions in round r are their own records.
+            let others: Vec<&TurnRecord> = data_round(&data.turns, &gid, r, seat);
+            row.push(if others.is_empty() {
+                String::new()
+            } else {
+                let u = others.iter().filter(|t| t.unsafe_).count() as f64;
+                super::rules::fmt_num(u / others.len() as f64)
+            });
+        }
+        for r in 1..=5 {
+            row.push(
+                get(r)
+                    .map(|t| super::rules::fmt_num(t.progress_gap_before))
+                    .unwrap_or_default(),
+            );
+        }
+        out.push(row.join(","));
+    }
+    out.join("\n") + "\n"
+}
+
+fn data_round<'a>(
+    turns: &'a [TurnRecord],
+    gid: &str,
+    round: usize,
+    seat: usize,
+) -> Vec<&'a TurnRecord> {
+    turns
+        .iter()
+        .filter(|t| t.game_id == gid && t.round as usize == round && t.player_index != seat)
+        .collect()
+}
+
+/// Grouped bars: Unsafe rate by position within each persona band, with
+/// Wilson intervals.
+fn plot(rows: &[RateRow], path: &Path, svg: bool) -> anyhow::Result<()> {
+    let mut bands: Vec<String> = rows.iter().map(|r| r.group[0].1.clone()).collect();
+    bands.sort_by_key(|b| (band_order(b), b.clone()));
+    bands.dedup();
+    let positions = ["Leader", "Middle", "Trailer"];
+    let colors = [
+        RGBColor(46, 125, 50),
+        RGBColor(249, 168, 37),
+        RGBColor(198, 40, 40),
+    ];
+    let draw = |root: DrawingArea<_, _>| -> anyhow::Result<()> {
+        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let nb = bands.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Unsafe rate by position and persona band (95% Wilson CI)",
+                ("sans-serif", 22),
+            )
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(-0.5f64..nb - 0.5, 0.0f64..1.05)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let bands_c = bands.clone();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(bands.len().max(1))
+            .x_label_formatter(&move |x| {
+                let i = x.round();
+                if (x - i).abs() < 1e-6 && i >= 0.0 {
+                    bands_c.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_desc("Unsafe rate")
+            .x_desc("persona band")
+            .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+            .label_style(("sans-serif", 15))
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        for (j, pos) in positions.iter().enumerate() {
+            let color = colors[j];
+            let mut bars = Vec::new();
+            let mut whiskers = Vec::new();
+            for (i, b) in bands.iter().enumerate() {
+                if let Some(r) = rows
+                    .iter()
+                    .find(|r| &r.group[0].1 == b && r.group[1].1 == *pos)
+                {
+                    if r.decisions == 0 {
+                        continue;
+                    }
+                    let x = i as f64 + (j as f64 - 1.0) * 0.27;
+                    bars.push(Rectangle::new(
+                        [(x - 0.12, 0.0), (x + 0.12, r.unsafe_rate)],
+                        color.filled(),
+                    ));
+                    whiskers.push(PathElement::new(
+                        vec![(x, r.ci_low), (x, r.ci_high)],
+                        BLACK.stroke_width(2),
+                    ));
+                }
+            }
+            chart
+                .draw_series(bars)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .label(*pos)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+            chart
+                .draw_series(whiskers)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        Ok(())
+    };
+    if svg {
+        draw(SVGBackend::new(path, (900, 520)).into_drawing_area())
+    } else {
+        draw(BitMapBackend::new(path, (900, 520)).into_drawing_area())
+    }
+    .with_context(|| format!("drawing {}", path.display()))
+}
+
+/// Write the report into `out` and return the Markdown text.
+pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
+    let data = load(dirs)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let n_races = data.races.len();
+    let bad = data.races.iter().filter(|r| r.any_parse_failure).count();
+    let pf: usize = data.turns.iter().filter(|t| t.parse_failed).count();
+    let retried: usize = data.turns.iter().filter(|t| t.retry_count > 0).count();
+    let mut md = format!(
+        "# AI race report\n\nRuns: {}\n\n{} races, {} decisions; {} races contaminated by a final parse failure \
+         (excluded from rates), {} final parse failures, {} decisions needed a retry. \
+         Rates are over uncontaminated races; † marks cells with n < 20.\n\n",
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        n_races,
+        data.turns.len(),
+        bad,
+        pf,
+        retried
+    );
+    let s = |x: &str| x.to_string();
+    let t_pmax = rate_table(&data, "by_pmax", &["p_max"], |t| {
+        vec![super::rules::fmt_num(t.max_private_risk)]
+    });
+    let t_n = rate_table(&data, "by_n", &["N"], |t| vec![t.n_players.to_string()]);
+    let t_lineup = rate_table(&data, "by_lineup_pmax", &["lineup", "N", "p_max"], |t| {
+        vec![
+            t.lineup.clone(),
+            t.n_players.to_string(),
+            super::rules::fmt_num(t.max_private_risk),
+        ]
+    });
+    let t_pos = rate_table(&data, "by_position", &["N", "position"], |t| {
+        vec![t.n_players.to_string(), s(pos_name(t.position))]
+    });
+    let mut t_band = rate_table(
+        &data,
+        "by_band_position",
+        &["persona band", "position"],
+        |t| vec![t.persona_band.clone(), s(pos_name(t.position))],
+    );
+    t_band.sort_by_key(|r| {
+        (
+            band_order(&r.group[0].1),
+            r.group[0].1.clone(),
+            r.group[1].1.clone(),
+        )
+    });
+    let t_model_band = rate_table(
+        &data,
+        "by_model_band_position",
+        &["model", "persona band", "position"],
+        |t| {
+            vec![
+                t.model.clone(),
+                t.persona_band.clone(),
+                s(pos_name(t.position)),
+            ]
+        },
+    );
+    md.push_str(&markdown(&t_pmax, "Unsafe rate by p_max"));
+    md.push_str(&markdown(&t_n, "Unsafe rate by number of players"));
+    md.push_str(&markdown(
+        &t_pos,
+        "Unsafe rate by position (Leader = top or tied for top, Trailer = strictly last)",
+    ));
+    md.push_str(&markdown(
+        &t_band,
+        "Unsafe rate by persona band and position",
+    ));
+    md.push_str(&markdown(&t_lineup, "Unsafe rate by lineup, N and p_max"));
+    md.push_str(&markdown(
+        &t_model_band,
+        "Unsafe rate by model, persona band and position",
+    ));
+    md.push_str("Files: `unsafe_rates.csv`, `trajectories.csv`, `unsafe_by_position.png`, `unsafe_by_position.svg`.\n");
+    let all: Vec<&RateRow> = [&t_pmax, &t_n, &t_pos, &t_band, &t_lineup, &t_model_band]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut csv = vec!["table,group,races,decisions,unsafe_count,unsafe_rate,ci_low,ci_high,parse_failures,contaminated_races".to_string()];
+    for r in all {
+        let g = r
+            .group
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(";");
+        csv.push(format!(
+            "{},\"{}\",{},{},{},{},{},{},{},{}",
+            r.table,
+            g,
+            r.races,
+            r.decisions,
+            r.unsafe_count,
+            r.unsafe_rate,
+            r.ci_low,
+            r.ci_high,
+            r.parse_failures,
+            r.contaminated_races
+        ));
+    }
+    std::fs::write(out.join("unsafe_rates.csv"), csv.join("\n") + "\n")
+        .with_context(|| format!("writing {}/unsafe_rates.csv", out.display()))?;
+    std::fs::write(out.join("trajectories.csv"), trajectories_csv(&data))
+        .with_context(|| format!("writing {}/trajectories.csv", out.display()))?;
+    plot(&t_band, &out.join("unsafe_by_position.png"), false)?;
+    plot(&t_band, &out.join("unsafe_by_position.svg"), true)?;
+    std::fs::write(out.join("report.md"), &md)
+        .with_context(|| format!("writing {}/report.md", out.display()))?;
+    Ok(md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wilson_matches_statsmodels() {
+        // statsmodels proportion_confint(count, nobs, method="wilson").
+        let (lo, hi) = wilson(288, 1460); // 19.7%: paper Table 5 first row 17.7–21.8%
+        assert!(
+            (lo - 0.1775).abs() < 5e-4 && (hi - 0.2181).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = wilson(0, 9); // 0.0–29.9%
+        assert_eq!(lo, 0.0);
+        assert!((hi - 0.2991).abs() < 5e-4, "{hi}");
+        let (lo, hi) = wilson(4, 4); // 51.0–100%
+        assert!(
+            (lo - 0.5101).abs() < 5e-4 && (hi - 1.0).abs() < 1e-12,
+            "{lo}"
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! Running race experiments (issue item 6): every pending race of a config
+//! is spawned on one [`Driver`], so all unfinished races advance one round
+//! per batch (lockstep, §3.3). Outputs in the run folder: `config.json`,
+//! `turns.jsonl` (one TurnRecord per seat per round), `races.jsonl` (one
+//! record per race), and after the run `races.csv`, `players.csv` and
+//! `run_manifest.json`. A sweep is resumable: races already in
+//! `races.jsonl` are skipped and turns of unfinished races are dropped.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::rc::Rc;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::agents::register_race_policies;
+use super::config::ExperimentConfig;
+use super::scenario::{play_race, RaceRecord, RaceSink};
+use crate::agency::Driver;
+use crate::backend::Backend;
+use crate::record::{read_jsonl, write_json_atomic, EventLog};
+use crate::scripted::{ScriptedBackend, TokenDist, SCRIPTED_PREFIX};
+
+/// What a run did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub total_races: usize,
+    pub skipped_races: usize,
+    pub played_races: usize,
+    pub contaminated_races: usize,
+    pub batches: usize,
+    pub largest_batch: usize,
+}
+
+/// A backend for the config's models. Scripted models are served here; the
+/// race itself only knows model keys, so LLM backends plug in unchanged.
+pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
+    let models: BTreeSet<&str> = cfg
+        .lineups
+        .iter()
+        .flat_map(|l| l.seats.iter().map(|s| s.as_str()))
+        .collect();
+    if let Some(m) = models.iter().find(|m| !m.starts_with(SCRIPTED_PREFIX)) {
+        anyhow::bail!(
+            "model `{m}` is not scripted; this build's race runner serves `scripted:<policy>` models \
+             (AS, AU, CS, CAS, random, sloppy)"
+        );
+    }
+    Ok(Box::new(scripted_backend(cfg.scripted_tokens.clone())))
+}
+
+/// The scripted backend with every race policy registered.
+pub fn scripted_backend(tokens: Option<TokenDist>) -> ScriptedBackend {
+    let mut b = ScriptedBackend::new(tokens.unwrap_or(TokenDist::Uniform { min: 3, max: 6 }));
+    register_race_policies(&mut b);
+    b
+}
+
+/// Ids of races already finished in `dir`.
+pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
+    let path = dir.join("races.jsonl");
+    if !path.exists() {
+        return Ok(BTreeSet::new());
+    }
+    Ok(read_jsonl(&path)?
+        .iter()
+        .filter_map(|v| v.get("game_id").and_then(|g| g.as_str()).map(String::from))
+        .collect())
+}
+
+/// Keep only the turns of finished races (drops a torn or partial race).
+fn prune_turns(dir: &Path, done: &BTreeSet<String>) -> anyhow::Result<()> {
+    let path = dir.join("turns.jsonl");
+    if !path.exists() {
+        return Ok(());
+    }
+    let kept: Vec<String> = read_jsonl(&path)?
+        .into_iter()
+        .filter(|v| {
+            v.get("game_id")
+                .and_then(|g| g.as_str())
+                .is_some_and(|g| done.contains(g))
+        })
+        .map(|v| serde_json::to_string(&v))
+        .collect::<Result<_, _>>()?;
+    let tmp = dir.join("turns.jsonl.tmp");
+    let mut text = kept.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
+
+/// Run (or resume) every race of `cfg` into `dir` on `backend`.
+pub fn run_experiment(
+    cfg: &ExperimentConfig,
+    dir: &Path,
+    resume: bool,
+    backend: &mut dyn Backend,
+) -> anyhow::Result<RunSummary> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let done = completed_games(dir)?;
+    if !done.is_empty() && !resume {
+        anyhow::bail!(
+            "{} already holds {} finished races; use `joule race sweep` or --resume to continue",
+            dir.display(),
+            done.len()
+        );
+    }
+    let cfg_path = dir.join("config.json");
+    if cfg_path.exists() && resume {
+        let old: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&cfg_path)
+                .with_context(|| format!("reading {}", cfg_path.display()))?,
+        )
+        .with_context(|| format!("parsing {}", cfg_path.display()))?;
+        anyhow::ensure!(
+            old == serde_json::to_value(cfg)?,
+            "{} was written by a different config; use a new output folder",
+            cfg_path.display()
+        );
+    }
+    write_json_atomic(&cfg_path, cfg)?;
+    prune_turns(dir, &done)?;
+    let games = cfg.games()?;
+    let total = games.len();
+    let pending: Vec<_> = games
+        .into_iter()
+        .filter(|g| !done.contains(&g.game_id))
+        .collect();
+    let played = pending.len();
+    let sink = Rc::new(RefCell::new(RaceSink {
+        turns: EventLog::append(dir.join("turns.jsonl"))?,
+        races: EventLog::append(dir.join("races.jsonl"))?,
+    }));
+    let mut driver = Driver::new();
+    for g in pending {
+        let sink = sink.clone();
+        driver.spawn(move |agency| play_race(agency, g, sink));
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+    let (mut calls, mut batches, mut largest_batch) = (0u64, 0usize, 0usize);
+    let results = driver.run(backend, |n| {
+        calls += n as u64;
+        batches += 1;
+        largest_batch = largest_batch.max(n);
+        bar.set_message(format!("{calls} model calls"));
+        bar.tick();
+    });
+    bar.finish_and_clear();
+    let mut contaminated = 0;
+    for r in results {
+        let rec: RaceRecord = r?;
+        contaminated += rec.any_parse_failure as usize;
+    }
+    write_tables(dir)?;
+    let summary = RunSummary {
+        total_races: total,
+        skipped_races: total - played,
+        played_races: played,
+        contaminated_races: contaminated,
+        batches,
+        largest_batch,
+    };
+    write_json_atomic(
+        dir.join("run_manifest.json"),
+        &serde_json::json!({
+            "name": cfg.name,
+            "status": "completed",
+            "backend": backend.name(),
+            "model_calls": calls,
+            "summary": summary,
+            "races": completed_games(dir)?.len(),
+            "seeds": {"base_seed": cfg.base_seed, "game_seed": "base_seed + rep",
+                       "horizon_stream": "17 (N=2) / 53 (N>2)", "setback_stream": "29 (N=2) / 61 (N>2)"},
+            "decoding": {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens,
+                          "sampling_seed_applied": cfg.sampling_seed_applied,
+                          "max_parse_retries": cfg.max_parse_retries},
+        }),
+    )?;
+    Ok(summary)
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Write `races.csv` (one row per race, per-seat columns) and `players.csv`
+/// (one row per seat) from `races.jsonl` (§3.4).
+pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
+    let races: Vec<RaceRecord> = read_jsonl(dir.join("races.jsonl"))?
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading race records in {}", dir.display()))?;
+    let max_n = races.iter().map(|r| r.n_players).max().unwrap_or(2);
+    let mut head = vec![
+        "game_id",
+        "lineup",
+        "n_players",
+        "max_private_risk",
+        "persona_condition",
+        "prompt_version",
+        "rep",
+        "game_seed",
+        "n_rounds",
+        "stop_forced",
+        "tie",
+        "winner",
+        "parse_failures",
+        "any_parse_failure",
+        "stop_draws",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
+    for i in 1..=max_n {
+        for f in [
+            "model",
+            "progress",
+            "stage_payoff",
+            "unsafe_count",
+            "unsafe_frequency",
+            "private_risk",
+            "prize",
+            "setback",
+            "final_payoff",
+        ] {
+            head.push(format!("p{i}_{f}"));
+        }
+    }
+    let mut rows = vec![head.join(",")];
+    let mut players = vec![[
+        "game_id",
+        "lineup",
+        "n_players",
+        "max_private_risk",
+        "persona_condition",
+        "rep",
+        "player_index",
+        "model",
+        "persona",
+        "outcome",
+        "progress",
+        "stage_payoff",
+        "unsafe_count",
+        "unsafe_frequency",
+        "private_risk",
+        "prize",
+        "setback_eligible",
+        "setback_draw",
+        "setback",
+        "final_payoff",
+        "any_parse_failure",
+    ]
+    .join(",")];
+    for r in &races {
+        let res = &r.result;
+        let mut row = vec![
+            csv_field(&r.game_id),
+            csv_field(&r.lineup),
+            r.n_players.to_string(),
+            r.max_private_risk.to_string(),
+            csv_field(&r.persona_condition),
+            csv_field(&r.prompt_version),
+            r.rep.to_string(),
+            r.game_seed.to_string(),
+            res.n_rounds.to_string(),
+            res.stop_forced.to_string(),
+            res.tie.to_string(),
+            res.winner.map(|w| (w + 1).to_string()).unwrap_or_default(),
+            r.parse_failures.to_string(),
+            r.any_parse_failure.to_string(),
+            csv_field(&serde_json::to_string(&res.stop_draws)?),
+        ];
+        for i in 0..max_n {
+            match res.seats.get(i) {
+                Some(s) => row.extend([
+                    csv_field(&r.models[i]),
+                    s.progress.to_string(),
+                    s.stage_payoff.to_string(),
+                    s.unsafe_count.to_string(),
+                    s.unsafe_frequency.to_string(),
+                    s.private_risk.to_string(),
+                    s.prize.to_string(),
+                    s.setback.to_string(),
+                    s.final_payoff.to_string(),
+                ]),
+                None => row.extend(std::iter::repeat(String::new()).take(9)),
+            }
+        }
+        rows.push(row.join(","));
+        for (i, s) in res.seats.iter().enumerate() {
+            players.push(
+                [
+                    csv_field(&r.game_id),
+                    csv_field(&r.lineup),
+                    r.n_players.to_string(),
+                    r.max_private_risk.to_string(),
+                    csv_field(&r.persona_condition),
+                    r.rep.to_string(),
+                    i.to_string(),
+                    csv_field(&r.models[i]),
+                    csv_field(&r.personas[i]),
+                    serde_json::to_value(s.outcome)?
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    s.progress.to_string(),
+                    s.stage_payoff.to_string(),
+                    s.unsafe_count.to_string(),
+                    s.unsafe_frequency.to_string(),
+                    s.private_risk.to_string(),
+                    s.prize.to_string(),
+                    s.setback_eligible.to_string(),
+                    s.setback_draw.to_string(),
+                    s.setback.to_string(),
+                    s.final_payoff.to_string(),
+                    r.any_parse_failure.to_string(),
+                ]
+                .join(","),
+            );
+        }
+    }
+    std::fs::write(dir.join("races.csv"), rows.join("\n") + "\n")
+        .with_context(|| format!("writing {}/races.csv", dir.display()))?;
+    std::fs::write(dir.join("players.csv"), players.join("\n") + "\n")
+        .with_context(|| format!("writing {}/players.csv", dir.display()))?;
+    Ok(())
+}
