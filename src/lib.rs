@@ -13,5 +13,6 @@ pub mod backend;
 pub mod cli;
 pub mod energy;
 pub mod energy_society;
+pub mod inference;
 pub mod record;
 pub mod scripted;
