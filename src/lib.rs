@@ -21,6 +21,7 @@ pub mod energy_society;
 pub mod nprand;
 pub mod inference;
 pub mod race;
+pub mod inference;
 pub mod record;
 pub mod report;
 pub mod scripted;

@@ -19,3 +19,7 @@ pub mod gguf_info;
 pub mod manifest;
 pub mod sources;
 pub mod wheel;
+//! Local inference: everything between a loaded model and a `ModelResponse`.
+//! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
+
+pub mod constrain;
