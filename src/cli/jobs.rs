@@ -26,10 +26,10 @@ pub struct JobsArgs {
     #[arg(long)]
     pub hub: bool,
     /// Hub repository of the data set (with --hub).
-    #[arg(long, default_value = HUB_REPO, requires = "hub")]
+    #[arg(long, default_value = HUB_REPO)]
     pub repo: String,
     /// Hub revision: branch, tag or commit (with --hub; default main).
-    #[arg(long, requires = "hub")]
+    #[arg(long)]
     pub revision: Option<String>,
     /// The run's seed (`numpy.random.default_rng(seed)`).
     #[arg(long)]
@@ -128,17 +128,6 @@ mod tests {
             Cli::try_parse_from(["joule", "jobs", "--seed", "1", "--hub", "--dataset", "x"])
                 .is_err()
         );
-        assert!(Cli::try_parse_from([
-            "joule",
-            "jobs",
-            "--seed",
-            "1",
-            "--dataset",
-            "x",
-            "--revision",
-            "r"
-        ])
-        .is_err());
         let a = args(&["--seed", "1", "--hub"]);
         assert!(a.hub && a.dataset.is_none());
         assert_eq!(a.repo, HUB_REPO);

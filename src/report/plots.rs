@@ -112,7 +112,7 @@ fn agent_label(id: &str, model: &str) -> String {
     format!("{id} ({model})")
 }
 
-fn str_at<'a>(row: &'a [Cell], i: usize) -> &'a str {
+fn str_at(row: &[Cell], i: usize) -> &str {
     match &row[i] {
         Cell::Str(s) => s,
         _ => "",

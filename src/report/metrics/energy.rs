@@ -74,7 +74,7 @@ pub fn energy_spent_per_phase(memory: &[MemRow]) -> Table {
     let fields: [fn(&MemRow) -> f64; 4] = [|m| m.vote, |m| m.decide, |m| m.act, |m| m.spent];
     let per_run: BTreeMap<_, [f64; 4]> = per_agent_run(memory)
         .into_iter()
-        .map(|(k, rows)| (k, fields.map(|f| kmean(rows.iter().map(|m| f(*m))))))
+        .map(|(k, rows)| (k, fields.map(|f| kmean(rows.iter().map(|m| f(m))))))
         .collect();
     let mut t = Table::new(&[
         "agent_id",

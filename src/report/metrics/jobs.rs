@@ -225,8 +225,8 @@ pub fn category_difficulty_attempts(memory: &[MemRow]) -> Table {
             m.run_id.clone(),
         ))
     });
-    let mut pooled: BTreeMap<(String, String, String, String), Vec<(String, i64)>> =
-        BTreeMap::new();
+    type Key = (String, String, String, String);
+    let mut pooled: BTreeMap<Key, Vec<(String, i64)>> = BTreeMap::new();
     for ((a, m, c, d, r), rows) in per_run {
         pooled
             .entry((a, m, c, d))

@@ -92,7 +92,8 @@ pub fn recommended_collisions(votes: &[VoteRow], mode: CollisionMode) -> Table {
         ))
     });
     // (run, voter, model) → (events, rounds with an event, excess agents)
-    let mut counts: BTreeMap<(String, String, String), (i64, Vec<i64>, i64)> = BTreeMap::new();
+    type Events = (i64, Vec<i64>, i64);
+    let mut counts: BTreeMap<(String, String, String), Events> = BTreeMap::new();
     for ((run, voter, model, round, _), rows) in per_job {
         let (n, voter_included) = match mode {
             CollisionMode::All => (nunique(rows.iter().map(|v| v.rec_agent.as_ref())), false),
@@ -408,8 +409,8 @@ pub fn recommendation_decision_follow_source(votes: &[VoteRow], memory: &[MemRow
         }
     }
     // (agent, model) → (run, round) → (own followed, other followed)
-    let mut decisions: BTreeMap<(&str, &str), BTreeMap<(&str, i64), (bool, bool)>> =
-        BTreeMap::new();
+    type PerRound<'a> = BTreeMap<(&'a str, i64), (bool, bool)>;
+    let mut decisions: BTreeMap<(&str, &str), PerRound> = BTreeMap::new();
     for m in memory {
         let d = decisions
             .entry((m.agent_id.as_str(), m.model_name.as_str()))
