@@ -8,9 +8,9 @@
 //! - [`record`]: append-only JSONL event logs and atomic JSON files.
 //! - [`nprand`]: a bit-exact port of numpy's seeding, PCG64 and the draws the job sampler uses.
 //! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
-//! - [`inference`]: tokenizers from GGUF metadata, chat templates, thinking-token accounting.
-//! - [`inference`]: GGUF models on candle: architectures, KV caches, sampling, generation.
-//! - [`inference`]: model manifests, model files and their sources, GGUF headers.
+//! - [`inference`]: local models on candle: manifests and sources, GGUF, tokenizers, chat
+//!   templates, architectures with per-agent KV caches, sampling, constrained JSON, generation.
+//! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
 
 pub mod agency;
@@ -18,10 +18,9 @@ pub mod backend;
 pub mod cli;
 pub mod energy;
 pub mod energy_society;
+pub mod inference;
 pub mod nprand;
-pub mod inference;
 pub mod race;
-pub mod inference;
 pub mod record;
 pub mod report;
 pub mod scripted;

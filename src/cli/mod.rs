@@ -2,19 +2,17 @@
 
 pub mod bench;
 pub mod generate;
+pub mod jobs;
 pub mod models;
 pub mod race;
-
-use clap::{Parser, Subcommand};
-
 pub mod replay;
+pub mod report;
 pub mod run;
 pub mod sweep;
-pub mod report;
 pub mod tokenize;
-use std::process::ExitCode;
 
-pub mod jobs;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -11,10 +11,16 @@ use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::runner::{backend_for, run_society};
 use crate::energy_society::society::SocietyResult;
 
+/// The embedded default experiment (`joule run` with no config).
+pub const DEFAULT_CONFIG: &str = include_str!("../../configs/energy-society/default-smollm2.toml");
+/// The name the embedded default goes by in errors and run folders.
+pub const DEFAULT_CONFIG_NAME: &str = "configs/energy-society/default-smollm2.toml";
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The experiment config (TOML).
-    pub config: PathBuf,
+    /// The experiment config (TOML). Without one, the embedded default runs: a
+    /// short competitive baseline backed by SmolLM2-135M-Instruct (fetched on first use).
+    pub config: Option<PathBuf>,
     /// Run folder (default: runs/<config name>/seed_<seed>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -27,20 +33,30 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = SocietyConfig::load(&args.config)?;
-    if let Some(dir) = args.config.parent() {
-        cfg.resolve_paths(dir);
-    }
+    let config_path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_NAME));
+    let mut cfg = match &args.config {
+        Some(path) => {
+            let mut cfg = SocietyConfig::load(path)?;
+            if let Some(dir) = path.parent() {
+                cfg.resolve_paths(dir);
+            }
+            cfg
+        }
+        None => SocietyConfig::from_toml_str(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME)?,
+    };
     if let Some(s) = args.seed {
         cfg.seed = s;
     }
     if let Some(r) = args.rounds {
         cfg.max_rounds = r;
-        cfg.validate(&args.config.display().to_string())?;
+        cfg.validate(&config_path.display().to_string())?;
     }
     let out = args.out.unwrap_or_else(|| {
         PathBuf::from("runs")
-            .join(SocietyConfig::folder_name(&args.config))
+            .join(SocietyConfig::folder_name(&config_path))
             .join(format!("seed_{}", cfg.seed))
     });
     let mut backend = backend_for(&cfg)?;

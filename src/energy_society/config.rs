@@ -148,6 +148,9 @@ pub struct SocietyConfig {
     pub scripted: ScriptedConfig,
     #[serde(default)]
     pub generation: GenParams,
+    /// How model-backed (non-scripted) agents run.
+    #[serde(default)]
+    pub llm: crate::inference::llm_backend::LlmConfig,
     pub roster: Vec<RosterEntry>,
 }
 
@@ -223,6 +226,7 @@ impl SocietyConfig {
             jobs: JobsConfig::Procedural,
             scripted: ScriptedConfig::default(),
             generation: GenParams::default(),
+            llm: Default::default(),
             roster: Self::paper_roster(policy),
         }
     }

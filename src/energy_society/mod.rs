@@ -20,8 +20,6 @@ pub mod layout;
 pub mod procedural;
 pub mod config;
 pub mod invoke;
-pub mod job;
-pub mod layout;
 pub mod listed_jobs;
 pub mod policies;
 pub mod prompts;

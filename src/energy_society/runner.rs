@@ -21,32 +21,34 @@ use super::society::{Society, SocietyResult};
 /// The job source a config names.
 pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
     match &cfg.jobs {
-        JobsConfig::Procedural => anyhow::bail!(
-            "jobs.source = \"procedural\": the procedural job source is not in this build yet"
-        ),
-        JobsConfig::Mmlu { path } => anyhow::bail!(
-            "jobs.source = \"mmlu\" (path {path}): the MMLU job source is not in this build yet"
-        ),
+        JobsConfig::Procedural => Ok(Box::new(super::procedural::ProceduralJobs::new(
+            cfg.seed,
+            cfg.difficulty,
+        ))),
+        JobsConfig::Mmlu { path } => {
+            let dataset = if path == "hub" {
+                super::dataset::Dataset::from_hub(super::dataset::HUB_REPO, None)?
+            } else {
+                super::dataset::Dataset::load_json(path)?
+            };
+            Ok(Box::new(super::draw::StratifiedDraw::new(
+                std::sync::Arc::new(dataset),
+                cfg.seed,
+                cfg.difficulty,
+            )))
+        }
     }
 }
 
-/// A backend for a roster made only of `scripted:` agents.
+/// The backend of a config: scripted policies for `scripted:<policy>` agents and,
+/// when the roster has model-backed agents, local models on candle (`[llm]`).
 pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
-    if let Some(a) = cfg
-        .roster
-        .iter()
-        .find(|a| !a.model.starts_with(SCRIPTED_PREFIX))
-    {
-        anyhow::bail!(
-            "roster agent `{}` uses model `{}`: only `scripted:<policy>` models can run in this build",
-            a.agent_id,
-            a.model
-        );
+    let scripted = scripted_backend(cfg.scripted.tokens.clone(), cfg.scripted.skill);
+    if cfg.roster.iter().all(|a| a.model.starts_with(SCRIPTED_PREFIX)) {
+        return Ok(Box::new(scripted));
     }
-    Ok(Box::new(scripted_backend(
-        cfg.scripted.tokens.clone(),
-        cfg.scripted.skill,
-    )))
+    let llm = cfg.llm.backend()?;
+    Ok(Box::new(crate::inference::llm_backend::MixedBackend { scripted, llm }))
 }
 
 /// Makes the job source of a config (normally [`job_source`]).

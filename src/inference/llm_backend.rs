@@ -1,0 +1,355 @@
+//! [`LlmBackend`]: the [`Backend`] that answers scenario requests with local
+//! GGUF models on candle. For each request it renders the chat template,
+//! tokenises, decodes (optionally constrained to the request's JSON schema),
+//! splits thinking from the answer and returns exact token counts.
+//!
+//! Models are loaded once per model key and shared; every agent keeps its own
+//! KV cache (keyed by model and agent id), so the longest common prefix of an
+//! agent's consecutive prompts is not recomputed. A batch is decoded together
+//! with [`generate_batch`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use candle_core::Device;
+
+use crate::backend::{
+    Backend, BackendError, ModelRequest, ModelResponse, ModelResult, OutputFormat,
+};
+use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
+use crate::inference::constrain::{JsonConstraint, ThinkThenJson, TokenVocab};
+use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
+use crate::inference::model::{load_model, KvCache, SharedModel};
+use crate::inference::thinking::{split_thinking, ThinkingMarkers};
+use crate::inference::tokenizer::Tokenizer;
+
+/// How structured (JSON) requests are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredMode {
+    /// Constrained decoding: the answer always matches the schema.
+    #[default]
+    Constrained,
+    /// Free text; the scenario parses it and retries (the reference's way).
+    Free,
+}
+
+/// Options of the LLM backend.
+#[derive(Debug, Clone)]
+pub struct LlmOptions {
+    pub structured: StructuredMode,
+    /// Count the end-of-generation token as generated (Ollama's eval_count does).
+    pub count_eos: bool,
+    /// Most thinking tokens before the close marker is forced (constrained mode).
+    pub max_thinking_tokens: Option<usize>,
+    /// Overrides model keys with a file path (e.g. every roster model → SmolLM2).
+    pub stand_in: Option<PathBuf>,
+}
+
+impl Default for LlmOptions {
+    fn default() -> Self {
+        Self { structured: StructuredMode::Constrained, count_eos: true, max_thinking_tokens: None, stand_in: None }
+    }
+}
+
+struct Loaded {
+    model: SharedModel,
+    tokenizer: Tokenizer,
+    template: ChatTemplate,
+    thinking: Option<(ThinkingSupport, ThinkingMarkers)>,
+    vocab: Arc<TokenVocab>,
+    mask_len: usize,
+    options: GenOptions,
+}
+
+/// Local models on candle behind the [`Backend`] interface.
+pub struct LlmBackend {
+    device: Device,
+    options: LlmOptions,
+    loaded: HashMap<String, Loaded>,
+    caches: HashMap<(String, String), KvCache>,
+}
+
+impl LlmBackend {
+    pub fn new(device: Device, options: LlmOptions) -> Self {
+        Self { device, options, loaded: HashMap::new(), caches: HashMap::new() }
+    }
+
+    fn load(&mut self, key: &str) -> anyhow::Result<()> {
+        if self.loaded.contains_key(key) {
+            return Ok(());
+        }
+        let path = match &self.options.stand_in {
+            Some(p) => p.clone(),
+            None => crate::inference::sources::resolve_model(key)
+                .with_context(|| format!("locating model `{key}`"))?,
+        };
+        let model = load_model(&path, &self.device)?;
+        let tokenizer = Tokenizer::for_model_file(&path)?;
+        let mut file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let content = candle_core::quantized::gguf_file::Content::read(&mut file)
+            .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file: {e}", path.display()))?;
+        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?
+            .ok_or_else(|| anyhow::anyhow!("{}: the GGUF file has no tokenizer.chat_template", path.display()))?;
+        let thinking = match template.thinking() {
+            Some(s) => ThinkingMarkers::resolve(&s, &tokenizer).ok().map(|m| (s, m)),
+            None => None,
+        };
+        let n = tokenizer.vocab_size();
+        let token_bytes: Vec<Vec<u8>> = (0..n as u32).map(|i| tokenizer.token_bytes(i).to_vec()).collect();
+        let eos_ids = tokenizer.eos_ids();
+        let special: Vec<u32> = (0..n as u32).filter(|&i| tokenizer.is_special(i) && !eos_ids.contains(&i)).collect();
+        let vocab = Arc::new(TokenVocab::new(token_bytes, eos_ids.clone(), special)?);
+        let mask_len = n.max(model.info().vocab_size);
+        let options = GenOptions {
+            eos_ids: tokenizer.eos_id().into_iter().collect(),
+            stop_ids: eos_ids.into_iter().filter(|&e| Some(e) != tokenizer.eos_id()).collect(),
+            count_eos: self.options.count_eos,
+            thinking: thinking.as_ref().map(|(s, m)| ThinkingDelims {
+                start: m.open,
+                end: m.close,
+                starts_inside: s.prompt_opens_block,
+            }),
+        };
+        self.loaded.insert(
+            key.to_string(),
+            Loaded { model, tokenizer, template, thinking, vocab, mask_len, options },
+        );
+        Ok(())
+    }
+
+    fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
+        let key = batch[0].model.clone();
+        self.load(&key)?;
+        let lm = &self.loaded[&key];
+        let start = Instant::now();
+
+        // Render and tokenise every request.
+        let mut prompts = Vec::with_capacity(batch.len());
+        let mut rendered = Vec::with_capacity(batch.len());
+        for r in batch {
+            let thinking = lm.thinking.as_ref().map(|_| r.params.thinking);
+            let text = lm.template.render(&r.messages, true, thinking)?;
+            prompts.push(lm.tokenizer.encode(&text, false, true)?);
+            rendered.push(text);
+        }
+
+        // Constraints (structured requests in constrained mode).
+        let mut constraints: Vec<Option<ThinkThenJson>> = Vec::with_capacity(batch.len());
+        for r in batch {
+            let c = match (&r.format, self.options.structured) {
+                (OutputFormat::Json { schema, .. }, StructuredMode::Constrained) => {
+                    let json = JsonConstraint::new(schema, lm.vocab.clone())?;
+                    Some(match &lm.thinking {
+                        Some((s, m)) if r.params.thinking => {
+                            let mut t = ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
+                                .with_open_think(m.open);
+                            let _ = s;
+                            t.reset();
+                            t
+                        }
+                        _ => {
+                            let close = lm.thinking.as_ref().map(|(_, m)| m.close).unwrap_or(0);
+                            let mut t = ThinkThenJson::new(json, close, None)?;
+                            t.skip_thinking();
+                            t
+                        }
+                    })
+                }
+                _ => None,
+            };
+            constraints.push(c);
+        }
+
+        // Per-agent caches; a second request of the same agent in one batch gets a fresh one.
+        let mut caches: Vec<KvCache> = Vec::with_capacity(batch.len());
+        let mut keys: Vec<Option<(String, String)>> = Vec::with_capacity(batch.len());
+        for r in batch {
+            let k = (key.clone(), r.agent_id.clone());
+            match self.caches.remove(&k) {
+                Some(c) => {
+                    caches.push(c);
+                    keys.push(Some(k));
+                }
+                None if keys.iter().any(|x| x.as_ref() == Some(&k)) => {
+                    caches.push(lm.model.new_cache());
+                    keys.push(None);
+                }
+                None => {
+                    caches.push(lm.model.new_cache());
+                    keys.push(Some(k));
+                }
+            }
+        }
+
+        let tokenizer = &lm.tokenizer;
+        let decode = |ids: &[u32]| tokenizer.decode(ids, false);
+        let mask_len = lm.mask_len;
+        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> = constraints
+            .into_iter()
+            .map(|c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
+                match c {
+                    None => Box::new(|_: &[u32]| Ok(None)),
+                    Some(mut c) => {
+                        let mut fed = 0usize;
+                        Box::new(move |generated: &[u32]| {
+                            while fed < generated.len() {
+                                c.advance(generated[fed])?;
+                                fed += 1;
+                            }
+                            let mut m = c.allowed_tokens()?.to_bools();
+                            m.resize(mask_len, false);
+                            Ok(Some(m))
+                        })
+                    }
+                }
+            })
+            .collect();
+
+        let mut seqs: Vec<GenSeq<'_>> = Vec::with_capacity(batch.len());
+        for ((r, (prompt, cache)), mask) in
+            batch.iter().zip(prompts.iter().zip(caches.iter_mut())).zip(masks.iter_mut())
+        {
+            seqs.push(GenSeq {
+                prompt,
+                cache,
+                params: &r.params,
+                options: &lm.options,
+                decode: Some(&decode),
+                mask: Some(mask.as_mut()),
+            });
+        }
+        let results = generate_batch(lm.model.as_ref(), &mut seqs);
+        drop(seqs);
+        let latency_ms = start.elapsed().as_secs_f64() * 1000.0 / batch.len() as f64;
+
+        let mut out = Vec::with_capacity(batch.len());
+        for (i, res) in results.into_iter().enumerate() {
+            let r = &batch[i];
+            out.push(match res {
+                Ok(g) => {
+                    let raw = tokenizer.decode(g.text_tokens(&lm.options), false);
+                    let (thinking, text) = match &lm.thinking {
+                        Some((s, _)) if r.params.thinking => {
+                            split_thinking(&raw, &s.open, &s.close, s.prompt_opens_block)
+                        }
+                        _ => (String::new(), raw),
+                    };
+                    let mut usage = g.usage();
+                    usage.prompt_tokens = prompts[i].len() as u32;
+                    Ok(ModelResponse {
+                        text,
+                        thinking,
+                        usage,
+                        finish: g.finish,
+                        rendered_prompt: Some(rendered[i].clone()),
+                        latency_ms,
+                    })
+                }
+                Err(e) => Err(BackendError { model: key.clone(), message: format!("{e:#}"), partial_usage: None }),
+            });
+        }
+        for (k, c) in keys.into_iter().zip(caches) {
+            if let Some(k) = k {
+                self.caches.insert(k, c);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Backend for LlmBackend {
+    fn name(&self) -> String {
+        format!("candle-{}", crate::inference::device::device_name(&self.device))
+    }
+
+    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        match self.batch(batch) {
+            Ok(v) => v,
+            Err(e) => batch
+                .iter()
+                .map(|r| Err(BackendError { model: r.model.clone(), message: format!("{e:#}"), partial_usage: None }))
+                .collect(),
+        }
+    }
+}
+
+/// Routes `scripted:` keys to a scripted backend and every other key to the
+/// LLM backend, so one roster can mix scripted and model-backed agents.
+pub struct MixedBackend {
+    pub scripted: crate::scripted::ScriptedBackend,
+    pub llm: LlmBackend,
+}
+
+impl Backend for MixedBackend {
+    fn name(&self) -> String {
+        format!("scripted+{}", self.llm.name())
+    }
+
+    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+        // The driver batches per model key, so a batch is all one kind.
+        match batch.first() {
+            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => self.scripted.generate(batch),
+            Some(_) => self.llm.generate(batch),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The `[llm]` section of an experiment config: how model-backed agents run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// `cpu`, `cuda[:N]` or `metal[:N]` (GPU ones need the matching cargo feature).
+    pub device: String,
+    /// Constrained JSON decoding, or free text parsed with retries.
+    pub structured: StructuredMode,
+    /// Count the end-of-generation token as generated (Ollama's eval_count does).
+    pub count_eos: bool,
+    /// Most thinking tokens before the close marker is forced (constrained mode).
+    pub max_thinking_tokens: Option<usize>,
+    /// Run every model-backed agent on this model (a manifest name or GGUF path)
+    /// instead of its own, keeping each agent's size S for the costs.
+    pub stand_in: Option<String>,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            device: "cpu".into(),
+            structured: StructuredMode::Constrained,
+            count_eos: true,
+            max_thinking_tokens: Some(512),
+            stand_in: None,
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Build the backend: resolves (and fetches if needed) the stand-in model.
+    pub fn backend(&self) -> anyhow::Result<LlmBackend> {
+        let device = crate::inference::device::select_device(&self.device)?;
+        let stand_in = match &self.stand_in {
+            Some(s) => Some(
+                crate::inference::sources::resolve_model(s)
+                    .with_context(|| format!("llm.stand_in = `{s}`"))?,
+            ),
+            None => None,
+        };
+        Ok(LlmBackend::new(
+            device,
+            LlmOptions {
+                structured: self.structured,
+                count_eos: self.count_eos,
+                max_thinking_tokens: self.max_thinking_tokens,
+                stand_in,
+            },
+        ))
+    }
+}
