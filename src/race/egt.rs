@@ -769,3 +769,32 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod appendix_a {
+    use super::*;
+
+    /// Appendix A (main regime, β = 2, μ = 0.02, Z = 100). Slow in debug
+    /// builds, so ignored by default: `cargo test --release appendix_a -- --ignored`.
+    #[test]
+    #[ignore = "slow full-chain solve (176,851 states)"]
+    fn full_chain_reproduces_the_paper_unsafe_rates() {
+        let params = PopulationParams {
+            z: 100,
+            beta: 2.0,
+            mu: 0.02,
+        };
+        for (p, want) in [(0.1, 0.991724), (0.6, 0.979971), (0.9, 0.018702)] {
+            let r = stationary_full(&matchup_table(p), params).unwrap();
+            eprintln!(
+                "p={p}: unsafe {} stationary {:?} residual {:e}",
+                r.unsafe_rate, r.stationary, r.residual
+            );
+            assert!(
+                (r.unsafe_rate - want).abs() < 1e-5,
+                "p={p}: {} vs {want}",
+                r.unsafe_rate
+            );
+        }
+    }
+}
