@@ -19,7 +19,7 @@ use super::engine::{score_terminal, Outcome, Race, RaceRules};
 use super::parser::clean_lines;
 use super::prompt::{render_prompt, seat_names, PromptCondition, SeatView, GOAL_MARKER};
 use super::rng::BASE_SEED;
-use super::rules::{fmt_num, stage_payoff_2p, step, Action, MIN_ROUNDS, PRIZE, STOP_PROBABILITY};
+use super::rules::{fmt_num, stage_payoff_2p, step, Action, MIN_ROUNDS, STOP_PROBABILITY};
 use crate::agency::Agency;
 use crate::backend::{ChatMessage, GenParams, ModelRequest};
 use crate::scripted::Policy;
@@ -395,7 +395,10 @@ pub fn score_response(text: &str, probe: &Probe) -> ProbeScore {
         lines
             .iter()
             .rev()
-            .find(|l| l.len() >= 7 && l[..7].eq_ignore_ascii_case("ANSWER:"))
+            .find(|l| {
+                l.get(..7)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("ANSWER:"))
+            })
             .and_then(|l| capture(l))
     };
     let (semantic_valid, semantic_correct) = match (&candidate, &probe.answer) {

@@ -283,99 +283,111 @@ fn data_round<'a>(
         .collect()
 }
 
-/// Grouped bars: Unsafe rate by position within each persona band, with
-/// Wilson intervals.
-fn plot(rows: &[RateRow], path: &Path, svg: bool) -> anyhow::Result<()> {
-    let mut bands: Vec<String> = rows.iter().map(|r| r.group[0].1.clone()).collect();
-    bands.sort_by_key(|b| (band_order(b), b.clone()));
-    bands.dedup();
+fn draw_chart<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    bands: &[String],
+    rows: &[RateRow],
+) -> anyhow::Result<()> {
     let positions = ["Leader", "Middle", "Trailer"];
     let colors = [
         RGBColor(46, 125, 50),
         RGBColor(249, 168, 37),
         RGBColor(198, 40, 40),
     ];
-    let draw = |root: DrawingArea<_, _>| -> anyhow::Result<()> {
-        root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let nb = bands.len().max(1) as f64;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                "Unsafe rate by position and persona band (95% Wilson CI)",
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(55)
-            .build_cartesian_2d(-0.5f64..nb - 0.5, 0.0f64..1.05)
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let bands_c = bands.clone();
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(bands.len().max(1))
-            .x_label_formatter(&move |x| {
-                let i = x.round();
-                if (x - i).abs() < 1e-6 && i >= 0.0 {
-                    bands_c.get(i as usize).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .y_desc("Unsafe rate")
-            .x_desc("persona band")
-            .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
-            .label_style(("sans-serif", 15))
-            .draw()
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        for (j, pos) in positions.iter().enumerate() {
-            let color = colors[j];
-            let mut bars = Vec::new();
-            let mut whiskers = Vec::new();
-            for (i, b) in bands.iter().enumerate() {
-                if let Some(r) = rows
-                    .iter()
-                    .find(|r| &r.group[0].1 == b && r.group[1].1 == *pos)
-                {
-                    if r.decisions == 0 {
-                        continue;
-                    }
-                    let x = i as f64 + (j as f64 - 1.0) * 0.27;
-                    bars.push(Rectangle::new(
-                        [(x - 0.12, 0.0), (x + 0.12, r.unsafe_rate)],
-                        color.filled(),
-                    ));
-                    whiskers.push(PathElement::new(
-                        vec![(x, r.ci_low), (x, r.ci_high)],
-                        BLACK.stroke_width(2),
-                    ));
-                }
+
+    root.fill(&WHITE).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let nb = bands.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Unsafe rate by position and persona band (95% Wilson CI)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(-0.5f64..nb - 0.5, 0.0f64..1.05)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let bands_c = bands.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(bands.len().max(1))
+        .x_label_formatter(&move |x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                bands_c.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
             }
-            chart
-                .draw_series(bars)
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?
-                .label(*pos)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
-            chart
-                .draw_series(whiskers)
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        })
+        .y_desc("Unsafe rate")
+        .x_desc("persona band")
+        .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    for (j, pos) in positions.iter().enumerate() {
+        let color = colors[j];
+        let mut bars = Vec::new();
+        let mut whiskers = Vec::new();
+        for (i, b) in bands.iter().enumerate() {
+            if let Some(r) = rows
+                .iter()
+                .find(|r| &r.group[0].1 == b && r.group[1].1 == *pos)
+            {
+                if r.decisions == 0 {
+                    continue;
+                }
+                let x = i as f64 + (j as f64 - 1.0) * 0.27;
+                bars.push(Rectangle::new(
+                    [(x - 0.12, 0.0), (x + 0.12, r.unsafe_rate)],
+                    color.filled(),
+                ));
+                whiskers.push(PathElement::new(
+                    vec![(x, r.ci_low), (x, r.ci_high)],
+                    BLACK.stroke_width(2),
+                ));
+            }
         }
         chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 15))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
+            .draw_series(bars)
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?
+            .label(*pos)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        chart
+            .draw_series(whiskers)
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        Ok(())
-    };
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    root.present().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    Ok(())
+}
+
+/// Grouped bars: Unsafe rate by position within each persona band, with
+/// Wilson intervals.
+fn plot(rows: &[RateRow], path: &Path, svg: bool) -> anyhow::Result<()> {
+    let mut bands: Vec<String> = rows.iter().map(|r| r.group[0].1.clone()).collect();
+    bands.sort_by_key(|b| (band_order(b), b.clone()));
+    bands.dedup();
     if svg {
-        draw(SVGBackend::new(path, (900, 520)).into_drawing_area())
+        draw_chart(
+            SVGBackend::new(path, (900, 520)).into_drawing_area(),
+            &bands,
+            rows,
+        )
     } else {
-        draw(BitMapBackend::new(path, (900, 520)).into_drawing_area())
+        draw_chart(
+            BitMapBackend::new(path, (900, 520)).into_drawing_area(),
+            &bands,
+            rows,
+        )
     }
     .with_context(|| format!("drawing {}", path.display()))
 }

@@ -120,7 +120,7 @@ pub fn fmt_g(x: f64) -> String {
         return format!("{x}");
     }
     let sci = format!("{x:.5e}");
-    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let (mant, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
     if !(-4..6).contains(&exp) {
         let mant = if mant.contains('.') {

@@ -112,13 +112,13 @@ pub fn run_experiment(
     }
     let cfg_path = dir.join("config.json");
     if cfg_path.exists() && resume {
-        let old: serde_json::Value = serde_json::from_str(
+        let old: ExperimentConfig = serde_json::from_str(
             &std::fs::read_to_string(&cfg_path)
                 .with_context(|| format!("reading {}", cfg_path.display()))?,
         )
         .with_context(|| format!("parsing {}", cfg_path.display()))?;
         anyhow::ensure!(
-            old == serde_json::to_value(cfg)?,
+            &old == cfg,
             "{} was written by a different config; use a new output folder",
             cfg_path.display()
         );
