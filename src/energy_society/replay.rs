@@ -442,6 +442,7 @@ pub fn config_of(run: &RunFolder) -> SocietyConfig {
         jobs: JobsConfig::Procedural,
         scripted: ScriptedConfig::default(),
         generation: Default::default(),
+        llm: Default::default(),
         roster: c
             .agents
             .iter()

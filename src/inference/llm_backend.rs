@@ -219,7 +219,7 @@ impl LlmBackend {
                 params: &r.params,
                 options: &lm.options,
                 decode: Some(&decode),
-                mask: Some(mask.as_mut()),
+                mask: Some(mask as &mut dyn crate::inference::generate::TokenMask),
             });
         }
         let results = generate_batch(lm.model.as_ref(), &mut seqs);

@@ -126,7 +126,7 @@ impl KvCache {
             .layers
             .get_mut(layer)
             .ok_or_else(|| candle_core::Error::Msg(format!("kv cache has no layer {layer}")))?;
-        let cap = slot.as_ref().map(|(kc, _)| kc.dim(1)).unwrap_or(0);
+        let cap = slot.as_ref().map(|(kc, _)| kc.dims()[1]).unwrap_or(0);
         if needed > cap {
             let new_cap = needed.max(cap * 2).max(64);
             let grow = |old: Option<&Tensor>| -> candle_core::Result<Tensor> {
