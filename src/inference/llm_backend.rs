@@ -65,6 +65,28 @@ struct Loaded {
     options: GenOptions,
 }
 
+/// The decoding constraint of one structured request.
+enum Constraint {
+    Json(JsonConstraint),
+    ThinkFirst(ThinkThenJson),
+}
+
+impl Constraint {
+    fn advance(&mut self, token: u32) -> anyhow::Result<()> {
+        match self {
+            Constraint::Json(c) => c.advance(token),
+            Constraint::ThinkFirst(c) => c.advance(token),
+        }
+    }
+
+    fn allowed(&mut self) -> anyhow::Result<crate::inference::constrain::TokenMask> {
+        match self {
+            Constraint::Json(c) => c.allowed_tokens(),
+            Constraint::ThinkFirst(c) => c.allowed_tokens(),
+        }
+    }
+}
+
 /// Local models on candle behind the [`Backend`] interface.
 pub struct LlmBackend {
     device: Device,
@@ -138,25 +160,17 @@ impl LlmBackend {
         }
 
         // Constraints (structured requests in constrained mode).
-        let mut constraints: Vec<Option<ThinkThenJson>> = Vec::with_capacity(batch.len());
+        let mut constraints: Vec<Option<Constraint>> = Vec::with_capacity(batch.len());
         for r in batch {
             let c = match (&r.format, self.options.structured) {
                 (OutputFormat::Json { schema, .. }, StructuredMode::Constrained) => {
                     let json = JsonConstraint::new(schema, lm.vocab.clone())?;
                     Some(match &lm.thinking {
-                        Some((s, m)) if r.params.thinking => {
-                            let mut t = ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
-                                .with_open_think(m.open);
-                            let _ = s;
-                            t.reset();
-                            t
-                        }
-                        _ => {
-                            let close = lm.thinking.as_ref().map(|(_, m)| m.close).unwrap_or(0);
-                            let mut t = ThinkThenJson::new(json, close, None)?;
-                            t.skip_thinking();
-                            t
-                        }
+                        Some((_, m)) if r.params.thinking => Constraint::ThinkFirst(
+                            ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
+                                .with_open_think(m.open),
+                        ),
+                        _ => Constraint::Json(json),
                     })
                 }
                 _ => None,
@@ -200,7 +214,7 @@ impl LlmBackend {
                                 c.advance(generated[fed])?;
                                 fed += 1;
                             }
-                            let mut m = c.allowed_tokens()?.to_bools();
+                            let mut m = c.allowed()?.to_bools();
                             m.resize(mask_len, false);
                             Ok(Some(m))
                         })
