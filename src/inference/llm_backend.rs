@@ -20,7 +20,7 @@ use crate::backend::{
     Backend, BackendError, ModelRequest, ModelResponse, ModelResult, OutputFormat,
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
-use crate::inference::constrain::{JsonConstraint, ThinkThenJson, TokenVocab};
+use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
 use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
 use crate::inference::model::{load_model, KvCache, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
@@ -47,11 +47,20 @@ pub struct LlmOptions {
     pub max_thinking_tokens: Option<usize>,
     /// Overrides model keys with a file path (e.g. every roster model → SmolLM2).
     pub stand_in: Option<PathBuf>,
+    /// Longest string (in characters) constrained decoding allows where the
+    /// schema sets no `maxLength`, so an answer completes within `max_tokens`.
+    pub max_string_chars: Option<usize>,
 }
 
 impl Default for LlmOptions {
     fn default() -> Self {
-        Self { structured: StructuredMode::Constrained, count_eos: true, max_thinking_tokens: None, stand_in: None }
+        Self {
+            structured: StructuredMode::Constrained,
+            count_eos: true,
+            max_thinking_tokens: None,
+            stand_in: None,
+            max_string_chars: Some(240),
+        }
     }
 }
 
@@ -97,7 +106,12 @@ pub struct LlmBackend {
 
 impl LlmBackend {
     pub fn new(device: Device, options: LlmOptions) -> Self {
-        Self { device, options, loaded: HashMap::new(), caches: HashMap::new() }
+        Self {
+            device,
+            options,
+            loaded: HashMap::new(),
+            caches: HashMap::new(),
+        }
     }
 
     fn load(&mut self, key: &str) -> anyhow::Result<()> {
@@ -111,24 +125,38 @@ impl LlmBackend {
         };
         let model = load_model(&path, &self.device)?;
         let tokenizer = Tokenizer::for_model_file(&path)?;
-        let mut file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let mut file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
         let content = candle_core::quantized::gguf_file::Content::read(&mut file)
             .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file: {e}", path.display()))?;
-        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?
-            .ok_or_else(|| anyhow::anyhow!("{}: the GGUF file has no tokenizer.chat_template", path.display()))?;
+        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: the GGUF file has no tokenizer.chat_template",
+                path.display()
+            )
+        })?;
         let thinking = match template.thinking() {
-            Some(s) => ThinkingMarkers::resolve(&s, &tokenizer).ok().map(|m| (s, m)),
+            Some(s) => ThinkingMarkers::resolve(&s, &tokenizer)
+                .ok()
+                .map(|m| (s, m)),
             None => None,
         };
         let n = tokenizer.vocab_size();
-        let token_bytes: Vec<Vec<u8>> = (0..n as u32).map(|i| tokenizer.token_bytes(i).to_vec()).collect();
+        let token_bytes: Vec<Vec<u8>> = (0..n as u32)
+            .map(|i| tokenizer.token_bytes(i).to_vec())
+            .collect();
         let eos_ids = tokenizer.eos_ids();
-        let special: Vec<u32> = (0..n as u32).filter(|&i| tokenizer.is_special(i) && !eos_ids.contains(&i)).collect();
+        let special: Vec<u32> = (0..n as u32)
+            .filter(|&i| tokenizer.is_special(i) && !eos_ids.contains(&i))
+            .collect();
         let vocab = Arc::new(TokenVocab::new(token_bytes, eos_ids.clone(), special)?);
         let mask_len = n.max(model.info().vocab_size);
         let options = GenOptions {
             eos_ids: tokenizer.eos_id().into_iter().collect(),
-            stop_ids: eos_ids.into_iter().filter(|&e| Some(e) != tokenizer.eos_id()).collect(),
+            stop_ids: eos_ids
+                .into_iter()
+                .filter(|&e| Some(e) != tokenizer.eos_id())
+                .collect(),
             count_eos: self.options.count_eos,
             thinking: thinking.as_ref().map(|(s, m)| ThinkingDelims {
                 start: m.open,
@@ -138,7 +166,15 @@ impl LlmBackend {
         };
         self.loaded.insert(
             key.to_string(),
-            Loaded { model, tokenizer, template, thinking, vocab, mask_len, options },
+            Loaded {
+                model,
+                tokenizer,
+                template,
+                thinking,
+                vocab,
+                mask_len,
+                options,
+            },
         );
         Ok(())
     }
@@ -164,7 +200,11 @@ impl LlmBackend {
         for r in batch {
             let c = match (&r.format, self.options.structured) {
                 (OutputFormat::Json { schema, .. }, StructuredMode::Constrained) => {
-                    let json = JsonConstraint::new(schema, lm.vocab.clone())?;
+                    let style = JsonStyle {
+                        default_max_string_len: self.options.max_string_chars,
+                        ..JsonStyle::default()
+                    };
+                    let json = JsonConstraint::with_style(schema, lm.vocab.clone(), &style)?;
                     Some(match &lm.thinking {
                         Some((_, m)) if r.params.thinking => Constraint::ThinkFirst(
                             ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
@@ -202,30 +242,35 @@ impl LlmBackend {
         let tokenizer = &lm.tokenizer;
         let decode = |ids: &[u32]| tokenizer.decode(ids, false);
         let mask_len = lm.mask_len;
-        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> = constraints
-            .into_iter()
-            .map(|c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
-                match c {
-                    None => Box::new(|_: &[u32]| Ok(None)),
-                    Some(mut c) => {
-                        let mut fed = 0usize;
-                        Box::new(move |generated: &[u32]| {
-                            while fed < generated.len() {
-                                c.advance(generated[fed])?;
-                                fed += 1;
+        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> =
+            constraints
+                .into_iter()
+                .map(
+                    |c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
+                        match c {
+                            None => Box::new(|_: &[u32]| Ok(None)),
+                            Some(mut c) => {
+                                let mut fed = 0usize;
+                                Box::new(move |generated: &[u32]| {
+                                    while fed < generated.len() {
+                                        c.advance(generated[fed])?;
+                                        fed += 1;
+                                    }
+                                    let mut m = c.allowed()?.to_bools();
+                                    m.resize(mask_len, false);
+                                    Ok(Some(m))
+                                })
                             }
-                            let mut m = c.allowed()?.to_bools();
-                            m.resize(mask_len, false);
-                            Ok(Some(m))
-                        })
-                    }
-                }
-            })
-            .collect();
+                        }
+                    },
+                )
+                .collect();
 
         let mut seqs: Vec<GenSeq<'_>> = Vec::with_capacity(batch.len());
-        for ((r, (prompt, cache)), mask) in
-            batch.iter().zip(prompts.iter().zip(caches.iter_mut())).zip(masks.iter_mut())
+        for ((r, (prompt, cache)), mask) in batch
+            .iter()
+            .zip(prompts.iter().zip(caches.iter_mut()))
+            .zip(masks.iter_mut())
         {
             seqs.push(GenSeq {
                 prompt,
@@ -263,7 +308,11 @@ impl LlmBackend {
                         latency_ms,
                     })
                 }
-                Err(e) => Err(BackendError { model: key.clone(), message: format!("{e:#}"), partial_usage: None }),
+                Err(e) => Err(BackendError {
+                    model: key.clone(),
+                    message: format!("{e:#}"),
+                    partial_usage: None,
+                }),
             });
         }
         for (k, c) in keys.into_iter().zip(caches) {
@@ -277,7 +326,10 @@ impl LlmBackend {
 
 impl Backend for LlmBackend {
     fn name(&self) -> String {
-        format!("candle-{}", crate::inference::device::device_name(&self.device))
+        format!(
+            "candle-{}",
+            crate::inference::device::device_name(&self.device)
+        )
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -288,7 +340,13 @@ impl Backend for LlmBackend {
             Ok(v) => v,
             Err(e) => batch
                 .iter()
-                .map(|r| Err(BackendError { model: r.model.clone(), message: format!("{e:#}"), partial_usage: None }))
+                .map(|r| {
+                    Err(BackendError {
+                        model: r.model.clone(),
+                        message: format!("{e:#}"),
+                        partial_usage: None,
+                    })
+                })
                 .collect(),
         }
     }
@@ -309,7 +367,9 @@ impl Backend for MixedBackend {
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
         // The driver batches per model key, so a batch is all one kind.
         match batch.first() {
-            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => self.scripted.generate(batch),
+            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => {
+                self.scripted.generate(batch)
+            }
             Some(_) => self.llm.generate(batch),
             None => Vec::new(),
         }
@@ -331,6 +391,8 @@ pub struct LlmConfig {
     /// Run every model-backed agent on this model (a manifest name or GGUF path)
     /// instead of its own, keeping each agent's size S for the costs.
     pub stand_in: Option<String>,
+    /// Longest string constrained decoding allows where the schema sets no maxLength.
+    pub max_string_chars: Option<usize>,
 }
 
 impl Default for LlmConfig {
@@ -341,6 +403,7 @@ impl Default for LlmConfig {
             count_eos: true,
             max_thinking_tokens: Some(512),
             stand_in: None,
+            max_string_chars: Some(240),
         }
     }
 }
@@ -363,6 +426,7 @@ impl LlmConfig {
                 count_eos: self.count_eos,
                 max_thinking_tokens: self.max_thinking_tokens,
                 stand_in,
+                max_string_chars: self.max_string_chars,
             },
         ))
     }

@@ -1,0 +1,119 @@
+//! End to end with a real model: a short Energy Society round backed by
+//! SmolLM2-135M-Instruct on candle (CPU), checking that every model call is
+//! charged exactly `round(T · k · S^α, 2)` from the engine's own token count,
+//! that constrained decoding gives answers that parse, and that the run folder
+//! holds the full records.
+//!
+//! The model is obtained the way a user obtains it (`scripts/fetch-default-model.sh`,
+//! which `.ci/run` calls first). Under CI a missing model fails the test; elsewhere
+//! the test says it was skipped.
+
+use joule::energy::CostModel;
+use joule::energy_society::config::SocietyConfig;
+use joule::energy_society::runner::{backend_for, run_society};
+use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
+use joule::inference::sources::Sources;
+
+const CONFIG: &str = r#"
+name = "e2e-smollm2"
+mode = "faithful"
+objective = "comp"
+use_votes = false
+max_rounds = 1
+seed = 7
+max_calls = 1
+
+[difficulty]
+easy = 1
+medium = 1
+hard = 0
+
+[jobs]
+source = "procedural"
+
+[generation]
+max_tokens = 120
+temperature = 0.0
+thinking = false
+
+[llm]
+device = "cpu"
+structured = "constrained"
+stand_in = "__MODEL__"
+max_string_chars = 60
+
+[[roster]]
+agent_id = "agent_1"
+model = "qwen3-8b"
+model_name = "qwen3:8b"
+size = 8
+init_energy = 1500.0
+
+[[roster]]
+agent_id = "agent_2"
+model = "scripted:easiest"
+model_name = "scripted"
+size = 4
+init_energy = 1500.0
+"#;
+
+#[test]
+fn smollm2_society_round_charges_exactly_the_counted_tokens() {
+    let catalog = Catalog::embedded().expect("embedded manifests");
+    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
+    let Some(found) = Sources::from_env().find_cached(manifest) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first");
+        }
+        eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
+        return;
+    };
+    let text = CONFIG.replace("__MODEL__", &found.path.display().to_string());
+    let cfg = SocietyConfig::from_toml_str(&text, "e2e.toml").expect("config");
+    let mut backend = backend_for(&cfg).expect("backend");
+    let dir = tempfile::tempdir().unwrap();
+    let result = run_society(cfg, backend.as_mut(), Some(dir.path()), |_| {}).expect("run");
+    assert_eq!(result.rounds_played, 1);
+
+    // Every LLM invocation: charge = round(tokens * c, 2), tokens > 0, and the
+    // decision parsed (constrained decoding never gives a format error).
+    let events = joule::record::read_jsonl(dir.path().join("events.jsonl")).unwrap();
+    let c = CostModel {
+        k: 0.015,
+        alpha: 0.5,
+    };
+    let mut llm_calls = 0;
+    for e in events
+        .iter()
+        .filter(|e| e["event"] == "invocation" && e["agent"] == "agent_1")
+    {
+        llm_calls += 1;
+        let tokens = e["tokens"].as_u64().expect("token count");
+        assert!(tokens > 0, "no tokens counted: {e}");
+        let spent = e["spent"].as_f64().unwrap();
+        assert_eq!(
+            spent,
+            c.charge(tokens, 8.0),
+            "charge of {tokens} tokens at S=8"
+        );
+        let before = e["energy_before"].as_f64().unwrap();
+        let after = e["energy_after"].as_f64().unwrap();
+        assert_eq!(after, (before - spent).max(0.0));
+        assert_eq!(e["fallback"], false, "constrained output must parse: {e}");
+        let call = &e["calls"][0];
+        assert!(
+            call.to_string().contains("<|im_start|>"),
+            "rendered prompt recorded: {call}"
+        );
+    }
+    assert!(llm_calls >= 1, "the LLM agent made no call");
+    for f in [
+        "agents.json",
+        "config.json",
+        "token_usage.json",
+        "transcript.json",
+        "config.resolved.toml",
+    ] {
+        assert!(dir.path().join(f).exists(), "{f} written");
+    }
+}
