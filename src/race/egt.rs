@@ -554,10 +554,10 @@ fn favoured_state(table: &MatchupTable, params: PopulationParams, states: &[[usi
 
 /// Solve πQ = 0, Σπ = 1 for the generator with off-diagonal `trans`:
 /// A = Qᵀ with row `pin` replaced by π_pin = 1, solved by restarted GMRES
-/// right-preconditioned with ILU(k). The pin should be a likely state (a
-/// rare one makes x huge and the relative residual hard to reach); if the
-/// solution shows a state more than 10³ times likelier, the solve is
-/// repeated pinned there, starting from the rescaled first solution.
+/// right-preconditioned with ILU(k). A rare pin makes x huge and puts a
+/// rounding floor under the relative residual, so a coarse first pass
+/// finds the likeliest state and a second pass, pinned there and started
+/// from the rescaled first solution, solves to 1e-14.
 /// Returns π (normalised) and the relative residual ‖b − Ax‖/‖b‖.
 fn solve_stationary(
     n: usize,
@@ -586,13 +586,17 @@ fn solve_stationary(
         let mut b = vec![0.0; n];
         b[pin] = 1.0;
         let pre = Ilu::new(&a, ILU_LEVEL)?;
-        let residual = gmres(&a, &pre, &b, &mut x, 1e-14, 60, 200);
-        let (best, &xmax) = x
-            .iter()
-            .enumerate()
-            .max_by(|p, q| p.1.total_cmp(q.1))
-            .expect("n > 0");
-        if pass == 0 && best != pin && xmax > 1e3 * x[pin] {
+        // Pass 0 is coarse (a rare pin leaves a rounding floor on the
+        // residual); pass 1 refines pinned at the likeliest state found.
+        let tol = if pass == 0 { 1e-8 } else { 1e-14 };
+        let max_outer = if pass == 0 { 20 } else { 200 };
+        let residual = gmres(&a, &pre, &b, &mut x, tol, 60, max_outer);
+        if pass == 0 {
+            let (best, &xmax) = x
+                .iter()
+                .enumerate()
+                .max_by(|p, q| p.1.total_cmp(q.1))
+                .expect("n > 0");
             x.iter_mut().for_each(|v| *v /= xmax);
             pin = best;
             continue;
@@ -959,27 +963,23 @@ mod appendix_a {
         }
     }
 
-    /// Appendix A at p = 0.6 and 0.9 (both regimes) and the paper's 98.0%
-    /// and 1.9%. About a second per cell in release; ignored in debug
-    /// builds, where the solve is an order of magnitude slower.
+    /// Appendix A, main regime (μ = 0.02), and the paper's Unsafe rates
+    /// 99.2%, 98.0% and 1.9%. A few seconds per cell in release; ignored in
+    /// debug builds, where the solve is an order of magnitude slower.
     #[test]
     #[cfg_attr(debug_assertions, ignore = "release-speed test (cargo test --release)")]
-    fn full_chain_reproduces_appendix_a_at_p_0_6_and_0_9() {
-        for mu in [0.02, 0.01] {
-            for p in [0.6, 0.9] {
-                check_cell(mu, p);
-            }
+    fn full_chain_reproduces_appendix_a_and_the_paper_main_regime() {
+        for p in [0.1, 0.6, 0.9] {
+            check_cell(0.02, p);
         }
     }
 
-    /// Appendix A at p = 0.1 and the paper's 99.2%. AU and CAS are neutral
-    /// against each other there (§9.10), and the near-neutral AU ↔ CAS
-    /// mode makes GMRES converge slowly: minutes even in release.
+    /// Appendix A, Fig S5 regime (μ = 1/Z = 0.01).
     #[test]
-    #[ignore = "slow: minutes in release (near-neutral AU/CAS mode at p = 0.1)"]
-    fn full_chain_reproduces_appendix_a_at_p_0_1() {
-        for mu in [0.02, 0.01] {
-            check_cell(mu, 0.1);
+    #[cfg_attr(debug_assertions, ignore = "release-speed test (cargo test --release)")]
+    fn full_chain_reproduces_appendix_a_fig_s5_regime() {
+        for p in [0.1, 0.6, 0.9] {
+            check_cell(0.01, p);
         }
     }
 }
