@@ -77,6 +77,11 @@ impl ChatTemplate {
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", tojson_filter);
+        // Python's jinja2: `none is iterable` is false (minijinja says true, and
+        // then `none | length` fails, e.g. in Nemotron's `tools` check).
+        env.add_test("iterable", |v: minijinja::Value| {
+            !v.is_none() && !v.is_undefined() && v.try_iter().is_ok()
+        });
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())

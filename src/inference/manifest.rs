@@ -797,7 +797,7 @@ tag = "mini:1b"
         let e = err(&text);
         assert!(
             e.starts_with(
-                "/m/mini.toml: line 7, column 1: unknown key `size_bn`, expected one of `name`"
+                "/m/mini.toml: line 6, column 1: unknown key `size_bn`, expected one of `name`"
             ),
             "{e}"
         );

@@ -98,6 +98,9 @@ pub struct ExperimentConfig {
     /// Token counts of scripted answers.
     #[serde(default)]
     pub scripted_tokens: Option<TokenDist>,
+    /// How model-backed seats run (device, stand-in model); see `[llm]` in README.
+    #[serde(default)]
+    pub llm: crate::inference::llm_backend::LlmConfig,
 }
 
 impl ExperimentConfig {

@@ -33,21 +33,23 @@ pub struct RunSummary {
     pub largest_batch: usize,
 }
 
-/// A backend for the config's models. Scripted models are served here; the
-/// race itself only knows model keys, so LLM backends plug in unchanged.
+/// A backend for the config's models: scripted policies for `scripted:<policy>`
+/// seats and, when a lineup names a model, local models on candle (`[llm]`).
 pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
     let models: BTreeSet<&str> = cfg
         .lineups
         .iter()
         .flat_map(|l| l.seats.iter().map(|s| s.as_str()))
         .collect();
-    if let Some(m) = models.iter().find(|m| !m.starts_with(SCRIPTED_PREFIX)) {
-        anyhow::bail!(
-            "model `{m}` is not scripted; this build's race runner serves `scripted:<policy>` models \
-             (AS, AU, CS, CAS, random, sloppy)"
-        );
+    let scripted = scripted_backend(cfg.scripted_tokens.clone());
+    if models.iter().all(|m| m.starts_with(SCRIPTED_PREFIX)) {
+        return Ok(Box::new(scripted));
     }
-    Ok(Box::new(scripted_backend(cfg.scripted_tokens.clone())))
+    let llm = cfg.llm.backend()?;
+    Ok(Box::new(crate::inference::llm_backend::MixedBackend {
+        scripted,
+        llm,
+    }))
 }
 
 /// The scripted backend with every race policy registered.

@@ -233,6 +233,7 @@ fn spec(models: &[&str], p: f64, rep: u32) -> super::scenario::GameSpec {
         sampling_seed_applied: true,
         run_phase: "pilot".into(),
         scripted_tokens: None,
+        llm: Default::default(),
     };
     cfg.games().unwrap().pop().unwrap()
 }
