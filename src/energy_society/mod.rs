@@ -13,15 +13,15 @@
 //! - [`replay`]: re-run a reference run through the engine and compare.
 //! - [`layout`]: the reference run-folder files.
 
+pub mod config;
 pub mod dataset;
 pub mod draw;
+pub mod invoke;
 pub mod job;
 pub mod layout;
-pub mod procedural;
-pub mod config;
-pub mod invoke;
 pub mod listed_jobs;
 pub mod policies;
+pub mod procedural;
 pub mod prompts;
 pub mod recorder;
 pub mod replay;

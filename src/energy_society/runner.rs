@@ -44,11 +44,18 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
 /// when the roster has model-backed agents, local models on candle (`[llm]`).
 pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
     let scripted = scripted_backend(cfg.scripted.tokens.clone(), cfg.scripted.skill);
-    if cfg.roster.iter().all(|a| a.model.starts_with(SCRIPTED_PREFIX)) {
+    if cfg
+        .roster
+        .iter()
+        .all(|a| a.model.starts_with(SCRIPTED_PREFIX))
+    {
         return Ok(Box::new(scripted));
     }
     let llm = cfg.llm.backend()?;
-    Ok(Box::new(crate::inference::llm_backend::MixedBackend { scripted, llm }))
+    Ok(Box::new(crate::inference::llm_backend::MixedBackend {
+        scripted,
+        llm,
+    }))
 }
 
 /// Makes the job source of a config (normally [`job_source`]).

@@ -51,7 +51,12 @@ pub struct LlmOptions {
 
 impl Default for LlmOptions {
     fn default() -> Self {
-        Self { structured: StructuredMode::Constrained, count_eos: true, max_thinking_tokens: None, stand_in: None }
+        Self {
+            structured: StructuredMode::Constrained,
+            count_eos: true,
+            max_thinking_tokens: None,
+            stand_in: None,
+        }
     }
 }
 
@@ -75,7 +80,12 @@ pub struct LlmBackend {
 
 impl LlmBackend {
     pub fn new(device: Device, options: LlmOptions) -> Self {
-        Self { device, options, loaded: HashMap::new(), caches: HashMap::new() }
+        Self {
+            device,
+            options,
+            loaded: HashMap::new(),
+            caches: HashMap::new(),
+        }
     }
 
     fn load(&mut self, key: &str) -> anyhow::Result<()> {
@@ -89,24 +99,38 @@ impl LlmBackend {
         };
         let model = load_model(&path, &self.device)?;
         let tokenizer = Tokenizer::for_model_file(&path)?;
-        let mut file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let mut file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
         let content = candle_core::quantized::gguf_file::Content::read(&mut file)
             .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file: {e}", path.display()))?;
-        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?
-            .ok_or_else(|| anyhow::anyhow!("{}: the GGUF file has no tokenizer.chat_template", path.display()))?;
+        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: the GGUF file has no tokenizer.chat_template",
+                path.display()
+            )
+        })?;
         let thinking = match template.thinking() {
-            Some(s) => ThinkingMarkers::resolve(&s, &tokenizer).ok().map(|m| (s, m)),
+            Some(s) => ThinkingMarkers::resolve(&s, &tokenizer)
+                .ok()
+                .map(|m| (s, m)),
             None => None,
         };
         let n = tokenizer.vocab_size();
-        let token_bytes: Vec<Vec<u8>> = (0..n as u32).map(|i| tokenizer.token_bytes(i).to_vec()).collect();
+        let token_bytes: Vec<Vec<u8>> = (0..n as u32)
+            .map(|i| tokenizer.token_bytes(i).to_vec())
+            .collect();
         let eos_ids = tokenizer.eos_ids();
-        let special: Vec<u32> = (0..n as u32).filter(|&i| tokenizer.is_special(i) && !eos_ids.contains(&i)).collect();
+        let special: Vec<u32> = (0..n as u32)
+            .filter(|&i| tokenizer.is_special(i) && !eos_ids.contains(&i))
+            .collect();
         let vocab = Arc::new(TokenVocab::new(token_bytes, eos_ids.clone(), special)?);
         let mask_len = n.max(model.info().vocab_size);
         let options = GenOptions {
             eos_ids: tokenizer.eos_id().into_iter().collect(),
-            stop_ids: eos_ids.into_iter().filter(|&e| Some(e) != tokenizer.eos_id()).collect(),
+            stop_ids: eos_ids
+                .into_iter()
+                .filter(|&e| Some(e) != tokenizer.eos_id())
+                .collect(),
             count_eos: self.options.count_eos,
             thinking: thinking.as_ref().map(|(s, m)| ThinkingDelims {
                 start: m.open,
@@ -116,7 +140,15 @@ impl LlmBackend {
         };
         self.loaded.insert(
             key.to_string(),
-            Loaded { model, tokenizer, template, thinking, vocab, mask_len, options },
+            Loaded {
+                model,
+                tokenizer,
+                template,
+                thinking,
+                vocab,
+                mask_len,
+                options,
+            },
         );
         Ok(())
     }
@@ -145,8 +177,12 @@ impl LlmBackend {
                     let json = JsonConstraint::new(schema, lm.vocab.clone())?;
                     Some(match &lm.thinking {
                         Some((s, m)) if r.params.thinking => {
-                            let mut t = ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
-                                .with_open_think(m.open);
+                            let mut t = ThinkThenJson::new(
+                                json,
+                                m.close,
+                                self.options.max_thinking_tokens,
+                            )?
+                            .with_open_think(m.open);
                             let _ = s;
                             t.reset();
                             t
@@ -188,30 +224,35 @@ impl LlmBackend {
         let tokenizer = &lm.tokenizer;
         let decode = |ids: &[u32]| tokenizer.decode(ids, false);
         let mask_len = lm.mask_len;
-        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> = constraints
-            .into_iter()
-            .map(|c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
-                match c {
-                    None => Box::new(|_: &[u32]| Ok(None)),
-                    Some(mut c) => {
-                        let mut fed = 0usize;
-                        Box::new(move |generated: &[u32]| {
-                            while fed < generated.len() {
-                                c.advance(generated[fed])?;
-                                fed += 1;
+        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> =
+            constraints
+                .into_iter()
+                .map(
+                    |c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
+                        match c {
+                            None => Box::new(|_: &[u32]| Ok(None)),
+                            Some(mut c) => {
+                                let mut fed = 0usize;
+                                Box::new(move |generated: &[u32]| {
+                                    while fed < generated.len() {
+                                        c.advance(generated[fed])?;
+                                        fed += 1;
+                                    }
+                                    let mut m = c.allowed_tokens()?.to_bools();
+                                    m.resize(mask_len, false);
+                                    Ok(Some(m))
+                                })
                             }
-                            let mut m = c.allowed_tokens()?.to_bools();
-                            m.resize(mask_len, false);
-                            Ok(Some(m))
-                        })
-                    }
-                }
-            })
-            .collect();
+                        }
+                    },
+                )
+                .collect();
 
         let mut seqs: Vec<GenSeq<'_>> = Vec::with_capacity(batch.len());
-        for ((r, (prompt, cache)), mask) in
-            batch.iter().zip(prompts.iter().zip(caches.iter_mut())).zip(masks.iter_mut())
+        for ((r, (prompt, cache)), mask) in batch
+            .iter()
+            .zip(prompts.iter().zip(caches.iter_mut()))
+            .zip(masks.iter_mut())
         {
             seqs.push(GenSeq {
                 prompt,
@@ -249,7 +290,11 @@ impl LlmBackend {
                         latency_ms,
                     })
                 }
-                Err(e) => Err(BackendError { model: key.clone(), message: format!("{e:#}"), partial_usage: None }),
+                Err(e) => Err(BackendError {
+                    model: key.clone(),
+                    message: format!("{e:#}"),
+                    partial_usage: None,
+                }),
             });
         }
         for (k, c) in keys.into_iter().zip(caches) {
@@ -263,7 +308,10 @@ impl LlmBackend {
 
 impl Backend for LlmBackend {
     fn name(&self) -> String {
-        format!("candle-{}", crate::inference::device::device_name(&self.device))
+        format!(
+            "candle-{}",
+            crate::inference::device::device_name(&self.device)
+        )
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -274,7 +322,13 @@ impl Backend for LlmBackend {
             Ok(v) => v,
             Err(e) => batch
                 .iter()
-                .map(|r| Err(BackendError { model: r.model.clone(), message: format!("{e:#}"), partial_usage: None }))
+                .map(|r| {
+                    Err(BackendError {
+                        model: r.model.clone(),
+                        message: format!("{e:#}"),
+                        partial_usage: None,
+                    })
+                })
                 .collect(),
         }
     }
@@ -295,7 +349,9 @@ impl Backend for MixedBackend {
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
         // The driver batches per model key, so a batch is all one kind.
         match batch.first() {
-            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => self.scripted.generate(batch),
+            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => {
+                self.scripted.generate(batch)
+            }
             Some(_) => self.llm.generate(batch),
             None => Vec::new(),
         }
