@@ -1,13 +1,16 @@
 //! `joule generate`: load a GGUF model, generate from a prompt and print the
 //! text (or ids) and the exact token counts.
 
+use crate::backend::ChatMessage;
 use crate::backend::GenParams;
+use crate::inference::chat_template::ChatTemplate;
 use crate::inference::device::select_device;
 use crate::inference::generate::{generate, GenOptions, GenSeq};
 use crate::inference::model::load_model;
-use anyhow::{bail, Context, Result};
+use crate::inference::tokenizer::Tokenizer;
+use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -15,7 +18,8 @@ pub struct GenerateArgs {
     /// The GGUF model file.
     #[arg(long)]
     pub gguf: PathBuf,
-    /// Prompt text (needs the GGUF tokenizer).
+    /// Prompt text: sent as one user message through the model's chat
+    /// template (or tokenised as is with --no-chat).
     #[arg(long, conflicts_with = "ids")]
     pub prompt: Option<String>,
     /// Prompt as comma-separated token ids (no tokenizer needed).
@@ -53,12 +57,25 @@ pub struct GenerateArgs {
 pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     let device = select_device(&args.device)?;
     let model = load_model(&args.gguf, &device)?;
+    let mut tokenizer = None;
     let prompt: Vec<u32> = match (&args.ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
-        (None, Some(_)) => bail!(
-            "--prompt needs the GGUF tokenizer, which this build does not have yet; pass --ids"
-        ),
+        (None, Some(text)) => {
+            let tok = Tokenizer::for_model_file(&args.gguf)?;
+            let ids = if args.no_chat {
+                tok.encode(text, true, false)?
+            } else {
+                let rendered = render_chat(&args.gguf, &tok, text)?;
+                tok.encode(&rendered, false, true)?
+            };
+            tokenizer = Some(tok);
+            ids
+        }
         (None, None) => bail!("give --prompt TEXT or --ids 1,2,3"),
+    };
+    let eos_ids = match (&tokenizer, args.eos.is_empty()) {
+        (Some(tok), true) => tok.eos_ids(),
+        _ => args.eos.clone(),
     };
     let params = GenParams {
         max_tokens: args.max_tokens,
@@ -71,7 +88,7 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         ..GenParams::default()
     };
     let options = GenOptions {
-        eos_ids: args.eos.clone(),
+        eos_ids,
         count_eos: !args.no_count_eos,
         ..GenOptions::default()
     };
@@ -88,10 +105,30 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         },
     )
     .with_context(|| format!("generating with {}", args.gguf.display()))?;
-    let ids: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
-    println!("{}", ids.join(","));
+    match &tokenizer {
+        Some(tok) => println!("{}", tok.decode(g.text_tokens(&options), false)),
+        None => {
+            let ids: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
+            println!("{}", ids.join(","));
+        }
+    }
     print_counts(&g);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Render `text` as one user message with the GGUF's own chat template.
+fn render_chat(gguf: &Path, tok: &Tokenizer, text: &str) -> Result<String> {
+    let mut file =
+        std::fs::File::open(gguf).with_context(|| format!("opening {}", gguf.display()))?;
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file)
+        .map_err(|e| anyhow!("{}: not a readable GGUF file: {e}", gguf.display()))?;
+    let template = ChatTemplate::from_gguf_content(&content, tok)?.ok_or_else(|| {
+        anyhow!(
+            "{}: the GGUF file has no tokenizer.chat_template; use --no-chat",
+            gguf.display()
+        )
+    })?;
+    template.render(&[ChatMessage::user(text)], true, None)
 }
 
 fn print_counts(g: &crate::inference::generate::Generation) {
