@@ -200,17 +200,8 @@ pub struct RunFolder {
 fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut de = serde_json::Deserializer::from_str(&text);
-    serde_path_to_error_lite(&mut de)
-        .with_context(|| format!("{}: unexpected content", path.display()))
-}
-
-// Deserialize with serde_json's own error (it names line and column and the
-// field that failed).
-fn serde_path_to_error_lite<T: DeserializeOwned>(
-    de: &mut serde_json::Deserializer<serde_json::de::StrRead<'_>>,
-) -> anyhow::Result<T> {
-    Ok(T::deserialize(de)?)
+    // serde_json's error names the line, column and the field that failed.
+    serde_json::from_str(&text).with_context(|| format!("{}: unexpected content", path.display()))
 }
 
 impl RunFolder {
