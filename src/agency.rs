@@ -177,7 +177,8 @@ impl<'a, T> Driver<'a, T> {
                 }
             }
 
-            // Gather queued requests from every scenario, grouped by model.
+            // Gather queued requests from every scenario, grouped by the
+            // backend's batch key (normally the model).
             let mut by_model: BTreeMap<String, Vec<(usize, u64, ModelRequest)>> = BTreeMap::new();
             for (i, (agency, slot)) in self.scenarios.iter().enumerate() {
                 if slot.is_none() {
@@ -185,7 +186,7 @@ impl<'a, T> Driver<'a, T> {
                 }
                 for (id, req) in agency.take_queued() {
                     by_model
-                        .entry(req.model.clone())
+                        .entry(backend.batch_key(&req.model))
                         .or_default()
                         .push((i, id, req));
                 }
@@ -252,11 +253,20 @@ mod tests {
 
     struct Echo {
         batches: Vec<Vec<String>>,
+        /// Run every model on one (like an LLM backend with a stand-in).
+        one_key: bool,
     }
 
     impl Backend for Echo {
         fn name(&self) -> String {
             "echo".into()
+        }
+        fn batch_key(&self, model: &str) -> String {
+            if self.one_key {
+                "all".into()
+            } else {
+                model.into()
+            }
         }
         fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
             self.batches
@@ -293,8 +303,7 @@ mod tests {
         }
     }
 
-    #[test]
-    fn parallel_calls_of_many_scenarios_share_batches_per_model() {
+    fn two_model_driver() -> Driver<'static, Vec<String>> {
         let mut driver = Driver::new();
         for s in 0..3 {
             driver.spawn(move |agency: Agency| async move {
@@ -313,7 +322,16 @@ mod tests {
                 Ok(out)
             });
         }
-        let mut backend = Echo { batches: vec![] };
+        driver
+    }
+
+    #[test]
+    fn parallel_calls_of_many_scenarios_share_batches_per_model() {
+        let driver = two_model_driver();
+        let mut backend = Echo {
+            batches: vec![],
+            one_key: false,
+        };
         let results = driver.run(&mut backend, |_| {});
         assert_eq!(results.len(), 3);
         let first = results[0].as_ref().unwrap();
@@ -322,5 +340,25 @@ mod tests {
         assert_eq!(backend.batches.len(), 4);
         assert!(backend.batches.iter().all(|b| b.len() == 3));
         assert_eq!(backend.batches[0], vec!["s0a", "s1a", "s2a"]);
+    }
+
+    #[test]
+    fn models_with_one_batch_key_share_a_batch() {
+        let driver = two_model_driver();
+        let mut backend = Echo {
+            batches: vec![],
+            one_key: true,
+        };
+        let results = driver.run(&mut backend, |_| {});
+        assert_eq!(
+            results[2].as_ref().unwrap(),
+            &vec!["s2a:r0", "s2b:r0", "s2a:r1", "s2b:r1"]
+        );
+        // Two rounds, each one batch of both models' calls from 3 scenarios.
+        assert_eq!(backend.batches.len(), 2);
+        assert_eq!(
+            backend.batches[0],
+            vec!["s0a", "s0b", "s1a", "s1b", "s2a", "s2b"]
+        );
     }
 }

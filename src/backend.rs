@@ -186,6 +186,12 @@ pub trait Backend {
     /// A short name for logs (`candle-cpu`, `scripted`, ...).
     fn name(&self) -> String;
     /// Answer every request of the batch, in order. All requests of a batch
-    /// name the same `model`.
+    /// have the same [`Self::batch_key`].
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult>;
+    /// Requests whose models have the same key can share a batch. By default
+    /// the key is the model name; a backend that runs several names on one
+    /// model (a stand-in) returns the same key for them.
+    fn batch_key(&self, model: &str) -> String {
+        model.to_string()
+    }
 }

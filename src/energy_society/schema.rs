@@ -130,8 +130,13 @@ pub fn decision_schema(sabotage: bool) -> Value {
     })
 }
 
-/// JSON Schema of `AgentVote`.
-pub fn vote_schema(sabotage: bool) -> Value {
+/// JSON Schema of `AgentVote`, with at most `n_agents` recommendations.
+///
+/// The reference's model had no bound on the list. The bound changes nothing
+/// for a parser (a vote about more agents than exist is meaningless), but it
+/// lets constrained decoding close the list: without it a small model keeps
+/// inventing `agent_6`, `agent_7`, … until `max_tokens` cuts the JSON off.
+pub fn vote_schema(sabotage: bool, n_agents: usize) -> Value {
     json!({
         "title": "AgentVote",
         "type": "object",
@@ -140,6 +145,7 @@ pub fn vote_schema(sabotage: bool) -> Value {
             "overall_reasoning": {"type": "string"},
             "recommendations": {
                 "type": "array",
+                "maxItems": n_agents,
                 "items": {
                     "type": "object",
                     "properties": {
@@ -363,6 +369,15 @@ pub fn normalise_job_id(raw: &str, mode: Mode) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vote_schema_bounds_the_list_by_the_number_of_agents() {
+        let s = vote_schema(true, 5);
+        assert_eq!(s["properties"]["recommendations"]["maxItems"], 5);
+        let actions = &s["properties"]["recommendations"]["items"]["properties"]
+            ["recommended_action"]["enum"];
+        assert_eq!(actions.as_array().map(Vec::len), Some(4));
+    }
 
     #[test]
     fn decisions_validate_like_the_reference() {

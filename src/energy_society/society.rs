@@ -367,7 +367,7 @@ impl Society {
                         prompts::vote_messages(&v),
                         OutputFormat::Json {
                             name: "AgentVote".into(),
-                            schema: schema::vote_schema(sabotage),
+                            schema: schema::vote_schema(sabotage, n),
                         },
                         prompts::observation(&v, "vote", &[], None),
                     )

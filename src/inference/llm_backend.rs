@@ -179,8 +179,17 @@ impl LlmBackend {
         Ok(())
     }
 
+    /// The key a request's model is loaded and batched under: the stand-in
+    /// file when one replaces every model, else the model name.
+    fn model_key(&self, model: &str) -> String {
+        match &self.options.stand_in {
+            Some(p) => format!("stand-in:{}", p.display()),
+            None => model.to_string(),
+        }
+    }
+
     fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
-        let key = batch[0].model.clone();
+        let key = self.model_key(&batch[0].model);
         self.load(&key)?;
         let lm = &self.loaded[&key];
         let start = Instant::now();
@@ -309,7 +318,7 @@ impl LlmBackend {
                     })
                 }
                 Err(e) => Err(BackendError {
-                    model: key.clone(),
+                    model: r.model.clone(),
                     message: format!("{e:#}"),
                     partial_usage: None,
                 }),
@@ -330,6 +339,10 @@ impl Backend for LlmBackend {
             "candle-{}",
             crate::inference::device::device_name(&self.device)
         )
+    }
+
+    fn batch_key(&self, model: &str) -> String {
+        self.model_key(model)
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -364,8 +377,16 @@ impl Backend for MixedBackend {
         format!("scripted+{}", self.llm.name())
     }
 
+    fn batch_key(&self, model: &str) -> String {
+        if model.starts_with(crate::scripted::SCRIPTED_PREFIX) {
+            self.scripted.batch_key(model)
+        } else {
+            self.llm.batch_key(model)
+        }
+    }
+
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
-        // The driver batches per model key, so a batch is all one kind.
+        // The driver batches per batch key, so a batch is all one kind.
         match batch.first() {
             Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => {
                 self.scripted.generate(batch)

@@ -5,7 +5,8 @@
 //! - [`gguf`], [`device`]: loading GGUF weights onto a device.
 //! - [`tokenizer`], [`chat_template`], [`thinking`]: tokenizers from GGUF metadata, chat
 //!   templates, thinking-token accounting.
-//! - [`model`], [`models`]: the batch model interface and one file per architecture family.
+//! - [`model`], [`models`]: the batch model interface and one file per architecture family;
+//!   [`quant_matmul`]: CPU SIMD matrix products for quantised types candle has no kernel for.
 //! - [`sampler`], [`generate`]: seeded sampling and batched generation with exact counts.
 //! - [`llm_backend`]: the `Backend` that answers scenario requests with these models.
 //! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
@@ -20,6 +21,7 @@ pub mod llm_backend;
 pub mod manifest;
 pub mod model;
 pub mod models;
+pub mod quant_matmul;
 pub mod sampler;
 pub mod sources;
 pub mod thinking;

@@ -121,46 +121,130 @@ impl Sampler {
         if self.params.temperature <= 0.0 {
             return Ok(best as u32);
         }
-        // Candidates sorted by logit, descending (ties by id for determinism).
-        let mut cand: Vec<(u32, f32)> = l
-            .iter()
-            .enumerate()
-            .filter(|(_, x)| x.is_finite())
-            .map(|(i, &x)| (i as u32, x))
-            .collect();
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Candidates by logit, descending (ties by id for determinism). Only
+        // the head the filters and the draw look at is sorted (nearly all the
+        // mass sits in a few dozen tokens); the rest is sorted on demand.
+        let mut cand = Candidates::new(
+            l.iter()
+                .enumerate()
+                .filter(|(_, x)| x.is_finite())
+                .map(|(i, &x)| (i as u32, x))
+                .collect(),
+        );
         if let Some(k) = self.params.top_k.filter(|&k| k > 0) {
-            cand.truncate(k);
+            cand.keep_top(k);
         }
-        let probs = softmax(&cand, 1.0);
         if let Some(p) = self.params.top_p.filter(|&p| p < 1.0) {
+            let z = cand.normaliser(1.0);
+            let max = cand.max();
             let mut cum = 0.0;
             let mut keep = cand.len();
-            for (i, q) in probs.iter().enumerate() {
-                cum += q;
+            let mut i = 0;
+            while i < cand.len() {
+                cum += (cand.get(i).1 as f64 - max).exp() / z;
                 if cum >= p as f64 {
                     keep = i + 1;
                     break;
                 }
+                i += 1;
             }
             cand.truncate(keep.max(1));
         }
         if let Some(m) = self.params.min_p.filter(|&m| m > 0.0) {
-            let probs = softmax(&cand, 1.0);
-            let top = probs[0];
-            let keep = probs.iter().take_while(|&&q| q >= m as f64 * top).count();
+            // p_i >= m * p_top  <=>  x_i >= x_top + ln(m)
+            let max = cand.max();
+            let cut = max + (m as f64).ln();
+            let mut keep = 0;
+            while keep < cand.len() && cand.get(keep).1 as f64 >= cut {
+                keep += 1;
+            }
             cand.truncate(keep.max(1));
         }
-        let probs = softmax(&cand, self.params.temperature);
+        let t = self.params.temperature as f64;
+        let z = cand.normaliser(t);
+        let max = cand.max() / t;
         let r: f64 = self.rng.gen();
         let mut cum = 0.0;
-        for (i, q) in probs.iter().enumerate() {
-            cum += q;
+        for i in 0..cand.len() {
+            cum += (cand.get(i).1 as f64 / t - max).exp() / z;
             if r < cum {
-                return Ok(cand[i].0);
+                return Ok(cand.get(i).0);
             }
         }
-        Ok(cand[cand.len() - 1].0)
+        Ok(cand.get(cand.len() - 1).0)
+    }
+}
+
+/// Sampling candidates whose first `sorted` entries are the largest, in
+/// descending order (ties by id); [`Self::get`] sorts the rest the first time
+/// an index past the head is read.
+struct Candidates {
+    items: Vec<(u32, f32)>,
+    sorted: usize,
+}
+
+/// How many candidates are sorted up front.
+const SORTED_HEAD: usize = 64;
+
+fn by_logit_desc(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+impl Candidates {
+    fn new(mut items: Vec<(u32, f32)>) -> Self {
+        let head = SORTED_HEAD.min(items.len());
+        if head < items.len() && head > 0 {
+            items.select_nth_unstable_by(head - 1, by_logit_desc);
+        }
+        items[..head].sort_by(by_logit_desc);
+        Self {
+            items,
+            sorted: head,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The `i`-th largest candidate.
+    fn get(&mut self, i: usize) -> (u32, f32) {
+        if i >= self.sorted {
+            self.items[self.sorted..].sort_by(by_logit_desc);
+            self.sorted = self.items.len();
+        }
+        self.items[i]
+    }
+
+    /// The largest logit.
+    fn max(&mut self) -> f64 {
+        self.get(0).1 as f64
+    }
+
+    /// Keep the `k` largest.
+    fn keep_top(&mut self, k: usize) {
+        if k < self.items.len() {
+            if k > self.sorted {
+                self.items.select_nth_unstable_by(k - 1, by_logit_desc);
+                self.items[..k].sort_by(by_logit_desc);
+                self.sorted = k;
+            }
+            self.truncate(k);
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        self.items.truncate(n);
+        self.sorted = self.sorted.min(n);
+    }
+
+    /// `Σ exp(x/t - max/t)` over every candidate (in f64).
+    fn normaliser(&mut self, t: f64) -> f64 {
+        let max = self.max() / t;
+        self.items
+            .iter()
+            .map(|&(_, x)| (x as f64 / t - max).exp())
+            .sum()
     }
 }
 
@@ -173,18 +257,6 @@ pub fn argmax(xs: &[f32]) -> usize {
         }
     }
     best
-}
-
-/// Probabilities of `cand` (sorted descending) at `temperature`, in f64.
-fn softmax(cand: &[(u32, f32)], temperature: f32) -> Vec<f64> {
-    let t = temperature as f64;
-    let max = cand[0].1 as f64 / t;
-    let e: Vec<f64> = cand
-        .iter()
-        .map(|&(_, x)| (x as f64 / t - max).exp())
-        .collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / s).collect()
 }
 
 #[cfg(test)]
@@ -285,5 +357,84 @@ mod tests {
             .count();
         let f = zeros as f64 / n as f64;
         assert!((f - 0.75).abs() < 0.03, "{f}");
+    }
+
+    /// The straightforward sampler: sort everything, filter, draw.
+    fn naive(p: &SamplingParams, logits: &[f32], r: f64) -> u32 {
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| (i as u32, x))
+            .collect();
+        cand.sort_by(by_logit_desc);
+        let soft = |c: &[(u32, f32)], t: f64| -> Vec<f64> {
+            let m = c[0].1 as f64 / t;
+            let e: Vec<f64> = c.iter().map(|&(_, x)| (x as f64 / t - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            e.into_iter().map(|x| x / s).collect()
+        };
+        if let Some(k) = p.top_k {
+            cand.truncate(k);
+        }
+        if let Some(tp) = p.top_p {
+            let mut cum = 0.0;
+            let keep = soft(&cand, 1.0)
+                .iter()
+                .position(|q| {
+                    cum += q;
+                    cum >= tp as f64
+                })
+                .map_or(cand.len(), |i| i + 1);
+            cand.truncate(keep);
+        }
+        if let Some(m) = p.min_p {
+            let q = soft(&cand, 1.0);
+            let keep = q.iter().take_while(|&&x| x >= m as f64 * q[0]).count();
+            cand.truncate(keep.max(1));
+        }
+        let q = soft(&cand, p.temperature as f64);
+        let mut cum = 0.0;
+        for (i, x) in q.iter().enumerate() {
+            cum += x;
+            if r < cum {
+                return cand[i].0;
+            }
+        }
+        cand[cand.len() - 1].0
+    }
+
+    #[test]
+    fn partial_sorting_draws_what_a_full_sort_draws() {
+        let mut rng = ChaCha20Rng::seed_from_u64(99);
+        // A flat-ish distribution over 5000 tokens, so draws land past the sorted head.
+        let logits: Vec<f32> = (0..5000).map(|_| rng.gen_range(0.0..1.5)).collect();
+        let variants = [
+            params(1.0, 1),
+            SamplingParams {
+                top_k: Some(300),
+                ..params(0.8, 2)
+            },
+            SamplingParams {
+                top_p: Some(0.5),
+                ..params(1.2, 3)
+            },
+            SamplingParams {
+                min_p: Some(0.5),
+                ..params(0.7, 4)
+            },
+        ];
+        for p in variants {
+            let mut s = Sampler::new(p.clone());
+            let mut draws = ChaCha20Rng::seed_from_u64(p.seed);
+            let mut past_head = 0;
+            for _ in 0..300 {
+                let got = s.sample(&logits, &[], None).unwrap();
+                let want = naive(&p, &logits, draws.gen());
+                assert_eq!(got, want, "{p:?}");
+                let rank = logits.iter().filter(|&&x| x > logits[got as usize]).count();
+                past_head += usize::from(rank >= SORTED_HEAD);
+            }
+            assert!(past_head > 0, "no draw past the sorted head for {p:?}");
+        }
     }
 }

@@ -11,8 +11,9 @@
 
 use crate::inference::gguf::{GgufFile, LoadError};
 use crate::inference::model::{CausalLm, KvCache, Logits, ModelInfo, SeqStep};
+use crate::inference::quant_matmul::Q41Matrix;
 use anyhow::{bail, Context, Result};
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::Arc;
 
@@ -214,10 +215,56 @@ impl RmsNorm {
     }
 }
 
+/// Set to any value to run every projection through candle's own kernels
+/// (for comparing speed and numerics with Joule's CPU kernels).
+pub const CANDLE_ONLY_ENV: &str = "JOULE_CANDLE_KERNELS_ONLY";
+
+/// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
+/// quantised matmul, or on the CPU for `Q4_1` (which candle runs with a
+/// scalar loop) Joule's own SIMD kernel.
+#[derive(Debug, Clone)]
+pub enum Proj {
+    Candle(QMatMul),
+    CpuQ41(Arc<Q41Matrix>),
+}
+
+impl Proj {
+    fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
+        let dims = q.shape().dims().to_vec();
+        if device.is_cpu()
+            && q.dtype() == GgmlDType::Q4_1
+            && dims.len() == 2
+            && std::env::var_os(CANDLE_ONLY_ENV).is_none()
+        {
+            let m = Q41Matrix::from_gguf_bytes(&q.data()?, dims[0], dims[1])
+                .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+            return Ok(Proj::CpuQ41(Arc::new(m)));
+        }
+        QMatMul::from_arc(q).map(Proj::Candle)
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Proj::Candle(m) => m.forward(x),
+            Proj::CpuQ41(w) => {
+                let mut dims = x.dims().to_vec();
+                let flat = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let y = w
+                    .matmul(&flat)
+                    .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+                if let Some(last) = dims.last_mut() {
+                    *last = w.n();
+                }
+                Tensor::from_vec(y, dims, x.device())
+            }
+        }
+    }
+}
+
 /// A projection `x @ W^T (+ b)`.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    w: QMatMul,
+    w: Proj,
     b: Option<Tensor>,
 }
 
@@ -244,9 +291,9 @@ pub struct Layer {
     k_norm: Option<RmsNorm>,
     post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Proj,
+    up: Proj,
+    down: Proj,
     post_ffn_norm: Option<RmsNorm>,
 }
 
@@ -260,7 +307,7 @@ pub struct DecoderModel {
     embed: Arc<QTensor>,
     layers: Vec<Layer>,
     out_norm: RmsNorm,
-    output: QMatMul,
+    output: Proj,
     ropes: Vec<Rope>,
 }
 
@@ -287,9 +334,9 @@ impl Loader<'_> {
             })
     }
 
-    fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<QMatMul, LoadError> {
+    fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
         let q = self.q(name, shape)?;
-        QMatMul::from_arc(Arc::new(q)).map_err(|e| LoadError::BadTensor {
+        Proj::new(Arc::new(q), self.device).map_err(|e| LoadError::BadTensor {
             path: self.g.path().to_path_buf(),
             name: name.to_string(),
             message: e.to_string(),
@@ -414,7 +461,7 @@ impl DecoderModel {
         let output = if ld.g.has_tensor("output.weight") {
             ld.matmul("output.weight", &[vocab, n_embd])?
         } else {
-            QMatMul::from_arc(embed.clone()).with_context(|| {
+            Proj::new(embed.clone(), device).with_context(|| {
                 format!(
                     "{}: tied output from token_embd.weight",
                     info.path.display()
@@ -513,16 +560,20 @@ impl DecoderModel {
         Tensor::from_vec(m, (t, l), &self.device).map(Some)
     }
 
-    fn attention(
+    /// Attention of one sequence: `q`, `k`, `v` are its rows of the batch's
+    /// projections (`[t, heads·head_dim]`); appends to its cache and returns
+    /// `[t, n_head·head_dim]` (before the output projection).
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
         &self,
         layer: &Layer,
         li: usize,
-        x: &Tensor,
+        (q, k, v): (Tensor, Tensor, Tensor),
         cache: &mut KvCache,
         cos_sin: &(Tensor, Tensor),
         mask: Option<&Tensor>,
     ) -> candle_core::Result<Tensor> {
-        let (t, _) = x.dims2()?;
+        let (t, _) = q.dims2()?;
         let HyperParams {
             n_head,
             n_kv_head,
@@ -531,16 +582,16 @@ impl DecoderModel {
         } = self.hp;
         let rep = n_head / n_kv_head;
         let heads = |y: Tensor, n: usize, norm: Option<&RmsNorm>| -> candle_core::Result<Tensor> {
-            let y = y.reshape((t, n, head_dim))?;
+            let y = y.contiguous()?.reshape((t, n, head_dim))?;
             let y = match norm {
                 Some(nm) => nm.forward(&y)?,
                 None => y,
             };
             y.transpose(0, 1)?.contiguous()
         };
-        let q = heads(layer.wq.forward(x)?, n_head, layer.q_norm.as_ref())?;
-        let k = heads(layer.wk.forward(x)?, n_kv_head, layer.k_norm.as_ref())?;
-        let v = heads(layer.wv.forward(x)?, n_kv_head, None)?;
+        let q = heads(q, n_head, layer.q_norm.as_ref())?;
+        let k = heads(k, n_kv_head, layer.k_norm.as_ref())?;
+        let v = heads(v, n_kv_head, None)?;
         let (cos, sin) = cos_sin;
         let rope = |y: &Tensor| -> candle_core::Result<Tensor> {
             let y = y.unsqueeze(0)?;
@@ -572,11 +623,9 @@ impl DecoderModel {
         }
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
         let out = probs.matmul(&v_all)?; // [n_kv, rep*t, hd]
-        let out = out
-            .reshape((n_head, t, head_dim))?
+        out.reshape((n_head, t, head_dim))?
             .transpose(0, 1)?
-            .reshape((t, n_head * head_dim))?;
-        layer.wo.forward(&out)
+            .reshape((t, n_head * head_dim))
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -589,7 +638,8 @@ impl DecoderModel {
         layer.down.forward(&(g * u)?)
     }
 
-    fn forward_seq(&self, step: &mut SeqStep<'_>) -> Result<Tensor> {
+    /// Reject a step the model cannot run, before anything is computed.
+    fn check_step(&self, step: &SeqStep<'_>) -> Result<()> {
         let t = step.tokens.len();
         let start = step.cache.len();
         if t == 0 {
@@ -626,29 +676,82 @@ impl DecoderModel {
                 self.info.vocab_size
             );
         }
-        let ids = Tensor::new(step.tokens, &self.device)?;
+        Ok(())
+    }
+
+    /// The batched forward pass. Every sequence's new tokens are stacked
+    /// into one `[Σt, n_embd]` matrix, so each projection and MLP reads its
+    /// weights once for the whole batch; only attention (own positions, own
+    /// cache, own mask) runs per sequence. Each row's result is the same as
+    /// when its sequence runs alone.
+    fn forward_batch(&self, batch: &mut [SeqStep<'_>]) -> Result<Vec<Tensor>> {
+        for step in batch.iter() {
+            self.check_step(step)?;
+        }
+        // Per-sequence row ranges, rotary tables and masks.
+        struct Seq {
+            off: usize,
+            t: usize,
+            tables: Vec<(Tensor, Tensor)>,
+            masks: Vec<(Option<usize>, Option<Tensor>)>,
+        }
+        let mut seqs = Vec::with_capacity(batch.len());
+        let mut ids = Vec::new();
+        for step in batch.iter() {
+            let (t, start) = (step.tokens.len(), step.cache.len());
+            let tables = self
+                .ropes
+                .iter()
+                .map(|r| r.tables(start, t, &self.device))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
+            for layer in &self.layers {
+                let w = layer.kind.window;
+                if !masks.iter().any(|(mw, _)| *mw == w) {
+                    masks.push((w, self.mask(start, t, w)?));
+                }
+            }
+            seqs.push(Seq {
+                off: ids.len(),
+                t,
+                tables,
+                masks,
+            });
+            ids.extend_from_slice(step.tokens);
+        }
+        let ids = Tensor::new(ids.as_slice(), &self.device)?;
         let mut x = self.embed.embedding(&ids)?.to_dtype(DType::F32)?;
         if self.spec.scale_embeddings {
             x = (x * (self.hp.n_embd as f64).sqrt())?;
         }
-        let tables = self
-            .ropes
-            .iter()
-            .map(|r| r.tables(start, t, &self.device))
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
         for (li, layer) in self.layers.iter().enumerate() {
-            let w = layer.kind.window;
-            if !masks.iter().any(|(mw, _)| *mw == w) {
-                masks.push((w, self.mask(start, t, w)?));
-            }
-            let mask = masks
-                .iter()
-                .find(|(mw, _)| *mw == w)
-                .and_then(|(_, m)| m.as_ref());
             let h = layer.attn_norm.forward(&x)?;
-            let mut a =
-                self.attention(layer, li, &h, step.cache, &tables[layer.kind.rope], mask)?;
+            let q = layer.wq.forward(&h)?;
+            let k = layer.wk.forward(&h)?;
+            let v = layer.wv.forward(&h)?;
+            let mut outs = Vec::with_capacity(seqs.len());
+            for (s, step) in seqs.iter().zip(batch.iter_mut()) {
+                let rows = |y: &Tensor| y.narrow(0, s.off, s.t);
+                let mask = s
+                    .masks
+                    .iter()
+                    .find(|(mw, _)| *mw == layer.kind.window)
+                    .and_then(|(_, m)| m.as_ref());
+                outs.push(self.attend(
+                    layer,
+                    li,
+                    (rows(&q)?, rows(&k)?, rows(&v)?),
+                    step.cache,
+                    &s.tables[layer.kind.rope],
+                    mask,
+                )?);
+            }
+            let att = if outs.len() == 1 {
+                outs.pop().expect("one output")
+            } else {
+                Tensor::cat(&outs, 0)?
+            };
+            let mut a = layer.wo.forward(&att)?;
             if let Some(n) = &layer.post_attn_norm {
                 a = n.forward(&a)?;
             }
@@ -660,20 +763,42 @@ impl DecoderModel {
             }
             x = (x + m)?;
         }
-        step.cache.commit(step.tokens);
-        let x = match step.logits {
-            Logits::Last => x.narrow(0, t - 1, 1)?,
-            Logits::All => x,
+        for step in batch.iter_mut() {
+            step.cache.commit(step.tokens);
+        }
+        // The rows whose logits are wanted, in batch order.
+        let mut pick: Vec<u32> = Vec::new();
+        for (s, step) in seqs.iter().zip(batch.iter()) {
+            match step.logits {
+                Logits::Last => pick.push((s.off + s.t - 1) as u32),
+                Logits::All => pick.extend((s.off..s.off + s.t).map(|r| r as u32)),
+            }
+        }
+        let x = if pick.len() == ids.dim(0)? {
+            x
+        } else {
+            x.index_select(&Tensor::new(pick.as_slice(), &self.device)?, 0)?
         };
         let x = self.out_norm.forward(&x)?;
         let mut logits = self.output.forward(&x)?;
         if let Some(cap) = self.spec.final_softcap {
             logits = ((logits / cap as f64)?.tanh()? * cap as f64)?;
         }
-        Ok(match step.logits {
-            Logits::Last => logits.squeeze(0)?,
-            Logits::All => logits,
-        })
+        let mut out = Vec::with_capacity(batch.len());
+        let mut row = 0;
+        for (s, step) in seqs.iter().zip(batch.iter()) {
+            out.push(match step.logits {
+                Logits::Last => {
+                    row += 1;
+                    logits.get(row - 1)?
+                }
+                Logits::All => {
+                    row += s.t;
+                    logits.narrow(0, row - s.t, s.t)?
+                }
+            });
+        }
+        Ok(out)
     }
 }
 
@@ -687,11 +812,10 @@ impl CausalLm for DecoderModel {
     }
 
     fn forward(&self, batch: &mut [SeqStep<'_>]) -> Result<Vec<Tensor>> {
-        // Sequences are run one after another; each has its own cache and position.
-        batch
-            .iter_mut()
-            .map(|step| self.forward_seq(step))
-            .collect()
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.forward_batch(batch)
     }
 }
 
