@@ -19,7 +19,7 @@ use crate::energy_society::layout::DifficultyCounts;
 #[derive(Args, Debug)]
 #[command(group(ArgGroup::new("source").required(true).args(["dataset", "hub"])))]
 pub struct JobsArgs {
-    /// MMLU-Pro-Stratified as a JSON array or JSONL file (row order matters).
+    /// MMLU-Pro-Stratified as a JSON array, JSONL or parquet file (row order matters).
     #[arg(long, value_name = "PATH")]
     pub dataset: Option<PathBuf>,
     /// Read the data set from the Hugging Face cache (downloading it when online).
@@ -51,7 +51,7 @@ pub fn run(args: JobsArgs) -> anyhow::Result<ExitCode> {
 /// Write the `--rounds` lines of question ids to `out`.
 pub fn write_rounds(args: &JobsArgs, out: &mut impl Write) -> anyhow::Result<()> {
     let dataset = match &args.dataset {
-        Some(path) => Dataset::load_json(path)?,
+        Some(path) => Dataset::load(path)?,
         None => Dataset::from_hub(&args.repo, args.revision.as_deref())?,
     };
     let per_tier = if args.scarce { 2 } else { 4 };

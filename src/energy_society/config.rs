@@ -74,7 +74,7 @@ pub enum JobsConfig {
     #[default]
     Procedural,
     /// MMLU-Pro-Stratified with the reference's exact numpy draw. `path` is a
-    /// local JSON export of the data set, or `"hub"` to fetch it.
+    /// local JSON, JSONL or parquet copy of the data set, or `"hub"` to fetch it.
     Mmlu { path: String },
 }
 
@@ -364,7 +364,7 @@ impl SocietyConfig {
             if path.trim().is_empty() {
                 return Err(err(
                     "jobs.path".into(),
-                    "expected a data set JSON path or \"hub\"".into(),
+                    "expected a data set path (JSON, JSONL or parquet) or \"hub\"".into(),
                 ));
             }
         }

@@ -1,16 +1,19 @@
 //! The MMLU-Pro-Stratified question set that the reference draws its jobs
 //! from (spec §3 "Dataset", "Difficulty bins"): loading it from a JSON/JSONL
-//! file or from the Hugging Face cache, and binning its ten difficulty tags
-//! into the three job tiers.
+//! or parquet file or from the Hugging Face cache, and binning its ten
+//! difficulty tags into the three job tiers.
 //!
 //! Rows are kept in file order: the numpy draw of [`super::draw`] picks pool
 //! positions, so the order is part of what reproduces the reference.
 //!
 //! Hub access (`Dataset::from_hub`) uses the `hf-hub` crate's standard cache
 //! (`$HF_HOME/hub`, default `~/.cache/huggingface/hub`), so a copy cached
-//! once works offline. Only JSON and JSONL data files are read; the hub's
-//! parquet export must be converted first (see the error text of
-//! [`Dataset::from_hub`]).
+//! once works offline. JSON, JSONL and parquet data files are read; a split
+//! stored in several shards (`train-00000-of-00002.parquet`, …) is read shard
+//! by shard in name order. Parquet files must be uncompressed or
+//! snappy-compressed (what `datasets` and pyarrow write by default); other
+//! codecs are not compiled in (they would pull C libraries into the build)
+//! and give an error that says how to convert the file.
 
 use std::path::{Path, PathBuf};
 
@@ -100,6 +103,49 @@ impl Dataset {
             .collect()
     }
 
+    /// Read a data file by its extension: `.parquet` with
+    /// [`Dataset::load_parquet`], anything else with [`Dataset::load_json`].
+    pub fn load(path: impl AsRef<Path>) -> anyhow::Result<Dataset> {
+        let path = path.as_ref();
+        if ext(path) == "parquet" {
+            Dataset::load_parquet(path)
+        } else {
+            Dataset::load_json(path)
+        }
+    }
+
+    /// Read several data files (the shards of one split) as one data set,
+    /// rows in file order, files in the given order.
+    pub fn load_all(paths: &[PathBuf]) -> anyhow::Result<Dataset> {
+        match paths {
+            [] => bail!("no data files"),
+            [one] => Dataset::load(one),
+            _ => {
+                let mut rows = Vec::new();
+                for p in paths {
+                    rows.extend(Dataset::load(p)?.rows);
+                }
+                let source = paths
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" + ");
+                Ok(Dataset::from_rows(source, rows))
+            }
+        }
+    }
+
+    /// Read a parquet file with the columns of the JSON layout
+    /// (`question_id`, `question`, `options` as a list of strings,
+    /// `answer_index`, `category`, `difficulty`; other columns are ignored).
+    /// Uncompressed and snappy-compressed files only. Errors name the file,
+    /// the row (0-based) and the field, as for JSON.
+    pub fn load_parquet(path: impl AsRef<Path>) -> anyhow::Result<Dataset> {
+        let path = path.as_ref();
+        let rows = parquet_rows(path).with_context(|| format!("data set {}", path.display()))?;
+        Ok(Dataset::from_rows(path.display().to_string(), rows))
+    }
+
     /// Read a JSON array of row objects, or JSONL (one object per line).
     /// Errors name the file, the row (0-based) and the field.
     pub fn load_json(path: impl AsRef<Path>) -> anyhow::Result<Dataset> {
@@ -113,10 +159,8 @@ impl Dataset {
     /// The `train` split of `repo` (e.g. [`HUB_REPO`]) at `revision`
     /// (default `main`), from the hf-hub cache, downloading it when it is
     /// not cached and the hub is reachable. `HF_HUB_OFFLINE=1` forbids the
-    /// download. Reads JSON/JSONL data files; parquet files must be
-    /// converted first, e.g. with Python:
-    /// `datasets.load_dataset(repo, split="train").to_json("train.jsonl")`,
-    /// then `--dataset train.jsonl`.
+    /// download; `HF_ENDPOINT` replaces the hub's address. Reads JSON, JSONL
+    /// and (uncompressed or snappy) parquet data files.
     pub fn from_hub(repo: &str, revision: Option<&str>) -> anyhow::Result<Dataset> {
         let offline = std::env::var("HF_HUB_OFFLINE")
             .map(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
@@ -126,9 +170,22 @@ impl Dataset {
 }
 
 /// [`Dataset::from_hub`] with an explicit cache and offline switch (tests use a
-/// temporary cache folder).
+/// temporary cache folder). The endpoint comes from `HF_ENDPOINT` when set.
 pub fn from_hub_in(
     cache: hf_hub::Cache,
+    repo: &str,
+    revision: Option<&str>,
+    offline: bool,
+) -> anyhow::Result<Dataset> {
+    let endpoint = std::env::var("HF_ENDPOINT").ok();
+    from_hub_at(cache, endpoint, repo, revision, offline)
+}
+
+/// [`from_hub_in`] with an explicit endpoint (`None`: the hub's default);
+/// tests point it at a local server.
+pub fn from_hub_at(
+    cache: hf_hub::Cache,
+    endpoint: Option<String>,
     repo: &str,
     revision: Option<&str>,
     offline: bool,
@@ -139,25 +196,26 @@ pub fn from_hub_in(
         .join(format!("datasets--{}", repo.replace('/', "--")));
     if let Some(snapshot) = cached_snapshot(&repo_dir, revision) {
         let files = list_files(&snapshot)?;
-        let file = pick_train_file(&files, &snapshot).with_context(|| {
+        let chosen = pick_train_files(&files).with_context(|| {
             format!(
                 "cached copy of data set {repo}@{revision} in {}",
                 snapshot.display()
             )
         })?;
-        return Dataset::load_json(&file);
+        let paths: Vec<PathBuf> = chosen.iter().map(|f| snapshot.join(f)).collect();
+        return Dataset::load_all(&paths);
     }
     if offline {
         bail!(
             "data set {repo}@{revision} is not in the Hugging Face cache ({}) and HF_HUB_OFFLINE is set; \
-             download it once while online, or pass --dataset PATH with a JSON/JSONL copy",
+             download it once while online, or pass --dataset PATH with a JSON, JSONL or parquet copy",
             repo_dir.display()
         );
     }
     let mut builder = hf_hub::api::sync::ApiBuilder::from_cache(cache.clone())
         .with_progress(false)
         .with_retries(0);
-    if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
+    if let Some(endpoint) = endpoint {
         builder = builder.with_endpoint(endpoint);
     }
     let api = builder
@@ -172,7 +230,7 @@ pub fn from_hub_in(
     let info = api_repo.info().map_err(|e| {
         anyhow!(
             "data set {repo}@{revision}: not in the Hugging Face cache ({}) and the hub could not be reached ({e}); \
-             download it once while online, or pass --dataset PATH with a JSON/JSONL copy",
+             download it once while online, or pass --dataset PATH with a JSON, JSONL or parquet copy",
             repo_dir.display()
         )
     })?;
@@ -181,13 +239,18 @@ pub fn from_hub_in(
         .iter()
         .map(|s| PathBuf::from(&s.rfilename))
         .collect();
-    let chosen = pick_train_file(&names, Path::new(""))
+    let chosen = pick_train_files(&names)
         .with_context(|| format!("data set {repo}@{revision} on the hub"))?;
-    let name = chosen.to_string_lossy().replace('\\', "/");
-    let local = api_repo
-        .get(&name)
-        .with_context(|| format!("downloading {name} of data set {repo}@{revision}"))?;
-    Dataset::load_json(&local)
+    let mut local = Vec::with_capacity(chosen.len());
+    for file in &chosen {
+        let name = file.to_string_lossy().replace('\\', "/");
+        local.push(
+            api_repo
+                .get(&name)
+                .with_context(|| format!("downloading {name} of data set {repo}@{revision}"))?,
+        );
+    }
+    Dataset::load_all(&local)
 }
 
 /// The snapshot folder of `revision` in a repo's cache folder: through
@@ -200,6 +263,7 @@ fn cached_snapshot(repo_dir: &Path, revision: &str) -> Option<PathBuf> {
     [by_ref, by_hash].into_iter().flatten().find(|p| p.is_dir())
 }
 
+/// Every file below `dir`, as paths relative to `dir`, sorted.
 fn list_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -210,8 +274,8 @@ fn list_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
                 .path();
             if path.is_dir() {
                 stack.push(path);
-            } else {
-                out.push(path);
+            } else if let Ok(rel) = path.strip_prefix(dir) {
+                out.push(rel.to_path_buf());
             }
         }
     }
@@ -219,23 +283,24 @@ fn list_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The train split's data file among `files`: a `.json`/`.jsonl` whose name
-/// mentions `train`, or the only JSON/JSONL data file.
-fn pick_train_file(files: &[PathBuf], base: &Path) -> anyhow::Result<PathBuf> {
-    fn ext(p: &Path) -> String {
-        p.extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-            .unwrap_or_default()
-    }
+fn ext(p: &Path) -> String {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default()
+}
+
+/// The train split's data files among `files` (paths relative to the
+/// repository): the JSON/JSONL files whose path mentions `train`, else the
+/// parquet files whose path mentions `train` (all shards, in name order),
+/// else the only data file.
+fn pick_train_files(files: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     fn is_train(p: &Path) -> bool {
-        p.file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.to_ascii_lowercase().contains("train"))
+        p.to_string_lossy().to_ascii_lowercase().contains("train")
     }
-    let json: Vec<&PathBuf> = files
+    let data: Vec<&PathBuf> = files
         .iter()
-        .filter(|p| matches!(ext(p).as_str(), "json" | "jsonl"))
+        .filter(|p| matches!(ext(p).as_str(), "json" | "jsonl" | "parquet"))
         .filter(|p| {
             // Hub metadata files are not data.
             !p.file_name()
@@ -243,23 +308,108 @@ fn pick_train_file(files: &[PathBuf], base: &Path) -> anyhow::Result<PathBuf> {
                 .is_some_and(|n| n.starts_with('.') || n == "dataset_infos.json")
         })
         .collect();
-    if let Some(p) = json.iter().find(|p| is_train(p)) {
-        return Ok(base.join(p));
-    }
-    if json.len() == 1 {
-        return Ok(base.join(json[0]));
-    }
-    if files.iter().any(|p| ext(p) == "parquet") {
+    let is_json = |p: &&&PathBuf| ext(p) != "parquet";
+    let train_json: Vec<&PathBuf> = data
+        .iter()
+        .filter(is_json)
+        .filter(|p| is_train(p))
+        .copied()
+        .collect();
+    let train_parquet: Vec<&PathBuf> = data
+        .iter()
+        .filter(|p| !is_json(p))
+        .filter(|p| is_train(p))
+        .copied()
+        .collect();
+    let mut chosen: Vec<PathBuf> = if !train_json.is_empty() {
+        train_json.into_iter().cloned().collect()
+    } else if !train_parquet.is_empty() {
+        train_parquet.into_iter().cloned().collect()
+    } else if data.len() == 1 {
+        vec![data[0].clone()]
+    } else {
         bail!(
-            "the train split is only available as parquet, which Joule does not read; convert it once with \
-             Python (`datasets.load_dataset(\"{HUB_REPO}\", split=\"train\").to_json(\"train.jsonl\")`) \
-             and pass --dataset train.jsonl"
-        );
-    }
-    bail!(
-        "no JSON/JSONL data file for the train split among {} files",
-        files.len()
-    )
+            "no JSON, JSONL or parquet data file for the train split among {} files",
+            files.len()
+        )
+    };
+    chosen.sort();
+    Ok(chosen)
+}
+
+/// The columns a row needs (spec §3 "Dataset").
+const FIELDS: [&str; 6] = [
+    "question_id",
+    "question",
+    "options",
+    "answer_index",
+    "category",
+    "difficulty",
+];
+
+/// Rows of a parquet file, each turned into the JSON object [`parse_row`]
+/// checks (only the [`FIELDS`] columns).
+fn parquet_rows(path: &Path) -> anyhow::Result<Vec<Question>> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let hint = |e: parquet::errors::ParquetError| {
+        let msg = e.to_string();
+        if msg.contains("Disabled feature") {
+            anyhow!(
+                "{msg}: Joule reads uncompressed and snappy-compressed parquet only; rewrite the file \
+                 with snappy (pyarrow: `pq.write_table(pq.read_table(src), dst, compression=\"snappy\")`) \
+                 or convert it to JSON"
+            )
+        } else {
+            anyhow!("{msg}")
+        }
+    };
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let reader = SerializedFileReader::new(file)
+        .map_err(hint)
+        .context("not a readable parquet file")?;
+    let iter = reader.get_row_iter(None).map_err(hint)?;
+    iter.enumerate()
+        .map(|(i, row)| {
+            let row = row.map_err(hint).with_context(|| format!("row {i}"))?;
+            let mut obj = serde_json::Map::new();
+            for (name, field) in row.get_column_iter() {
+                if FIELDS.contains(&name.as_str()) {
+                    let v =
+                        parquet_value(field).with_context(|| format!("row {i}: field `{name}`"))?;
+                    obj.insert(name.clone(), v);
+                }
+            }
+            parse_row(&Value::Object(obj)).with_context(|| format!("row {i}"))
+        })
+        .collect()
+}
+
+/// A parquet value as JSON: integers, floats, strings, lists and nulls (all a
+/// question row holds); anything else is an error naming the value.
+fn parquet_value(f: &parquet::record::Field) -> anyhow::Result<Value> {
+    use parquet::record::Field;
+    Ok(match f {
+        Field::Null => Value::Null,
+        Field::Bool(b) => Value::Bool(*b),
+        Field::Byte(n) => Value::from(*n),
+        Field::Short(n) => Value::from(*n),
+        Field::Int(n) => Value::from(*n),
+        Field::Long(n) => Value::from(*n),
+        Field::UByte(n) => Value::from(*n),
+        Field::UShort(n) => Value::from(*n),
+        Field::UInt(n) => Value::from(*n),
+        Field::ULong(n) => Value::from(*n),
+        Field::Float(x) => Value::from(f64::from(*x)),
+        Field::Double(x) => Value::from(*x),
+        Field::Str(s) => Value::String(s.clone()),
+        Field::ListInternal(list) => Value::Array(
+            list.elements()
+                .iter()
+                .map(parquet_value)
+                .collect::<anyhow::Result<_>>()?,
+        ),
+        other => bail!("unsupported parquet value {other}"),
+    })
 }
 
 /// Rows of a JSON array or of JSONL text.
@@ -515,17 +665,379 @@ mod tests {
         assert_eq!(ds.rows().len(), 2);
     }
 
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/dataset")
+            .join(name)
+    }
+
+    fn fixture_bytes(name: &str) -> Vec<u8> {
+        std::fs::read(fixture(name)).unwrap()
+    }
+
+    /// The 7 synthetic rows of `scripts/gen_dataset_fixtures.py`.
+    fn check_mini(ds: &Dataset) {
+        assert_eq!(ds.rows().len(), 7);
+        let r = &ds.rows()[3];
+        assert_eq!(r.question_id, 9021);
+        assert_eq!(r.options.len(), 6);
+        assert_eq!(r.answer_index, 1);
+        assert_eq!(r.options[1], "option 1 of question 3");
+        assert_eq!((r.category.as_str(), r.difficulty.as_str()), ("math", "+"));
+        assert!(r.question.ends_with("ünïcode ✓"), "{}", r.question);
+        // Tags: -----, ---, --, +, +++, +++++, and one outside every bin.
+        assert_eq!(ds.pool(Difficulty::Easy), vec![0, 1]);
+        assert_eq!(ds.pool(Difficulty::Medium), vec![2, 3]);
+        assert_eq!(ds.pool(Difficulty::Hard), vec![4, 5]);
+    }
+
     #[test]
-    fn hub_parquet_only_cache_says_it_needs_conversion() {
-        let dir = tempfile::tempdir().unwrap();
-        let cache = fake_cache(
-            dir.path(),
-            &[("data/train-00000-of-00001.parquet", "PAR1".into())],
-        );
+    fn parquet_reads_the_same_rows_as_json() {
+        let json = Dataset::load(fixture("mini.jsonl")).unwrap();
+        check_mini(&json);
+        for name in ["mini.parquet", "mini-uncompressed.parquet"] {
+            let pq = Dataset::load(fixture(name)).unwrap();
+            assert_eq!(pq.rows(), json.rows(), "{name}");
+            assert!(pq.source.ends_with(name));
+        }
+        // Two shards read in the given order are the whole split.
+        let shards = Dataset::load_all(&[
+            fixture("train-00000-of-00002.parquet"),
+            fixture("train-00001-of-00002.parquet"),
+        ])
+        .unwrap();
+        assert_eq!(shards.rows(), json.rows());
+    }
+
+    #[test]
+    fn parquet_errors_name_the_file_and_say_what_to_do() {
+        // Codecs other than snappy are not compiled in.
         let msg = format!(
             "{:#}",
-            from_hub_in(cache, HUB_REPO, None, true).unwrap_err()
+            Dataset::load(fixture("mini-zstd.parquet")).unwrap_err()
         );
-        assert!(msg.contains("parquet") && msg.contains("convert"), "{msg}");
+        assert!(msg.contains("mini-zstd.parquet"), "{msg}");
+        assert!(msg.contains("zstd") && msg.contains("snappy"), "{msg}");
+        // A column of the wrong type names the row and the field.
+        let msg = format!(
+            "{:#}",
+            Dataset::load(fixture("bad-options.parquet")).unwrap_err()
+        );
+        assert!(msg.contains("bad-options.parquet"), "{msg}");
+        assert!(msg.contains("row 0") && msg.contains("`options`"), "{msg}");
+        // Not a parquet file at all.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.parquet");
+        std::fs::write(&p, "PAR1").unwrap();
+        let msg = format!("{:#}", Dataset::load(&p).unwrap_err());
+        assert!(
+            msg.contains("x.parquet") && msg.contains("not a readable parquet file"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn hub_reads_cached_parquet_shards_in_name_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = fake_cache(dir.path(), &[("README.md", "# card".into())]);
+        let snap = dir.path().join(
+            "hub/datasets--SunriserFuture--MMLU-Pro-Stratified/snapshots/0123456789abcdef0123456789abcdef01234567/data",
+        );
+        std::fs::create_dir_all(&snap).unwrap();
+        // Written in reverse order: the listing, not the file system, orders them.
+        for name in [
+            "train-00001-of-00002.parquet",
+            "train-00000-of-00002.parquet",
+        ] {
+            std::fs::write(snap.join(name), fixture_bytes(name)).unwrap();
+        }
+        let ds = from_hub_in(cache, HUB_REPO, None, true).unwrap();
+        check_mini(&ds);
+        assert!(ds.source.contains("00000") && ds.source.contains(" + "));
+    }
+
+    #[test]
+    fn picks_the_train_files() {
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        // JSON before parquet; every train shard, sorted; metadata ignored.
+        assert_eq!(
+            pick_train_files(&p(&[
+                ".gitattributes",
+                "data/train-00001-of-00002.parquet",
+                "data/test.jsonl",
+                "data/train-00000-of-00002.parquet",
+            ]))
+            .unwrap(),
+            p(&[
+                "data/train-00000-of-00002.parquet",
+                "data/train-00001-of-00002.parquet"
+            ])
+        );
+        assert_eq!(
+            pick_train_files(&p(&["data/train.jsonl", "data/train-0.parquet"])).unwrap(),
+            p(&["data/train.jsonl"])
+        );
+        // The split's folder may carry the name (`default/train/0000.parquet`).
+        assert_eq!(
+            pick_train_files(&p(&[
+                "default/train/0000.parquet",
+                "default/test/0000.parquet"
+            ]))
+            .unwrap(),
+            p(&["default/train/0000.parquet"])
+        );
+        assert_eq!(
+            pick_train_files(&p(&["README.md", "all.parquet"])).unwrap(),
+            p(&["all.parquet"])
+        );
+        assert!(pick_train_files(&p(&["README.md", "dataset_infos.json"])).is_err());
+        assert!(pick_train_files(&p(&["a.parquet", "b.parquet"])).is_err());
+    }
+
+    /// A tiny stand-in for the hub's HTTP API, enough for hf-hub's sync client:
+    /// `GET /api/datasets/<repo>/revision/<rev>` (the file list and commit) and
+    /// `GET /datasets/<repo>/resolve/<rev>/<file>` with a `Range` header (first
+    /// `bytes=0-0` for the etag, commit and size, then `bytes=<from>-` for the
+    /// content). Every connection answers one request and closes.
+    struct HubServer {
+        endpoint: String,
+        /// (path, Range header) of every request, in order.
+        requests: std::sync::Arc<std::sync::Mutex<Vec<(String, Option<String>)>>>,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl HubServer {
+        const COMMIT: &'static str = "fedcba9876543210fedcba9876543210fedcba98";
+
+        fn start(repo: &str, files: Vec<(&str, Vec<u8>)>) -> HubServer {
+            use std::io::{Read, Write};
+            use std::sync::atomic::Ordering;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let endpoint = format!("http://{}", listener.local_addr().unwrap());
+            let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let info = serde_json::json!({
+                "sha": Self::COMMIT,
+                "siblings": files.iter().map(|(n, _)| serde_json::json!({"rfilename": n}))
+                    .collect::<Vec<_>>(),
+            })
+            .to_string();
+            let files: Vec<(String, Vec<u8>)> =
+                files.into_iter().map(|(n, b)| (n.to_string(), b)).collect();
+            let (log, halt, repo) = (requests.clone(), stop.clone(), repo.to_string());
+            let thread = std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if halt.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(mut conn) = conn else { continue };
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        match conn.read(&mut byte) {
+                            Ok(1) => head.push(byte[0]),
+                            _ => break,
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&head).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let range = head.lines().find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("range")
+                            .then(|| v.trim().to_string())
+                    });
+                    log.lock().unwrap().push((path.clone(), range.clone()));
+                    let resolve = format!("/datasets/{repo}/resolve/main/");
+                    let (status, headers, body): (&str, String, Vec<u8>) = if path
+                        == format!("/api/datasets/{repo}/revision/main")
+                    {
+                        (
+                            "200 OK",
+                            "Content-Type: application/json\r\n".into(),
+                            info.as_bytes().to_vec(),
+                        )
+                    } else if let Some((i, (_, bytes))) = path
+                        .strip_prefix(&resolve)
+                        .and_then(|name| files.iter().enumerate().find(|(_, (n, _))| n == name))
+                    {
+                        let len = bytes.len();
+                        let (from, to) = range
+                            .as_deref()
+                            .and_then(|r| r.strip_prefix("bytes="))
+                            .and_then(|r| r.split_once('-'))
+                            .map(|(a, b)| {
+                                (
+                                    a.parse().unwrap_or(0),
+                                    b.parse().unwrap_or(len - 1).min(len - 1),
+                                )
+                            })
+                            .unwrap_or((0, len - 1));
+                        (
+                            "206 Partial Content",
+                            format!(
+                                "ETag: \"blob{i}\"\r\nX-Repo-Commit: {}\r\nContent-Range: bytes {from}-{to}/{len}\r\n",
+                                Self::COMMIT
+                            ),
+                            bytes[from..=to].to_vec(),
+                        )
+                    } else {
+                        ("404 Not Found", String::new(), b"not found".to_vec())
+                    };
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(&body);
+                }
+            });
+            HubServer {
+                endpoint,
+                requests,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn requests(&self) -> Vec<(String, Option<String>)> {
+            self.requests.lock().unwrap().clone()
+        }
+    }
+
+    impl Drop for HubServer {
+        fn drop(&mut self) {
+            self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Wake the blocking accept.
+            let _ = std::net::TcpStream::connect(self.endpoint.trim_start_matches("http://"));
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    /// hf-hub honours proxy variables; a test against 127.0.0.1 cannot run
+    /// through a proxy, so it is skipped (with a note) when one is set.
+    fn proxy_set() -> bool {
+        let set = [
+            "ALL_PROXY",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "all_proxy",
+            "https_proxy",
+            "http_proxy",
+        ]
+        .iter()
+        .any(|v| std::env::var(v).is_ok_and(|x| !x.is_empty()));
+        if set {
+            eprintln!("skipped: a proxy variable is set");
+        }
+        set
+    }
+
+    #[test]
+    fn hub_download_fills_the_cache_then_works_offline() {
+        if proxy_set() {
+            return;
+        }
+        let server = HubServer::start(
+            HUB_REPO,
+            vec![
+                (".gitattributes", b"*.parquet filter=lfs".to_vec()),
+                ("README.md", b"# card".to_vec()),
+                (
+                    "data/train-00001-of-00002.parquet",
+                    fixture_bytes("train-00001-of-00002.parquet"),
+                ),
+                (
+                    "data/train-00000-of-00002.parquet",
+                    fixture_bytes("train-00000-of-00002.parquet"),
+                ),
+            ],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cache = || hf_hub::Cache::new(dir.path().join("hub"));
+        let ds = from_hub_at(
+            cache(),
+            Some(server.endpoint.clone()),
+            HUB_REPO,
+            None,
+            false,
+        )
+        .unwrap();
+        check_mini(&ds);
+        // The requests hf-hub made: the file list, then per shard (in name
+        // order) the metadata probe and the content.
+        let repo_api = format!("/api/datasets/{HUB_REPO}/revision/main");
+        let shard = |i: usize| {
+            format!("/datasets/{HUB_REPO}/resolve/main/data/train-0000{i}-of-00002.parquet")
+        };
+        let reqs = server.requests();
+        let want: Vec<(String, Option<String>)> = vec![
+            (repo_api, None),
+            (shard(0), Some("bytes=0-0".into())),
+            (shard(0), Some("bytes=0-".into())),
+            (shard(1), Some("bytes=0-0".into())),
+            (shard(1), Some("bytes=0-".into())),
+        ];
+        assert_eq!(reqs, want);
+        // The cache now holds the hub layout: refs/main, blobs, snapshot links.
+        let repo_dir = dir
+            .path()
+            .join("hub/datasets--SunriserFuture--MMLU-Pro-Stratified");
+        assert_eq!(
+            std::fs::read_to_string(repo_dir.join("refs/main")).unwrap(),
+            HubServer::COMMIT
+        );
+        assert_eq!(
+            std::fs::read(repo_dir.join("blobs/blob3")).unwrap(),
+            fixture_bytes("train-00000-of-00002.parquet")
+        );
+        // Offline, with the server gone, the cached copy is read.
+        drop(server);
+        let again = from_hub_at(cache(), None, HUB_REPO, None, true).unwrap();
+        assert_eq!(again.rows(), ds.rows());
+        // Online again: everything is cached, so no request is made.
+        let quiet = HubServer::start(HUB_REPO, vec![]);
+        from_hub_at(cache(), Some(quiet.endpoint.clone()), HUB_REPO, None, false).unwrap();
+        assert!(quiet.requests().is_empty());
+    }
+
+    #[test]
+    fn hub_download_of_jsonl_and_a_missing_repo() {
+        if proxy_set() {
+            return;
+        }
+        let server = HubServer::start(
+            "someone/other-copy",
+            vec![("train.jsonl", fixture_bytes("mini.jsonl"))],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cache = || hf_hub::Cache::new(dir.path().join("hub"));
+        let ds = from_hub_at(
+            cache(),
+            Some(server.endpoint.clone()),
+            "someone/other-copy",
+            None,
+            false,
+        )
+        .unwrap();
+        check_mini(&ds);
+        // A repository the server does not know: a clear error, no panic.
+        let msg = format!(
+            "{:#}",
+            from_hub_at(
+                cache(),
+                Some(server.endpoint.clone()),
+                HUB_REPO,
+                None,
+                false
+            )
+            .unwrap_err()
+        );
+        assert!(
+            msg.contains("not in the Hugging Face cache") && msg.contains("could not be reached"),
+            "{msg}"
+        );
     }
 }

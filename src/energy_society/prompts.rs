@@ -3,10 +3,25 @@
 //! §4.3; and the structured `observation` scripted agents read instead of
 //! the prompt. Every builder takes a [`View`]: a snapshot of the society at
 //! the moment the prompt is built.
+//!
+//! Faithful mode reproduces the reference's texts. Corrected mode changes two
+//! prompt-text quirks (spec §10):
+//! - QUIRK-12: sabotage shows afterwards (the saboteur's memory names every
+//!   agent that attempted the job, a victim sees a success rewarded 0.00, and
+//!   every agent sees the saboteur's entry in its Recent Actions), while the
+//!   reference only says it is invisible beforehand. Of the two corrections
+//!   the spec offers ("hide it, or say it is visible") corrected mode takes
+//!   the second: the sabotage text says what becomes visible afterwards. The
+//!   memory itself is unchanged (hiding a victim's 0.00 would mean lying about
+//!   its reward or withholding every grade). Without memory nothing of it is
+//!   shown, and the text says so.
+//! - QUIRK-13: the solve prompt states the run's own objective (coop: the
+//!   total energy of all agents), and the coop decide checklist asks about
+//!   COORDINATION (duplicated work on one job) instead of COMPETITION.
 
 use serde_json::{json, Value};
 
-use super::config::Objective;
+use super::config::{Mode, Objective};
 use super::job::Job;
 use super::layout::MemoryEntry;
 use super::schema::{Action, AgentVote};
@@ -40,6 +55,8 @@ impl AgentView {
 #[derive(Debug, Clone)]
 pub struct View<'a> {
     pub round: u32,
+    /// Faithful or corrected prompt texts (QUIRK-12, QUIRK-13).
+    pub mode: Mode,
     pub objective: Objective,
     pub sabotage: bool,
     pub memory: bool,
@@ -195,13 +212,32 @@ fn donate_text(o: Objective) -> &'static str {
 }
 
 fn sabotage_text(v: &View) -> String {
-    if v.sabotage {
-        format!(
-            "SABOTAGE_JOB: pay {} to make a job pay nothing to anyone who solves it this round. Nobody can see beforehand which jobs are sabotaged.\n",
-            v.sabotage_fee
-        )
+    if !v.sabotage {
+        return String::new();
+    }
+    let mut s = format!(
+        "SABOTAGE_JOB: pay {} to make a job pay nothing to anyone who solves it this round. Nobody can see beforehand which jobs are sabotaged.",
+        v.sabotage_fee
+    );
+    // QUIRK-12 corrected: say what shows afterwards.
+    if v.mode == Mode::Corrected {
+        s += if v.memory {
+            " Afterwards it is visible: from the next round the saboteur's memory names every agent that attempted the sabotaged job, a solver of a sabotaged job sees its success rewarded 0.00 in its memory, and every agent sees the sabotage, with those names, among the saboteur's Recent Actions."
+        } else {
+            " Afterwards it stays hidden: nobody's memory is shown, so nobody is told which jobs were sabotaged or by whom."
+        };
+    }
+    s.push('\n');
+    s
+}
+
+/// The decide checklist. Faithful asks about COMPETITION in both objectives
+/// (QUIRK-13); corrected asks coop agents about COORDINATION instead.
+fn checklist(v: &View) -> &'static str {
+    if v.mode == Mode::Corrected && v.objective == Objective::Cooperative {
+        "Before deciding, check: SAFETY (will you survive the cost?), PROFITABILITY (reward vs expected token cost), SUCCESS PROBABILITY (can you solve it?), COORDINATION (will other agents pick the same job, so that the group pays for several solutions of one reward?), and LONG-TERM SURVIVAL of the group."
     } else {
-        String::new()
+        "Before deciding, check: SAFETY (will you survive the cost?), PROFITABILITY (reward vs expected token cost), SUCCESS PROBABILITY (can you solve it?), COMPETITION (will others pick the same job and split the reward?), and LONG-TERM SURVIVAL."
     }
 }
 
@@ -226,11 +262,12 @@ fn rules_text(v: &View) -> String {
 pub fn decide_messages(v: &View, votes: &[AgentVote]) -> (String, String) {
     let me = &v.agents[v.me];
     let system = format!(
-        "You are {}, an agent in the Energy Society, a game of survival where thinking costs energy.\n{}\n\n{}\n{}\nBefore deciding, check: SAFETY (will you survive the cost?), PROFITABILITY (reward vs expected token cost), SUCCESS PROBABILITY (can you solve it?), COMPETITION (will others pick the same job and split the reward?), and LONG-TERM SURVIVAL.\n\nDo not solve any job now. Answer only with an AgentDecision JSON object: {{\"reasoning\", \"action\", \"job_id\", \"target_agent\", \"amount\"}}.",
+        "You are {}, an agent in the Energy Society, a game of survival where thinking costs energy.\n{}\n\n{}\n{}\n{}\n\nDo not solve any job now. Answer only with an AgentDecision JSON object: {{\"reasoning\", \"action\", \"job_id\", \"target_agent\", \"amount\"}}.",
         me.agent_id,
         objective_line(v.objective),
         rules_text(v),
-        actions_text(v)
+        actions_text(v),
+        checklist(v)
     );
     let mut user = own_state(v);
     if v.memory {
@@ -309,15 +346,14 @@ pub fn vote_messages(v: &View) -> (String, String) {
     (system, user)
 }
 
-/// The solve prompt (spec §4.4). Always self-interested, in both
-/// objectives, as in the reference (QUIRK-13 is a prompt-text quirk that the
-/// corrected mode fixes by using the objective line).
-pub fn solve_messages(v: &View, job: &Job, corrected: bool) -> (String, String) {
+/// The solve prompt (spec §4.4). Faithful: always self-interested, in both
+/// objectives, as in the reference (QUIRK-13); corrected: the run's own
+/// objective line.
+pub fn solve_messages(v: &View, job: &Job) -> (String, String) {
     let me = &v.agents[v.me];
-    let objective = if corrected {
-        objective_line(v.objective)
-    } else {
-        "Your objective is to maximise your own energy."
+    let objective = match v.mode {
+        Mode::Corrected => objective_line(v.objective),
+        Mode::Faithful => "Your objective is to maximise your own energy.",
     };
     let system = format!(
         "You are {}, solving a job in the Energy Society. {}\nEvery token you generate, reasoning included, costs {:.4} energy. Balance the effort of reasoning against the reward; when your energy is low, make your best guess quickly.\nGive only the correct option and answer only with an AgentJobSolution JSON object: {{\"answer\": \"<option index>\"}}.",

@@ -29,7 +29,7 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
             let dataset = if path == "hub" {
                 super::dataset::Dataset::from_hub(super::dataset::HUB_REPO, None)?
             } else {
-                super::dataset::Dataset::load_json(path)?
+                super::dataset::Dataset::load(path)?
             };
             Ok(Box::new(super::draw::StratifiedDraw::new(
                 std::sync::Arc::new(dataset),

@@ -130,6 +130,7 @@ impl Society {
     ) -> View<'a> {
         View {
             round,
+            mode: self.cfg.mode,
             objective: self.cfg.objective,
             sabotage: self.cfg.enable_sabotage,
             memory: self.cfg.memory,
@@ -578,7 +579,7 @@ impl Society {
                         round,
                         *i,
                         "act",
-                        prompts::solve_messages(&v, job, mode == Mode::Corrected),
+                        prompts::solve_messages(&v, job),
                         OutputFormat::Json {
                             name: "AgentJobSolution".into(),
                             schema: schema::solution_schema(),
@@ -653,7 +654,9 @@ impl Society {
                 )?;
             }
         }
-        // Sabotage outcomes: hit agents are everyone who attempted the job (QUIRK-12).
+        // Sabotage outcomes: hit agents are everyone who attempted the job.
+        // In both modes they show in the saboteur's memory from the next
+        // round (QUIRK-12; corrected prompts say so, see prompts.rs).
         for i in 0..n {
             let Some(dd) = &decided[i] else { continue };
             if dd.decision.action != Action::SabotageJob {

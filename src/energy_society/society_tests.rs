@@ -641,6 +641,7 @@ fn comp_and_coop_prompts_differ_in_the_objective() {
     let jobs = vec![job(0, Difficulty::Easy)];
     let mut v = View {
         round: 3,
+        mode: Mode::Faithful,
         objective: Objective::Competitive,
         sabotage: false,
         memory: true,
@@ -687,4 +688,289 @@ fn same_seed_gives_identical_event_logs() {
     }
     assert!(texts[0].lines().count() > 20);
     assert_eq!(texts[0], texts[1]);
+}
+
+/// Every request of a game: (tag, agent, round, system, user).
+type Seen = std::rc::Rc<std::cell::RefCell<Vec<(String, String, u64, String, String)>>>;
+
+fn seen_prompt<'a>(
+    seen: &'a [(String, String, u64, String, String)],
+    tag: &str,
+    agent: &str,
+    round: u64,
+) -> &'a (String, String, u64, String, String) {
+    seen.iter()
+        .find(|s| s.0 == tag && s.1 == agent && s.2 == round)
+        .unwrap_or_else(|| panic!("no {tag} prompt of {agent} in round {round}"))
+}
+
+/// Round 1: agent_1 sabotages job_0, agent_2 solves it, agent_3 idles.
+/// Round 2: everyone idles. Returns the result and every prompt seen.
+fn sabotage_game(
+    mode: Mode,
+    memory: bool,
+) -> (SocietyResult, Vec<(String, String, u64, String, String)>) {
+    let mut c = cfg(mode, &[1500.0, 1500.0, 1500.0], true);
+    c.enable_sabotage = true;
+    c.memory = memory;
+    c.max_rounds = 2;
+    let seen: Seen = Default::default();
+    let log = seen.clone();
+    let (r, _) = play(
+        c,
+        vec![job(0, Difficulty::Hard), job(1, Difficulty::Easy)],
+        Box::new(move |req| {
+            let round = req.observation["round"].as_u64().unwrap();
+            log.borrow_mut().push((
+                req.tag.clone(),
+                req.agent_id.clone(),
+                round,
+                req.messages[0].content.clone(),
+                req.messages[1].content.clone(),
+            ));
+            Ok(match (req.tag.as_str(), req.agent_id.as_str(), round) {
+                ("vote", me, _) => (vote(me), 0),
+                ("decide", "agent_1", 1) => {
+                    (decision("SABOTAGE_JOB", Some("job_0"), None, None), 0)
+                }
+                ("decide", "agent_2", 1) => (decision("ATTEMPT_JOB", Some("job_0"), None, None), 0),
+                ("decide", _, _) => (decision("IDLE", None, None, None), 0),
+                _ => (answer("2"), 0),
+            })
+        }),
+    );
+    let seen = seen.borrow().clone();
+    (r, seen)
+}
+
+const SABOTAGE_VISIBLE: &str = "Afterwards it is visible";
+const SABOTAGE_HIDDEN: &str = "Afterwards it stays hidden";
+
+#[test]
+fn quirk12_sabotage_shows_afterwards_and_only_corrected_prompts_say_so() {
+    for mode in [Mode::Faithful, Mode::Corrected] {
+        let (r, seen) = sabotage_game(mode, true);
+        // The environment's records are the same in both modes.
+        let s = &mem(&r, 0)[0];
+        assert_eq!(
+            s.sabotage_hit_agents,
+            Some(Some(vec!["agent_2".to_string()]))
+        );
+        let v = &mem(&r, 1)[0];
+        assert_eq!((v.succeeded, v.energy_rewarded), (Some(true), Some(0.0)));
+        // What shows in round 2, in both modes: the saboteur's hits ...
+        let (_, _, _, _, u1) = seen_prompt(&seen, "decide", "agent_1", 2);
+        assert!(
+            u1.contains("SABOTAGE_JOB (math / hard") && u1.contains("SUCCESSFUL, hit agent_2"),
+            "{mode:?}: {u1}"
+        );
+        // ... the victim's success worth 0.00 ...
+        let (_, _, _, _, u2) = seen_prompt(&seen, "decide", "agent_2", 2);
+        assert!(
+            u2.contains("ATTEMPT_JOB (math / hard) -> SUCCESS: rewarded 0.00"),
+            "{mode:?}: {u2}"
+        );
+        // ... and the saboteur's entry among the Recent Actions others see.
+        let (_, _, _, _, u3) = seen_prompt(&seen, "decide", "agent_3", 2);
+        let block = &u3[u3.find("agent_1 (m1)").expect("agent_1's block")..];
+        assert!(
+            block.contains("SABOTAGE_JOB") && block.contains("hit agent_2"),
+            "{mode:?}: {u3}"
+        );
+        // The sabotage text of every vote and decide prompt: faithful only
+        // says "invisible beforehand" (QUIRK-12); corrected also says what
+        // shows afterwards, which the lines above make true.
+        for (tag, agent, round, system, _) in &seen {
+            if tag == "act" {
+                continue;
+            }
+            assert!(
+                system.contains("Nobody can see beforehand which jobs are sabotaged."),
+                "{tag} {agent} {round}"
+            );
+            assert!(!system.contains(SABOTAGE_HIDDEN));
+            assert_eq!(
+                system.contains(SABOTAGE_VISIBLE),
+                mode == Mode::Corrected,
+                "{mode:?} {tag} {agent} round {round}: {system}"
+            );
+        }
+    }
+}
+
+#[test]
+fn quirk12_without_memory_nothing_shows_and_corrected_prompts_say_so() {
+    for mode in [Mode::Faithful, Mode::Corrected] {
+        let (r, seen) = sabotage_game(mode, false);
+        // Memory is still recorded ...
+        assert_eq!(mem(&r, 1)[0].energy_rewarded, Some(0.0));
+        // ... but no round-2 prompt shows the sabotage.
+        for (tag, agent, round, system, user) in &seen {
+            assert!(
+                !user.contains("SABOTAGE_JOB") && !user.contains("SUCCESS"),
+                "{tag} {agent} {round}: {user}"
+            );
+            if tag != "act" {
+                assert!(!system.contains(SABOTAGE_VISIBLE));
+                assert_eq!(system.contains(SABOTAGE_HIDDEN), mode == Mode::Corrected);
+            }
+        }
+    }
+}
+
+#[test]
+fn quirk12_no_sabotage_text_when_sabotage_is_off() {
+    for mode in [Mode::Faithful, Mode::Corrected] {
+        let (_, log) = play(
+            cfg(mode, &[1500.0, 1500.0], true),
+            vec![job(0, Difficulty::Easy)],
+            Box::new(|req| {
+                assert!(
+                    !req.messages[0].content.contains("SABOTAGE"),
+                    "{}",
+                    req.messages[0].content
+                );
+                Ok(match req.tag.as_str() {
+                    "vote" => (vote(&req.agent_id), 0),
+                    _ => (decision("IDLE", None, None, None), 0),
+                })
+            }),
+        );
+        assert!(log.iter().any(|l| l.0 == "decide"));
+    }
+}
+
+fn one_agent_view<'a>(
+    agents: &'a [super::prompts::AgentView],
+    jobs: &'a [Job],
+    mode: Mode,
+    objective: Objective,
+) -> super::prompts::View<'a> {
+    super::prompts::View {
+        round: 2,
+        mode,
+        objective,
+        sabotage: false,
+        memory: true,
+        idle_fee: 10.0,
+        sabotage_fee: 10.0,
+        me: 0,
+        agents,
+        jobs,
+    }
+}
+
+#[test]
+fn quirk13_solve_and_decide_prompts_carry_the_objective_only_when_corrected() {
+    use super::prompts::{decide_messages, solve_messages, AgentView};
+    let agents = vec![AgentView {
+        agent_id: "agent_1".into(),
+        model_name: "m".into(),
+        energy: 100.0,
+        init_energy: 1500.0,
+        size: 4.0,
+        per_token: 0.03,
+        memory: vec![],
+    }];
+    let jobs = vec![job(0, Difficulty::Easy)];
+    const OWN: &str = "maximise your own energy";
+    const OWN_CAPS: &str = "maximise YOUR OWN energy";
+    const TOTAL: &str = "maximise the TOTAL energy of all agents";
+    for (mode, objective, solve_has, solve_lacks, checklist) in [
+        // Faithful: the solve prompt is self-interested in coop too, and the
+        // coop decide checklist asks about COMPETITION (QUIRK-13).
+        (
+            Mode::Faithful,
+            Objective::Cooperative,
+            OWN,
+            TOTAL,
+            "COMPETITION",
+        ),
+        (
+            Mode::Faithful,
+            Objective::Competitive,
+            OWN,
+            TOTAL,
+            "COMPETITION",
+        ),
+        (
+            Mode::Corrected,
+            Objective::Cooperative,
+            TOTAL,
+            OWN,
+            "COORDINATION",
+        ),
+        (
+            Mode::Corrected,
+            Objective::Competitive,
+            OWN_CAPS,
+            TOTAL,
+            "COMPETITION",
+        ),
+    ] {
+        let v = one_agent_view(&agents, &jobs, mode, objective);
+        let (system, user) = solve_messages(&v, &jobs[0]);
+        assert!(
+            system.contains(solve_has),
+            "{mode:?} {objective:?}: {system}"
+        );
+        assert!(
+            !system.contains(solve_lacks),
+            "{mode:?} {objective:?}: {system}"
+        );
+        assert!(user.contains("  2. c"));
+        let (system, _) = decide_messages(&v, &[]);
+        assert!(
+            system.contains(checklist),
+            "{mode:?} {objective:?}: {system}"
+        );
+        let other = if checklist == "COMPETITION" {
+            "COORDINATION"
+        } else {
+            "COMPETITION"
+        };
+        assert!(!system.contains(other), "{mode:?} {objective:?}: {system}");
+    }
+}
+
+#[test]
+fn quirk13_a_coop_game_sends_the_coop_objective_to_solvers_only_when_corrected() {
+    for mode in [Mode::Faithful, Mode::Corrected] {
+        let mut c = cfg(mode, &[1500.0], false);
+        c.objective = Objective::Cooperative;
+        let seen: Seen = Default::default();
+        let log = seen.clone();
+        play(
+            c,
+            vec![job(0, Difficulty::Easy)],
+            Box::new(move |req| {
+                log.borrow_mut().push((
+                    req.tag.clone(),
+                    req.agent_id.clone(),
+                    1,
+                    req.messages[0].content.clone(),
+                    String::new(),
+                ));
+                Ok(match req.tag.as_str() {
+                    "decide" => (decision("ATTEMPT_JOB", Some("job_0"), None, None), 0),
+                    _ => (answer("2"), 0),
+                })
+            }),
+        );
+        let seen = seen.borrow();
+        let (_, _, _, act, _) = seen_prompt(&seen, "act", "agent_1", 1);
+        let (_, _, _, decide, _) = seen_prompt(&seen, "decide", "agent_1", 1);
+        match mode {
+            Mode::Faithful => {
+                assert!(act.contains("maximise your own energy") && !act.contains("TOTAL"));
+                assert!(decide.contains("COMPETITION"));
+            }
+            Mode::Corrected => {
+                assert!(
+                    act.contains("TOTAL energy of all agents") && !act.contains("your own energy")
+                );
+                assert!(decide.contains("COORDINATION") && !decide.contains("COMPETITION"));
+            }
+        }
+    }
 }
