@@ -60,6 +60,13 @@ pub enum OutputFormat {
     Json {
         name: String,
         schema: serde_json::Value,
+        /// A tighter schema every answer of which the scenario accepts (each
+        /// action with only its own fields, ids drawn from this round's
+        /// jobs and agents). Constrained decoding may use it instead of
+        /// `schema` (`[llm] schema = "strict"`), so a small model cannot
+        /// produce a well-formed but invalid answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strict: Option<serde_json::Value>,
     },
 }
 

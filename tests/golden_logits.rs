@@ -130,3 +130,56 @@ fn qwen3_matches_transformers() {
 fn gemma3_matches_transformers() {
     check_arch("gemma3");
 }
+
+/// A prompt longer than one attention chunk (128 queries) gives, in one
+/// step, the logits it gives when fed in short pieces through the cache, and
+/// a batch of a long and a short sequence gives each its own logits.
+fn check_long_prompt(arch: &str) {
+    let (path, _) = fixture(arch);
+    let model = load_model(&path, &Device::Cpu).unwrap();
+    let vocab = model.info().vocab_size;
+    let n = 250.min(model.info().context_length - 1);
+    let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
+
+    let mut one_shot = model.new_cache();
+    let mut step = [SeqStep {
+        tokens: &tokens,
+        cache: &mut one_shot,
+        logits: Logits::All,
+    }];
+    let all = logits_to_vec(&model.forward(&mut step).unwrap()[0]).unwrap();
+
+    let mut pieces = model.new_cache();
+    for (p, chunk) in tokens.chunks(25).enumerate() {
+        let mut step = [SeqStep {
+            tokens: chunk,
+            cache: &mut pieces,
+            logits: Logits::All,
+        }];
+        let got = logits_to_vec(&model.forward(&mut step).unwrap()[0]).unwrap();
+        let at = p * 25 * vocab;
+        let d = max_abs_diff(&got, &all[at..at + got.len()]);
+        assert!(d < TOL, "{arch}: piece {p}: max abs diff {d}");
+    }
+
+    let mut long = model.new_cache();
+    let mut short = model.new_cache();
+    let mut batch = [
+        SeqStep::new(&tokens[..3], &mut short),
+        SeqStep::new(&tokens, &mut long),
+    ];
+    let out = model.forward(&mut batch).unwrap();
+    let d_short = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &all[2 * vocab..3 * vocab]);
+    let d_long = max_abs_diff(&logits_to_vec(&out[1]).unwrap(), &all[(n - 1) * vocab..]);
+    assert!(
+        d_short < TOL && d_long < TOL,
+        "{arch}: batch: {d_short} {d_long}"
+    );
+}
+
+#[test]
+fn long_prompts_are_chunked_without_changing_logits() {
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        check_long_prompt(arch);
+    }
+}

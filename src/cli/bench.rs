@@ -6,6 +6,12 @@
 //!   computes the next-token logits, as a decode step does); t/s = N / time.
 //! - One warm-up run of each test, then `-r` timed repetitions; the table
 //!   shows the mean ± sample standard deviation of the per-run t/s.
+//! - `-d D` (llama-bench's depth): each sequence first has D tokens of
+//!   context in its cache (filled untimed), as an agent's long prompt does.
+//! - `-s S` (Joule's own, like llama.cpp's batched-bench): S sequences, each
+//!   with its own cache, go through the model together; t/s counts the
+//!   tokens of all of them. This is how an Energy Society phase decodes its
+//!   agents.
 
 use crate::inference::device::{device_name, select_device};
 use crate::inference::model::{load_model, CausalLm, SeqStep};
@@ -28,6 +34,12 @@ pub struct BenchArgs {
     /// Generated tokens of the token-generation test (0 skips it).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens of context already in each sequence's cache before a test (llama-bench's -d).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
+    /// Sequences processed together, each with its own cache.
+    #[arg(short = 's', long = "seqs", default_value_t = 1)]
+    pub seqs: usize,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -54,6 +66,8 @@ pub struct BenchResult {
     pub test: String,
     pub n_prompt: usize,
     pub n_gen: usize,
+    pub n_depth: usize,
+    pub seqs: usize,
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
@@ -74,21 +88,50 @@ fn random_tokens(rng: &mut impl Rng, n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|_| rng.gen_range(0..vocab as u32)).collect()
 }
 
-fn time_pp(model: &dyn CausalLm, tokens: &[u32]) -> Result<f64> {
-    let mut cache = model.new_cache();
+/// Fresh caches holding `depth` tokens of context each (filled untimed).
+fn caches_at_depth(
+    model: &dyn CausalLm,
+    depth: &[Vec<u32>],
+) -> Result<Vec<crate::inference::model::KvCache>> {
+    let mut caches: Vec<_> = depth.iter().map(|_| model.new_cache()).collect();
+    let mut steps: Vec<SeqStep<'_>> = depth
+        .iter()
+        .zip(caches.iter_mut())
+        .filter(|(d, _)| !d.is_empty())
+        .map(|(d, c)| SeqStep::new(d, c))
+        .collect();
+    if !steps.is_empty() {
+        model.forward(&mut steps)?;
+    }
+    drop(steps);
+    Ok(caches)
+}
+
+/// One forward pass over every sequence's prompt; seconds.
+fn time_pp(model: &dyn CausalLm, prompts: &[Vec<u32>], depth: &[Vec<u32>]) -> Result<f64> {
+    let mut caches = caches_at_depth(model, depth)?;
     let t0 = Instant::now();
-    let mut step = [SeqStep::new(tokens, &mut cache)];
-    model.forward(&mut step)?;
+    let mut steps: Vec<SeqStep<'_>> = prompts
+        .iter()
+        .zip(caches.iter_mut())
+        .map(|(p, c)| SeqStep::new(p, c))
+        .collect();
+    model.forward(&mut steps)?;
     Ok(t0.elapsed().as_secs_f64())
 }
 
-fn time_tg(model: &dyn CausalLm, tokens: &[u32]) -> Result<f64> {
-    let mut cache = model.new_cache();
+/// One token per sequence per step, `tokens[i].len()` steps; seconds.
+fn time_tg(model: &dyn CausalLm, tokens: &[Vec<u32>], depth: &[Vec<u32>]) -> Result<f64> {
+    let mut caches = caches_at_depth(model, depth)?;
+    let n = tokens.first().map_or(0, Vec::len);
     let t0 = Instant::now();
-    for tok in tokens {
-        let one = [*tok];
-        let mut step = [SeqStep::new(&one, &mut cache)];
-        model.forward(&mut step)?;
+    for i in 0..n {
+        let mut steps: Vec<SeqStep<'_>> = tokens
+            .iter()
+            .zip(caches.iter_mut())
+            .map(|(t, c)| SeqStep::new(&t[i..i + 1], c))
+            .collect();
+        model.forward(&mut steps)?;
     }
     Ok(t0.elapsed().as_secs_f64())
 }
@@ -111,23 +154,35 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.n_gen > 0 {
         tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
     }
-    for (name, p, n) in tests {
-        let count = p.max(n);
-        let warm = random_tokens(&mut rng, count, info.vocab_size);
-        if p > 0 {
-            time_pp(model.as_ref(), &warm)?;
-        } else {
-            time_tg(model.as_ref(), &warm)?;
+    let seqs = args.seqs.max(1);
+    let depth = args.n_depth;
+    for (mut name, p, n) in tests {
+        if depth > 0 {
+            name = format!("{name} @ d{depth}");
         }
+        if seqs > 1 {
+            name = format!("{name} x{seqs}");
+        }
+        let count = p.max(n);
+        let mut draw = |len: usize| -> Vec<Vec<u32>> {
+            (0..seqs)
+                .map(|_| random_tokens(&mut rng, len, info.vocab_size))
+                .collect()
+        };
+        let time = |toks: &[Vec<u32>], ctx: &[Vec<u32>]| {
+            if p > 0 {
+                time_pp(model.as_ref(), toks, ctx)
+            } else {
+                time_tg(model.as_ref(), toks, ctx)
+            }
+        };
+        let (warm, ctx) = (draw(count), draw(depth));
+        time(&warm, &ctx)?;
         let mut samples = Vec::with_capacity(reps);
         for _ in 0..reps {
-            let toks = random_tokens(&mut rng, count, info.vocab_size);
-            let secs = if p > 0 {
-                time_pp(model.as_ref(), &toks)?
-            } else {
-                time_tg(model.as_ref(), &toks)?
-            };
-            samples.push(count as f64 / secs);
+            let (toks, ctx) = (draw(count), draw(depth));
+            let secs = time(&toks, &ctx)?;
+            samples.push((count * seqs) as f64 / secs);
         }
         let (avg, sd) = mean_sd(&samples);
         results.push(BenchResult {
@@ -140,6 +195,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             test: name,
             n_prompt: p,
             n_gen: n,
+            n_depth: depth,
+            seqs,
             samples_ts: samples,
             avg_ts: avg,
             stddev_ts: sd,

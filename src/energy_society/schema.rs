@@ -165,6 +165,113 @@ pub fn vote_schema(sabotage: bool, n_agents: usize) -> Value {
     })
 }
 
+/// The fields of one action variant, in the reference's order: the action
+/// as a constant and `job_id`, `target_agent`, `amount` as the action needs
+/// them (null where it does not).
+fn action_variant(
+    head: &[(&str, Value)],
+    action_key: &str,
+    action: &str,
+    jobs: &[String],
+    others: &[String],
+) -> Value {
+    let null = json!({"type": "null"});
+    let (job, target, amount) = match action {
+        "ATTEMPT_JOB" | "SABOTAGE_JOB" => (json!({"enum": jobs}), null.clone(), null.clone()),
+        "DONATE" => (
+            null.clone(),
+            json!({"enum": others}),
+            json!({"type": "number"}),
+        ),
+        _ => (null.clone(), null.clone(), null),
+    };
+    let mut props = serde_json::Map::new();
+    let mut required = Vec::new();
+    for (k, v) in head {
+        props.insert((*k).to_string(), v.clone());
+        required.push((*k).to_string());
+    }
+    for (k, v) in [
+        (action_key, json!({"const": action})),
+        ("job_id", job),
+        ("target_agent", target),
+        ("amount", amount),
+    ] {
+        props.insert(k.to_string(), v);
+        required.push(k.to_string());
+    }
+    json!({"type": "object", "properties": props, "required": required,
+           "additionalProperties": false})
+}
+
+/// The actions that can be taken with these jobs and these other agents.
+fn possible_actions(sabotage: bool, jobs: &[String], others: &[String]) -> Vec<&'static str> {
+    action_enum(sabotage)
+        .into_iter()
+        .filter(|a| match *a {
+            "ATTEMPT_JOB" | "SABOTAGE_JOB" => !jobs.is_empty(),
+            "DONATE" => !others.is_empty(),
+            _ => true,
+        })
+        .collect()
+}
+
+/// The strict form of [`decision_schema`] for constrained decoding: one
+/// variant per action, each with only the fields that action needs, job ids
+/// from `jobs` and donation targets from `others`. Every document it allows
+/// passes [`parse_decision`] in both modes, except a donation of 0 (or, in
+/// corrected mode, a negative one): the schema subset has no number bounds.
+pub fn decision_schema_strict(sabotage: bool, jobs: &[String], others: &[String]) -> Value {
+    let head = [("reasoning", json!({"type": "string"}))];
+    let variants: Vec<Value> = possible_actions(sabotage, jobs, others)
+        .into_iter()
+        .map(|a| action_variant(&head, "action", a, jobs, others))
+        .collect();
+    json!({"title": "AgentDecision", "anyOf": variants})
+}
+
+/// The strict form of [`vote_schema`]: recommendations about the agents in
+/// `agents`, each one of the action variants of [`decision_schema_strict`]
+/// (donation targets: any agent).
+pub fn vote_schema_strict(sabotage: bool, jobs: &[String], agents: &[String]) -> Value {
+    let item = |a: &str| {
+        let head = [("agent_id", json!({"enum": agents}))];
+        action_variant(&head, "recommended_action", a, jobs, agents)
+    };
+    let variants: Vec<Value> = possible_actions(sabotage, jobs, agents)
+        .into_iter()
+        .map(item)
+        .collect();
+    json!({
+        "title": "AgentVote",
+        "type": "object",
+        "properties": {
+            "voter_id": {"enum": agents},
+            "overall_reasoning": {"type": "string"},
+            "recommendations": {
+                "type": "array",
+                "maxItems": agents.len(),
+                "items": {"anyOf": variants},
+            }
+        },
+        "required": ["voter_id", "overall_reasoning", "recommendations"],
+        "additionalProperties": false,
+    })
+}
+
+/// The strict form of [`solution_schema`]: the answer is one of the option
+/// numbers `"0"` … `"n-1"` the solve prompt lists.
+pub fn solution_schema_strict(n_options: usize) -> Value {
+    let options: Vec<String> = (0..n_options).map(|i| i.to_string()).collect();
+    json!({
+        "title": "AgentJobSolution",
+        "type": "object",
+        "properties": {"answer": {"enum": options}},
+        "required": ["answer"],
+        "additionalProperties": false,
+    })
+}
+
 /// JSON Schema of `AgentJobSolution`.
 pub fn solution_schema() -> Value {
     json!({

@@ -349,6 +349,18 @@ impl Society {
                        "answer_index": j.answer_index})).collect::<Vec<_>>()}),
         )?;
         let job_by_id: BTreeMap<&str, &Job> = jobs.iter().map(|j| (j.id.as_str(), j)).collect();
+        // Ids a strict output schema may name (constrained decoding only).
+        let job_ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+        let agent_ids: Vec<String> = self
+            .agents
+            .iter()
+            .map(|a| a.spec.agent_id.clone())
+            .collect();
+        let others = |i: usize| -> Vec<String> {
+            let mut v = agent_ids.clone();
+            v.remove(i);
+            v
+        };
 
         // R1 vote (in parallel) when discussion is on and more than one agent is active.
         let mut votes: Vec<Option<AgentVote>> = vec![None; n];
@@ -369,6 +381,9 @@ impl Society {
                         OutputFormat::Json {
                             name: "AgentVote".into(),
                             schema: schema::vote_schema(sabotage, n),
+                            strict: Some(schema::vote_schema_strict(
+                                sabotage, &job_ids, &agent_ids,
+                            )),
                         },
                         prompts::observation(&v, "vote", &[], None),
                     )
@@ -409,6 +424,11 @@ impl Society {
                         OutputFormat::Json {
                             name: "AgentDecision".into(),
                             schema: schema::decision_schema(sabotage),
+                            strict: Some(schema::decision_schema_strict(
+                                sabotage,
+                                &job_ids,
+                                &others(i),
+                            )),
                         },
                         prompts::observation(&v, "decide", &shown_votes, None),
                     )
@@ -583,6 +603,7 @@ impl Society {
                         OutputFormat::Json {
                             name: "AgentJobSolution".into(),
                             schema: schema::solution_schema(),
+                            strict: Some(schema::solution_schema_strict(job.options.len())),
                         },
                         prompts::observation(&v, "act", &[], Some(job)),
                     )

@@ -50,6 +50,8 @@ pub struct LlmOptions {
     /// Longest string (in characters) constrained decoding allows where the
     /// schema sets no `maxLength`, so an answer completes within `max_tokens`.
     pub max_string_chars: Option<usize>,
+    /// Which of a request's schemas constrained decoding enforces.
+    pub schema: SchemaChoice,
 }
 
 impl Default for LlmOptions {
@@ -60,8 +62,22 @@ impl Default for LlmOptions {
             max_thinking_tokens: None,
             stand_in: None,
             max_string_chars: Some(240),
+            schema: SchemaChoice::Strict,
         }
     }
+}
+
+/// Which schema of a JSON request constrained decoding enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SchemaChoice {
+    /// The request's strict schema when it has one (only valid actions, ids
+    /// of this round's jobs and agents), else its schema.
+    #[default]
+    Strict,
+    /// The schema the reference gave its models (well-formed answers may
+    /// still fail the scenario's checks and be retried).
+    Reference,
 }
 
 struct Loaded {
@@ -208,7 +224,11 @@ impl LlmBackend {
         let mut constraints: Vec<Option<Constraint>> = Vec::with_capacity(batch.len());
         for r in batch {
             let c = match (&r.format, self.options.structured) {
-                (OutputFormat::Json { schema, .. }, StructuredMode::Constrained) => {
+                (OutputFormat::Json { schema, strict, .. }, StructuredMode::Constrained) => {
+                    let schema = match (self.options.schema, strict) {
+                        (SchemaChoice::Strict, Some(s)) => s,
+                        _ => schema,
+                    };
                     let style = JsonStyle {
                         default_max_string_len: self.options.max_string_chars,
                         ..JsonStyle::default()
@@ -414,6 +434,9 @@ pub struct LlmConfig {
     pub stand_in: Option<String>,
     /// Longest string constrained decoding allows where the schema sets no maxLength.
     pub max_string_chars: Option<usize>,
+    /// `strict` (default): constrained decoding enforces the scenario's strict
+    /// schema (valid actions and ids only); `reference`: the reference's schema.
+    pub schema: SchemaChoice,
 }
 
 impl Default for LlmConfig {
@@ -425,6 +448,7 @@ impl Default for LlmConfig {
             max_thinking_tokens: Some(512),
             stand_in: None,
             max_string_chars: Some(240),
+            schema: SchemaChoice::Strict,
         }
     }
 }
@@ -448,6 +472,7 @@ impl LlmConfig {
                 max_thinking_tokens: self.max_thinking_tokens,
                 stand_in,
                 max_string_chars: self.max_string_chars,
+                schema: self.schema,
             },
         ))
     }

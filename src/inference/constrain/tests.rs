@@ -721,3 +721,74 @@ fn extracts_json_from_free_text() {
         "the JSON object does not match the schema: answer: expected string, found number"
     );
 }
+
+// ------------------------------------------------------------------ the society's strict schemas
+
+/// Every document constrained decoding allows under the Energy Society's strict schemas passes
+/// the society's own checks in both modes and names only this round's jobs and agents.
+#[test]
+fn strict_society_schemas_only_allow_valid_answers() {
+    use crate::energy_society::config::Mode;
+    use crate::energy_society::schema as es;
+    let jobs: Vec<String> = (0..3).map(|i| format!("job_{i}")).collect();
+    let agents: Vec<String> = (1..=3).map(|i| format!("agent_{i}")).collect();
+    let others = agents[1..].to_vec();
+    let style = short_strings();
+    let vocab = hand_vocab();
+    let check_ids = |job: &Option<String>, target: &Option<String>, text: &str| {
+        if let Some(j) = job {
+            assert!(jobs.contains(j), "{text}");
+        }
+        if let Some(t) = target {
+            assert!(agents.contains(t), "{text}");
+        }
+    };
+    for sabotage in [false, true] {
+        let schemas = [
+            es::decision_schema_strict(sabotage, &jobs, &others),
+            es::vote_schema_strict(sabotage, &jobs, &agents),
+            es::solution_schema_strict(4),
+        ];
+        for (k, schema) in schemas.iter().enumerate() {
+            let mut c = JsonConstraint::with_style(schema, vocab.clone(), &style).expect("compile");
+            let mut actions = std::collections::HashSet::new();
+            for seed in 0..40 {
+                c.reset();
+                let text = random_walk(&mut c, &mut ChaCha8Rng::seed_from_u64(seed), 3000);
+                for mode in [Mode::Faithful, Mode::Corrected] {
+                    match k {
+                        0 => match es::parse_decision(&text, sabotage, mode) {
+                            Ok(d) => {
+                                check_ids(&d.job_id, &d.target_agent, &text);
+                                actions.insert(d.action.as_str());
+                            }
+                            // The one thing the schema subset cannot rule out.
+                            Err(e) if e.contains("`amount`") => {}
+                            Err(e) => panic!("{e}: {text}"),
+                        },
+                        1 => match es::parse_vote(&text, sabotage, mode) {
+                            Ok(v) => {
+                                assert!(v.recommendations.len() <= agents.len());
+                                for r in &v.recommendations {
+                                    check_ids(&r.job_id, &r.target_agent, &text);
+                                    assert!(agents.contains(&r.agent_id), "{text}");
+                                    actions.insert(r.recommended_action.as_str());
+                                }
+                            }
+                            Err(e) if e.contains("`amount`") => {}
+                            Err(e) => panic!("{e}: {text}"),
+                        },
+                        _ => {
+                            let a = es::parse_solution(&text).expect("solution parses");
+                            assert!(["0", "1", "2", "3"].contains(&a.answer.as_str()));
+                        }
+                    }
+                }
+            }
+            if k == 0 {
+                // The walks reach every action the schema offers.
+                assert_eq!(actions.len(), if sabotage { 4 } else { 3 }, "{actions:?}");
+            }
+        }
+    }
+}

@@ -297,6 +297,27 @@ pub struct Layer {
     post_ffn_norm: Option<RmsNorm>,
 }
 
+/// Query positions per attention chunk: a long prompt's attention runs in
+/// chunks of this many queries, each against the keys it can see.
+const ATTENTION_CHUNK: usize = 128;
+
+/// One chunk of a step's queries (positions `first..first + len` of the
+/// step) and its causal/sliding masks, one per window size.
+struct QueryChunk {
+    first: usize,
+    len: usize,
+    masks: Vec<(Option<usize>, Option<Tensor>)>,
+}
+
+impl QueryChunk {
+    fn mask(&self, window: Option<usize>) -> Option<&Tensor> {
+        self.masks
+            .iter()
+            .find(|(w, _)| *w == window)
+            .and_then(|(_, m)| m.as_ref())
+    }
+}
+
 /// A loaded decoder model; immutable, shared by all sequences.
 #[derive(Debug)]
 pub struct DecoderModel {
@@ -571,7 +592,7 @@ impl DecoderModel {
         (q, k, v): (Tensor, Tensor, Tensor),
         cache: &mut KvCache,
         cos_sin: &(Tensor, Tensor),
-        mask: Option<&Tensor>,
+        chunks: &[QueryChunk],
     ) -> candle_core::Result<Tensor> {
         let (t, _) = q.dims2()?;
         let HyperParams {
@@ -604,28 +625,52 @@ impl DecoderModel {
         let q = rope(&q)?;
         let k = rope(&k)?;
         let (k_all, v_all) = cache.append(li, &k, &v)?;
-        let l = k_all.dim(1)?;
+        let start = k_all.dim(1)? - t;
         let scale = self
             .spec
             .attn_scale
             .unwrap_or(1.0 / (head_dim as f32).sqrt()) as f64;
         // Query heads sharing a key/value head are stacked as extra rows.
-        let q = q.reshape((n_kv_head, rep * t, head_dim))?;
-        let mut scores = (q.matmul(&k_all.t()?)? * scale)?;
-        if let Some(cap) = self.spec.attn_softcap {
-            scores = ((scores / cap as f64)?.tanh()? * cap as f64)?;
+        let q = q.reshape((n_kv_head, rep, t, head_dim))?;
+        let mut outs = Vec::with_capacity(chunks.len());
+        for ch in chunks {
+            // A chunk of queries sees keys up to its last position (causality),
+            // so the score matrix stays small and skips the masked half.
+            let l = start + ch.first + ch.len;
+            let qc = if ch.len == t {
+                q.reshape((n_kv_head, rep * t, head_dim))?
+            } else {
+                q.narrow(2, ch.first, ch.len)?.contiguous()?.reshape((
+                    n_kv_head,
+                    rep * ch.len,
+                    head_dim,
+                ))?
+            };
+            let kc = k_all.narrow(1, 0, l)?;
+            let vc = v_all.narrow(1, 0, l)?;
+            let mut scores = (qc.matmul(&kc.t()?)? * scale)?;
+            if let Some(cap) = self.spec.attn_softcap {
+                scores = ((scores / cap as f64)?.tanh()? * cap as f64)?;
+            }
+            if let Some(m) = ch.mask(layer.kind.window) {
+                scores = scores
+                    .reshape((n_kv_head, rep, ch.len, l))?
+                    .broadcast_add(m)?
+                    .reshape((n_kv_head, rep * ch.len, l))?;
+            }
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+            let out = probs.matmul(&vc)?; // [n_kv, rep*len, hd]
+            outs.push(
+                out.reshape((n_head, ch.len, head_dim))?
+                    .transpose(0, 1)?
+                    .reshape((ch.len, n_head * head_dim))?,
+            );
         }
-        if let Some(m) = mask {
-            scores = scores
-                .reshape((n_kv_head, rep, t, l))?
-                .broadcast_add(m)?
-                .reshape((n_kv_head, rep * t, l))?;
+        if outs.len() == 1 {
+            Ok(outs.pop().expect("one chunk"))
+        } else {
+            Tensor::cat(&outs, 0)
         }
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let out = probs.matmul(&v_all)?; // [n_kv, rep*t, hd]
-        out.reshape((n_head, t, head_dim))?
-            .transpose(0, 1)?
-            .reshape((t, n_head * head_dim))
     }
 
     fn mlp(&self, layer: &Layer, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -693,7 +738,7 @@ impl DecoderModel {
             off: usize,
             t: usize,
             tables: Vec<(Tensor, Tensor)>,
-            masks: Vec<(Option<usize>, Option<Tensor>)>,
+            chunks: Vec<QueryChunk>,
         }
         let mut seqs = Vec::with_capacity(batch.len());
         let mut ids = Vec::new();
@@ -704,18 +749,23 @@ impl DecoderModel {
                 .iter()
                 .map(|r| r.tables(start, t, &self.device))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
-            for layer in &self.layers {
-                let w = layer.kind.window;
-                if !masks.iter().any(|(mw, _)| *mw == w) {
-                    masks.push((w, self.mask(start, t, w)?));
+            let mut chunks = Vec::new();
+            for first in (0..t).step_by(ATTENTION_CHUNK) {
+                let len = ATTENTION_CHUNK.min(t - first);
+                let mut masks: Vec<(Option<usize>, Option<Tensor>)> = Vec::new();
+                for layer in &self.layers {
+                    let w = layer.kind.window;
+                    if !masks.iter().any(|(mw, _)| *mw == w) {
+                        masks.push((w, self.mask(start + first, len, w)?));
+                    }
                 }
+                chunks.push(QueryChunk { first, len, masks });
             }
             seqs.push(Seq {
                 off: ids.len(),
                 t,
                 tables,
-                masks,
+                chunks,
             });
             ids.extend_from_slice(step.tokens);
         }
@@ -732,18 +782,13 @@ impl DecoderModel {
             let mut outs = Vec::with_capacity(seqs.len());
             for (s, step) in seqs.iter().zip(batch.iter_mut()) {
                 let rows = |y: &Tensor| y.narrow(0, s.off, s.t);
-                let mask = s
-                    .masks
-                    .iter()
-                    .find(|(mw, _)| *mw == layer.kind.window)
-                    .and_then(|(_, m)| m.as_ref());
                 outs.push(self.attend(
                     layer,
                     li,
                     (rows(&q)?, rows(&k)?, rows(&v)?),
                     step.cache,
                     &s.tables[layer.kind.rope],
-                    mask,
+                    &s.chunks,
                 )?);
             }
             let att = if outs.len() == 1 {
