@@ -26,6 +26,10 @@ pub const BLOCK: usize = 32;
 const Q4_1_BYTES: usize = 20;
 /// Activation rows multiplied with one unpacked weight block.
 pub const ROW_TILE: usize = 4;
+/// Activation rows per work item (their 8-bit blocks stay in L2).
+const ROW_BLOCK: usize = 64;
+/// Weight rows per work item (their blocks stay in L1).
+const WEIGHT_CHUNK: usize = 16;
 
 /// One weight block: `x[j] = d·q[j] + m`; nibble `j` of byte `i` is value
 /// `i` (low) or `i + 16` (high), as in GGUF.
@@ -128,41 +132,44 @@ impl Q41Matrix {
         let m = x.len() / k;
         let kb = k / BLOCK;
         let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
-        let mut y_t = vec![0f32; n * m]; // [n, m]: each weight row's outputs together
+        let mut y = vec![0f32; m * n];
         let simd = Simd::detect();
-        let out_ptr = SendPtr(y_t.as_mut_ptr());
-        // candle's own worker pool, so its threads are not left spinning
-        // while another pool works; items are weight rows.
-        candle_core::utils::barrier_pool().execute_chunked(n, |range| {
-            for j in range {
-                let w = &self.blocks[j * kb..(j + 1) * kb];
-                // SAFETY: item `j` is the only writer of `y_t[j*m .. (j+1)*m]`,
-                // which lies inside `y_t` (j < n), and `y_t` outlives the call.
-                let out = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(j * m), m) };
-                let row = |r: usize| &acts[r * kb..(r + 1) * kb];
-                let mut r = 0;
-                while r + ROW_TILE <= m {
-                    let d = simd.dot_tile::<ROW_TILE>(w, std::array::from_fn(|i| row(r + i)));
-                    out[r..r + ROW_TILE].copy_from_slice(&d);
-                    r += ROW_TILE;
-                }
-                while r + 2 <= m {
-                    let d = simd.dot_tile::<2>(w, [row(r), row(r + 1)]);
-                    out[r..r + 2].copy_from_slice(&d);
-                    r += 2;
-                }
-                if r < m {
-                    out[r] = simd.dot_tile::<1>(w, [row(r)])[0];
+        let out_ptr = SendPtr(y.as_mut_ptr());
+        // Work items are (block of activation rows, chunk of weight rows): a
+        // block of activations stays in L2 and a chunk of weights in L1
+        // while every pair is multiplied. Run on candle's own worker pool, so
+        // its threads are not left spinning while another pool works.
+        let row_blocks = m.div_ceil(ROW_BLOCK);
+        let weight_chunks = n.div_ceil(WEIGHT_CHUNK);
+        candle_core::utils::barrier_pool().execute_chunked(row_blocks * weight_chunks, |items| {
+            for item in items {
+                let (rb, wc) = (item / weight_chunks, item % weight_chunks);
+                let rows = rb * ROW_BLOCK..m.min((rb + 1) * ROW_BLOCK);
+                let act = |r: usize| &acts[r * kb..(r + 1) * kb];
+                for j in wc * WEIGHT_CHUNK..n.min((wc + 1) * WEIGHT_CHUNK) {
+                    let w = &self.blocks[j * kb..(j + 1) * kb];
+                    // SAFETY: item (rb, wc) is the only writer of y[r, j] for its
+                    // rows r and weight rows j; every index is < m·n and `y`
+                    // outlives the call.
+                    let put = |r: usize, v: f32| unsafe { *out_ptr.get().add(r * n + j) = v };
+                    let mut r = rows.start;
+                    while r + ROW_TILE <= rows.end {
+                        let d = simd.dot_tile::<ROW_TILE>(w, std::array::from_fn(|i| act(r + i)));
+                        d.iter().enumerate().for_each(|(i, &v)| put(r + i, v));
+                        r += ROW_TILE;
+                    }
+                    while r + 2 <= rows.end {
+                        let d = simd.dot_tile::<2>(w, [act(r), act(r + 1)]);
+                        put(r, d[0]);
+                        put(r + 1, d[1]);
+                        r += 2;
+                    }
+                    if r < rows.end {
+                        put(r, simd.dot_tile::<1>(w, [act(r)])[0]);
+                    }
                 }
             }
         });
-        // Back to [m, n].
-        let mut y = vec![0f32; m * n];
-        for (j, col) in y_t.chunks_exact(m).enumerate() {
-            for (r, &v) in col.iter().enumerate() {
-                y[r * n + j] = v;
-            }
-        }
         Ok(y)
     }
 }
@@ -206,6 +213,8 @@ enum Simd {
     Portable,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
 }
 
 impl Simd {
@@ -213,6 +222,9 @@ impl Simd {
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                if is_x86_feature_detected!("avxvnni") {
+                    return Simd::AvxVnni;
+                }
                 return Simd::Avx2;
             }
         }
@@ -226,6 +238,9 @@ impl Simd {
             // SAFETY: `detect` checked that the CPU has AVX2 and FMA.
             #[cfg(target_arch = "x86_64")]
             Simd::Avx2 => unsafe { avx2::dot_tile(w, rows) },
+            // SAFETY: `detect` checked AVX2, FMA and AVX-VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => unsafe { avx2::dot_tile_vnni(w, rows) },
         }
     }
 }
@@ -258,38 +273,57 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// See [`super::Simd::dot_tile`]. Caller guarantees AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn dot_tile<const N: usize>(
-        w: &[BlockQ41],
-        rows: [&[BlockQ81]; N],
-    ) -> [f32; N] {
-        let low_mask = _mm_set1_epi8(0x0f);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); N];
-        let mut macc = [0f32; N];
-        for (b, wb) in w.iter().enumerate() {
-            // 32 unsigned 4-bit values: low nibbles (values 0..16), then high (16..32).
-            let packed = _mm_loadu_si128(wb.qs.as_ptr() as *const __m128i);
-            let lo = _mm_and_si128(packed, low_mask);
-            let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
-            let q4 = _mm256_set_m128i(hi, lo);
-            for i in 0..N {
-                let ab = rows[i].get_unchecked(b);
-                let q8 = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                let p16 = _mm256_maddubs_epi16(q4, q8);
-                let p32 = _mm256_madd_epi16(p16, ones);
-                let scale = _mm256_set1_ps(wb.d * ab.d);
-                acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[i]);
-                macc[i] += wb.m * ab.s;
+    /// One body for both integer paths: `$isum(q4, q8)` gives eight i32
+    /// lanes whose sum is `Σ q4·q8` over the 32 values of a block.
+    macro_rules! dot_tile_fn {
+        ($(#[$doc:meta])* $name:ident, $features:literal, $isum:expr) => {
+            $(#[$doc])*
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $name<const N: usize>(
+                w: &[BlockQ41],
+                rows: [&[BlockQ81]; N],
+            ) -> [f32; N] {
+                let low_mask = _mm_set1_epi8(0x0f);
+                let mut acc = [_mm256_setzero_ps(); N];
+                let mut macc = [0f32; N];
+                for (b, wb) in w.iter().enumerate() {
+                    // 32 unsigned 4-bit values: low nibbles (values 0..16), then high (16..32).
+                    let packed = _mm_loadu_si128(wb.qs.as_ptr() as *const __m128i);
+                    let lo = _mm_and_si128(packed, low_mask);
+                    let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+                    let q4 = _mm256_set_m128i(hi, lo);
+                    for i in 0..N {
+                        let ab = rows[i].get_unchecked(b);
+                        let q8 = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
+                        let p32: __m256i = $isum(q4, q8);
+                        let scale = _mm256_set1_ps(wb.d * ab.d);
+                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[i]);
+                        macc[i] += wb.m * ab.s;
+                    }
+                }
+                let mut out = [0f32; N];
+                for i in 0..N {
+                    out[i] = hsum(acc[i]) + macc[i];
+                }
+                out
             }
-        }
-        let mut out = [0f32; N];
-        for i in 0..N {
-            out[i] = hsum(acc[i]) + macc[i];
-        }
-        out
+        };
     }
+
+    dot_tile_fn!(
+        /// See [`super::Simd::dot_tile`]. Caller guarantees AVX2 and FMA.
+        dot_tile,
+        "avx2,fma",
+        |q4, q8| _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), _mm256_set1_epi16(1))
+    );
+
+    dot_tile_fn!(
+        /// [`dot_tile`] with one AVX-VNNI instruction per block and row.
+        /// Caller guarantees AVX2, FMA and AVX-VNNI.
+        dot_tile_vnni,
+        "avx2,fma,avxvnni",
+        |q4, q8| _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), q4, q8)
+    );
 }
 
 #[cfg(test)]
@@ -360,6 +394,44 @@ mod tests {
                 let p = dot_portable(&w.blocks[j * kb..(j + 1) * kb], &acts[r * kb..(r + 1) * kb]);
                 let s = batch[r * n + j];
                 assert!((p - s).abs() <= 1e-4 * (1.0 + p.abs()), "{p} vs {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_simd_path_the_cpu_has_gives_the_same_result() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let (n, k) = (3, 256);
+        let w = Q41Matrix::from_gguf_bytes(&random_q41(&mut rng, n, k), n, k).unwrap();
+        let x: Vec<f32> = (0..4 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
+        let kb = k / BLOCK;
+        let rows: [&[BlockQ81]; 4] = std::array::from_fn(|r| &acts[r * kb..(r + 1) * kb]);
+        let mut paths = vec![Simd::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                paths.push(Simd::Avx2);
+                if is_x86_feature_detected!("avxvnni") {
+                    paths.push(Simd::AvxVnni);
+                }
+            }
+        }
+        for j in 0..n {
+            let wj = &w.blocks[j * kb..(j + 1) * kb];
+            let want = Simd::Portable.dot_tile::<4>(wj, rows);
+            for p in &paths {
+                let got = p.dot_tile::<4>(wj, rows);
+                for (g, e) in got.iter().zip(&want) {
+                    assert!((g - e).abs() <= 1e-4 * (1.0 + e.abs()), "{p:?}: {g} vs {e}");
+                }
+            }
+            if paths.len() == 3 {
+                // Same integer sums, same float operations: bit-identical.
+                assert_eq!(
+                    paths[1].dot_tile::<4>(wj, rows),
+                    paths[2].dot_tile::<4>(wj, rows)
+                );
             }
         }
     }
