@@ -181,7 +181,7 @@ fn action_variant(
         "DONATE" => (
             null.clone(),
             json!({"enum": others}),
-            json!({"type": "number"}),
+            json!({"type": "number", "exclusiveMinimum": 0}),
         ),
         _ => (null.clone(), null.clone(), null),
     };
@@ -219,8 +219,7 @@ fn possible_actions(sabotage: bool, jobs: &[String], others: &[String]) -> Vec<&
 /// The strict form of [`decision_schema`] for constrained decoding: one
 /// variant per action, each with only the fields that action needs, job ids
 /// from `jobs` and donation targets from `others`. Every document it allows
-/// passes [`parse_decision`] in both modes, except a donation of 0 (or, in
-/// corrected mode, a negative one): the schema subset has no number bounds.
+/// passes [`parse_decision`] in both modes (donations are positive).
 pub fn decision_schema_strict(sabotage: bool, jobs: &[String], others: &[String]) -> Value {
     let head = [("reasoning", json!({"type": "string"}))];
     let variants: Vec<Value> = possible_actions(sabotage, jobs, others)

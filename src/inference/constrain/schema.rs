@@ -10,6 +10,7 @@
 //! - objects: `properties` (generated in the order written), `required`, `additionalProperties`
 //!   absent or `false` (objects are always closed);
 //! - arrays: `items` (one schema), `minItems`, `maxItems`;
+//! - numbers: `exclusiveMinimum: 0` (positive numbers; no other bounds);
 //! - strings: `minLength`, `maxLength` (in Unicode scalar values), `enum` / `const` of strings
 //!   (`null` inside `enum` allows null);
 //! - `anyOf` (as Pydantic writes `Optional[...]`), local `$ref` to `#/$defs/NAME` or
@@ -38,6 +39,8 @@ pub enum Schema {
     /// A string that must be one of these values.
     Enum(Vec<String>),
     Number,
+    /// A number above 0 (`exclusiveMinimum: 0`).
+    PositiveNumber,
     Integer,
     Boolean,
     Null,
@@ -87,7 +90,11 @@ impl Schema {
             Schema::Object(_) | Schema::Array { .. } | Schema::String { .. } | Schema::Enum(_) => {
                 true
             }
-            Schema::Number | Schema::Integer | Schema::Boolean | Schema::Null => false,
+            Schema::Number
+            | Schema::PositiveNumber
+            | Schema::Integer
+            | Schema::Boolean
+            | Schema::Null => false,
             Schema::AnyOf(alts) => alts.iter().all(Schema::is_self_delimiting),
         }
     }
@@ -103,6 +110,7 @@ impl Schema {
                 format!("one of {}", quoted.join(", "))
             }
             Schema::Number => "number".into(),
+            Schema::PositiveNumber => "positive number".into(),
             Schema::Integer => "integer".into(),
             Schema::Boolean => "boolean".into(),
             Schema::Null => "null".into(),
@@ -143,6 +151,7 @@ impl<'a> Compiler<'a> {
             "const",
             "anyOf",
             "$ref",
+            "exclusiveMinimum",
         ];
         for key in obj.keys() {
             if !KNOWN.contains(&key.as_str()) && !ANNOTATIONS.contains(&key.as_str()) {
@@ -221,6 +230,7 @@ impl<'a> Compiler<'a> {
             "properties" | "required" | "additionalProperties" => Some("object"),
             "items" | "minItems" | "maxItems" => Some("array"),
             "minLength" | "maxLength" => Some("string"),
+            "exclusiveMinimum" => Some("number"),
             _ => None,
         };
         for key in obj.keys() {
@@ -385,7 +395,13 @@ impl<'a> Compiler<'a> {
                     max_length,
                 }
             }
-            "number" => Schema::Number,
+            "number" => match obj.get("exclusiveMinimum") {
+                None => Schema::Number,
+                Some(m) if m.as_f64() == Some(0.0) => Schema::PositiveNumber,
+                Some(m) => bail!(
+                    "schema {path}: `exclusiveMinimum` {m} is not supported (only 0, for positive numbers)"
+                ),
+            },
             "integer" => Schema::Integer,
             "boolean" => Schema::Boolean,
             "null" => Schema::Null,
@@ -610,6 +626,11 @@ impl Schema {
                 }
             }
             (Schema::Number, Value::Number(_)) => {}
+            (Schema::PositiveNumber, Value::Number(n)) => {
+                if !n.as_f64().is_some_and(|x| x > 0.0) {
+                    fail(format!("expected a positive number, found {n}"));
+                }
+            }
             (Schema::Integer, Value::Number(n)) => {
                 if !is_integer(n) {
                     fail(format!("expected integer, found {n}"));
@@ -625,7 +646,7 @@ impl Schema {
             Schema::Object(_) => kind == "object",
             Schema::Array { .. } => kind == "array",
             Schema::String { .. } | Schema::Enum(_) => kind == "string",
-            Schema::Number | Schema::Integer => kind == "number",
+            Schema::Number | Schema::PositiveNumber | Schema::Integer => kind == "number",
             Schema::Boolean => kind == "boolean",
             Schema::Null => kind == "null",
             Schema::AnyOf(alts) => alts.iter().any(|a| a.accepts_kind(kind)),
@@ -701,6 +722,9 @@ const STRING_CHAR: &str = r"(?:[^\x22\x5C\x00-\x1F]|\x5C[\x22\x5C\x2Fbfnrt]|\x5C
 /// Numbers: at most 16 integer digits, 16 fraction digits and a two-digit exponent, so that
 /// every generated number is finite as an f64.
 const NUMBER: &str = r"-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,16})?(?:[eE][+-]?[0-9]{1,2})?";
+/// [`NUMBER`] above 0: no sign, and not all digits zero (an exponent only scales it).
+const POSITIVE_NUMBER: &str =
+    r"(?:[1-9][0-9]{0,15}(?:\.[0-9]{1,16})?|0\.[0-9]{0,15}[1-9])(?:[eE][+-]?[0-9]{1,2})?";
 const INTEGER: &str = r"-?(?:0|[1-9][0-9]{0,15})";
 
 struct LarkWriter<'s> {
@@ -752,6 +776,7 @@ impl LarkWriter<'_> {
             Schema::Null => Self::lit("null"),
             Schema::Boolean => format!("({} | {})", Self::lit("true"), Self::lit("false")),
             Schema::Number => format!("/{NUMBER}/"),
+            Schema::PositiveNumber => format!("/{POSITIVE_NUMBER}/"),
             Schema::Integer => format!("/{INTEGER}/"),
             Schema::Enum(values) => {
                 let alts: Vec<String> =
