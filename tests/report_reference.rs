@@ -109,9 +109,10 @@ fn spec_section_9_numbers() {
         report::summary::lookup(c, &kc, "std"),
         Some(3.8987177379235853)
     );
-    let per_run: Vec<i64> = report::metrics::jobs::collisions_per_run(&r.rows.memory)
-        .into_iter()
-        .map(|(_, c)| c.unwrap_or(0))
-        .collect();
+    let per_run: Vec<i64> =
+        report::metrics::jobs::collisions_per_run(&r.rows.memory, report::Mode::Faithful)
+            .into_iter()
+            .map(|(_, c)| c.unwrap_or(0))
+            .collect();
     assert_eq!(per_run, vec![19, 11, 11, 9, 14]);
 }

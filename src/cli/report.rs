@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use crate::report;
 
@@ -23,6 +23,28 @@ pub struct ReportArgs {
     /// Skip the SVG/PNG plots.
     #[arg(long)]
     pub no_plots: bool,
+    /// Metric mode: `faithful` reproduces the reference's metric quirks
+    /// (QUIRK-14 to 17) and its CSVs byte for byte; `corrected` fixes them
+    /// (donations are transfers, only executed attempts count, donation averages
+    /// over all runs, normalised recommendation job ids and strict sabotage).
+    #[arg(long, value_enum, default_value_t = MetricMode::Faithful)]
+    pub mode: MetricMode,
+}
+
+/// `--mode` of `joule report`.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricMode {
+    Faithful,
+    Corrected,
+}
+
+impl From<MetricMode> for report::Mode {
+    fn from(m: MetricMode) -> Self {
+        match m {
+            MetricMode::Faithful => report::Mode::Faithful,
+            MetricMode::Corrected => report::Mode::Corrected,
+        }
+    }
 }
 
 /// Run `joule report`.
@@ -59,8 +81,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             report::load::discover(&args.runs)?
         }
     };
-    let reports: Vec<report::ConditionReport> =
-        conditions.into_iter().map(report::analyse).collect();
+    let mode = report::Mode::from(args.mode);
+    let reports: Vec<report::ConditionReport> = conditions
+        .into_iter()
+        .map(|c| report::analyse_with(c, mode))
+        .collect();
     let written = report::write(&reports, &args.out, args.compare.is_some(), !args.no_plots)?;
     print!("{}", written.terminal);
     for d in &written.aggregate_dirs {

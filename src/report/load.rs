@@ -59,12 +59,24 @@ pub struct MemRow {
     pub spent: f64,
     /// `rewarded - spent`.
     pub net: f64,
+    /// Σ `received_donations[].amount` of the entry (0 when null); used only by
+    /// the corrected report mode (QUIRK-14).
+    pub received: f64,
+    /// `sabotaged_job.job_id` of a SABOTAGE_JOB entry (null job or key absent:
+    /// `None`); used only by the corrected report mode (QUIRK-17).
+    pub sabotaged_job_id: Option<String>,
 }
 
 impl MemRow {
     /// An attempt: ATTEMPT_JOB with a (valid) job (spec §7 "Attempts").
     pub fn is_attempt(&self) -> bool {
         self.action == "ATTEMPT_JOB" && self.job_id.is_some()
+    }
+
+    /// An attempt that was executed (`succeeded` not null): the corrected
+    /// attempt rule (QUIRK-15).
+    pub fn is_executed_attempt(&self) -> bool {
+        self.is_attempt() && self.succeeded.is_some()
     }
 }
 
@@ -246,6 +258,15 @@ fn memory_rows(run: &Run, out: &mut Vec<MemRow>) {
                 any_error: error_rounds.contains(&(a.agent_id.as_str(), m.round_num)),
                 spent,
                 net: rewarded - spent,
+                received: m
+                    .received_donations
+                    .as_ref()
+                    .map_or(0.0, |r| r.iter().map(|d| d.amount).sum()),
+                sabotaged_job_id: m
+                    .sabotaged_job
+                    .as_ref()
+                    .and_then(|j| j.as_ref())
+                    .map(|j| j.job_id.clone()),
             });
         }
     }

@@ -69,6 +69,11 @@ pub fn condition_section(s: &Summary) -> String {
         s.collisions.fmt(2, 1.0, ""),
         fmt_range(s.collisions_min, s.collisions_max),
     );
+    if s.mode == crate::report::metrics::Mode::Corrected {
+        out.push_str(
+            "- Metric mode: corrected (QUIRK-14 to 17 fixed; not comparable with the reference's CSVs)\n\n",
+        );
+    }
     out.push_str(&agent_table(s));
     out.push_str(
         "\nEach cell is the mean ± sample std (ddof = 1) over runs. Donations per run \

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use load::{Condition, Rows};
+pub use metrics::Mode;
 use summary::Summary;
 use table::Table;
 
@@ -36,11 +37,19 @@ pub struct ConditionReport {
     pub summary: Summary,
 }
 
-/// Compute every aggregate table and the summary of a condition.
+/// Compute every aggregate table and the summary of a condition, reproducing
+/// the reference (faithful mode, the default).
 pub fn analyse(condition: Condition) -> ConditionReport {
+    analyse_with(condition, Mode::Faithful)
+}
+
+/// Compute every aggregate table and the summary of a condition in `mode`:
+/// faithful reproduces the reference's metric quirks (QUIRK-14 to 17),
+/// corrected fixes them (see [`metrics`]).
+pub fn analyse_with(condition: Condition, mode: Mode) -> ConditionReport {
     let rows = condition.rows();
-    let tables = metrics::aggregate(&condition, &rows);
-    let summary = summary::summarize(&condition, &rows, &tables);
+    let tables = metrics::aggregate(&condition, &rows, mode);
+    let summary = summary::summarize(&condition, &rows, &tables, mode);
     ConditionReport {
         condition,
         rows,

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::report::load::{Condition, Rows};
 use crate::report::metrics::jobs::DIFFICULTIES;
+use crate::report::metrics::Mode;
 use crate::report::table::Table;
 
 /// A mean and sample std over runs (std `None` with one run); `None` mean = no data.
@@ -53,7 +54,8 @@ pub struct AgentSummary {
     pub n_runs: usize,
     pub rounds_active: MeanStd,
     pub gained_per_spent: MeanStd,
-    /// Donations made per run (runs with at least one donation, QUIRK-16) and total.
+    /// Donations made per run and total. Faithful: over runs with at least one
+    /// donation (QUIRK-16); corrected: over all runs of the agent.
     pub donations_made: MeanStd,
     pub donations_made_total: i64,
     pub donations_received: MeanStd,
@@ -68,6 +70,8 @@ pub struct AgentSummary {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub condition: String,
+    /// The metric mode the tables were computed in (QUIRK-14 to 17).
+    pub mode: Mode,
     pub dir: String,
     pub experiment: Vec<String>,
     pub seeds: Vec<u64>,
@@ -107,7 +111,12 @@ fn get<'a>(tables: &'a [(&'static str, Table)], name: &str) -> &'a Table {
 }
 
 /// Build the summary of a condition from its aggregate tables.
-pub fn summarize(cond: &Condition, rows: &Rows, tables: &[(&'static str, Table)]) -> Summary {
+pub fn summarize(
+    cond: &Condition,
+    rows: &Rows,
+    tables: &[(&'static str, Table)],
+    mode: Mode,
+) -> Summary {
     let mut agents: Vec<AgentSummary> = Vec::new();
     for a in &rows.agents {
         if agents
@@ -179,6 +188,7 @@ pub fn summarize(cond: &Condition, rows: &Rows, tables: &[(&'static str, Table)]
     }
     Summary {
         condition: cond.label.clone(),
+        mode,
         dir: cond.dir.display().to_string(),
         experiment,
         seeds: cond.seeds(),

@@ -1,11 +1,21 @@
 //! Job metrics from memory rows (spec §7): `average_collisions`,
 //! `attempted_difficulty_distribution`, `success_rate_by_difficulty` and
-//! `category_difficulty_attempts`. An attempt is an ATTEMPT_JOB row with a job,
-//! executed or not (QUIRK-15).
+//! `category_difficulty_attempts`.
+//!
+//! QUIRK-15, which rows are attempts (in all four tables):
+//! - [`Mode::Faithful`] (the reference): an ATTEMPT_JOB row with a job, executed
+//!   or not; an attempt never executed (`succeeded` null, e.g. the agent hit 0
+//!   while deciding) counts as a failed attempt.
+//! - [`Mode::Corrected`]: only executed attempts, i.e. ATTEMPT_JOB rows with a
+//!   job and `succeeded` not null. Unexecuted ones are left out of the success
+//!   rates, the collisions (an agent that never solved the job does not collide)
+//!   and the attempt counts by difficulty and category; the agent-run grid of
+//!   `attempted_difficulty_distribution` still holds every agent-run with memory
+//!   rows (zero-filled).
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{count_cell, zero_filled};
+use super::{count_cell, zero_filled, Mode};
 use crate::report::load::MemRow;
 use crate::report::stats::{
     group_by, kmean, ksum, nunique, series_mean, series_std, unique_in_order, welford_std,
@@ -15,15 +25,22 @@ use crate::report::table::{Cell, Table};
 /// The difficulties in the reference's order.
 pub const DIFFICULTIES: [&str; 3] = ["easy", "medium", "hard"];
 
-fn attempts(memory: &[MemRow]) -> Vec<&MemRow> {
-    memory.iter().filter(|m| m.is_attempt()).collect()
+/// The attempts in `mode` (QUIRK-15, module doc).
+pub fn attempts(memory: &[MemRow], mode: Mode) -> Vec<&MemRow> {
+    memory
+        .iter()
+        .filter(|m| match mode {
+            Mode::Faithful => m.is_attempt(),
+            Mode::Corrected => m.is_executed_attempt(),
+        })
+        .collect()
 }
 
 /// Collisions per run, in run order: jobs of a (round, job id) attempted by more
 /// than one distinct agent. `None` for a run without any collision (the
 /// reference's left join leaves it missing before filling 0).
-pub fn collisions_per_run(memory: &[MemRow]) -> Vec<(String, Option<i64>)> {
-    let per_job = group_by(attempts(memory), |m| {
+pub fn collisions_per_run(memory: &[MemRow], mode: Mode) -> Vec<(String, Option<i64>)> {
+    let per_job = group_by(attempts(memory, mode), |m| {
         Some((m.run_id.clone(), m.round_num, m.job_id.clone()?))
     });
     let mut per_run: HashMap<String, i64> = HashMap::new();
@@ -43,11 +60,11 @@ pub fn collisions_per_run(memory: &[MemRow]) -> Vec<(String, Option<i64>)> {
 
 /// `average_collisions.csv`: one row, mean/std/min/max of collisions per run
 /// (zero-filled; pandas Series statistics).
-pub fn average_collisions(memory: &[MemRow]) -> Table {
-    if attempts(memory).is_empty() {
+pub fn average_collisions(memory: &[MemRow], mode: Mode) -> Table {
+    if attempts(memory, mode).is_empty() {
         return Table::empty();
     }
-    let per_run = collisions_per_run(memory);
+    let per_run = collisions_per_run(memory, mode);
     let as_float = per_run.iter().any(|(_, c)| c.is_none());
     let xs: Vec<f64> = per_run.iter().map(|(_, c)| c.unwrap_or(0) as f64).collect();
     let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -66,8 +83,8 @@ pub fn average_collisions(memory: &[MemRow]) -> Table {
 /// `attempted_difficulty_distribution.csv`: attempts per (agent, run, difficulty)
 /// zero-filled over easy/medium/hard for every agent-run with memory rows; the
 /// share of the run's attempts (NaN without attempts).
-pub fn attempted_difficulty_distribution(memory: &[MemRow]) -> Table {
-    let att = attempts(memory);
+pub fn attempted_difficulty_distribution(memory: &[MemRow], mode: Mode) -> Table {
+    let att = attempts(memory, mode);
     if att.is_empty() {
         return Table::empty();
     }
@@ -145,8 +162,8 @@ pub fn attempted_difficulty_distribution(memory: &[MemRow]) -> Table {
 
 /// `success_rate_by_difficulty.csv`: pooled attempted/succeeded/rate, and the
 /// mean/std of per-run rates over runs with at least one attempt.
-pub fn success_rate_by_difficulty(memory: &[MemRow]) -> Table {
-    let att: Vec<&MemRow> = attempts(memory)
+pub fn success_rate_by_difficulty(memory: &[MemRow], mode: Mode) -> Table {
+    let att: Vec<&MemRow> = attempts(memory, mode)
         .into_iter()
         .filter(|m| m.job_difficulty.is_some())
         .collect();
@@ -211,8 +228,8 @@ pub fn success_rate_by_difficulty(memory: &[MemRow]) -> Table {
 
 /// `category_difficulty_attempts.csv`: attempts per (agent, run, category,
 /// difficulty) for the combinations that occur; total, mean, std, runs.
-pub fn category_difficulty_attempts(memory: &[MemRow]) -> Table {
-    let att = attempts(memory);
+pub fn category_difficulty_attempts(memory: &[MemRow], mode: Mode) -> Table {
+    let att = attempts(memory, mode);
     if att.is_empty() {
         return Table::empty();
     }

@@ -5,13 +5,29 @@
 //!
 //! A recommendation is joined to the recommended agent's memory rows of the same
 //! (run, round). *Strict* following needs the same action, plus the same job id
-//! for ATTEMPT_JOB/SABOTAGE_JOB and the same target for DONATE; recommendation ids
-//! are raw, actual ids normalised (QUIRK-17). A voter whose id names no agent has
-//! no model name and drops out of the per-voter tables, as in the reference.
+//! for ATTEMPT_JOB/SABOTAGE_JOB and the same target for DONATE (amount ignored).
+//! A voter whose id names no agent has no model name and drops out of the
+//! per-voter tables, as in the reference.
+//!
+//! QUIRK-17, the strict rule (used by `recommendation_follow_rate`,
+//! `recommendation_decision_follow_source` and `enacted_recommendation_net_energy`):
+//! - [`Mode::Faithful`] (the reference): the recommendation's job id is compared
+//!   raw (`"3"` never equals `job_3`) with the memory row's `attempted_job.job_id`,
+//!   for SABOTAGE_JOB too, whose rows have no `attempted_job`, so a followed
+//!   sabotage recommendation is never strict.
+//! - [`Mode::Corrected`]: the recommendation's job id is first normalised as a
+//!   decision's id is (`energy_society::schema::normalise_job_id` in corrected
+//!   mode: quotes and whitespace stripped, `job_` prefixed when missing). An
+//!   ATTEMPT_JOB recommendation is strict when that id equals
+//!   `attempted_job.job_id`; a SABOTAGE_JOB one when it equals
+//!   `sabotaged_job.job_id`, the job the agent chose to sabotage (a null
+//!   `sabotaged_job`, i.e. an invalid id, never matches). DONATE and IDLE are
+//!   unchanged; action-only following is the same in both modes.
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{count_cell, zero_filled};
+use super::{count_cell, zero_filled, Mode};
+use crate::energy_society::schema::normalise_job_id;
 use crate::report::load::{MemRow, VoteRow};
 use crate::report::stats::{group_by, kmean, ksum, nunique, unique_in_order};
 use crate::report::table::{Cell, Table};
@@ -293,17 +309,27 @@ pub fn recommendation_action_self_vs_others(votes: &[VoteRow]) -> Table {
     t
 }
 
-/// Whether the agent did what the recommendation said (strict rule, QUIRK-17).
-fn strictly_followed(v: &VoteRow, m: &MemRow) -> bool {
+/// Whether the agent did what the recommendation said (strict rule, QUIRK-17,
+/// module doc).
+pub fn strictly_followed(v: &VoteRow, m: &MemRow, mode: Mode) -> bool {
     let Some(a) = v.action.as_deref() else {
         return false;
     };
     if a != m.action {
         return false;
     }
-    match a {
-        "ATTEMPT_JOB" | "SABOTAGE_JOB" => v.job_id == m.job_id,
-        "DONATE" => v.target_agent == m.target_agent,
+    let rec_job = || {
+        v.job_id
+            .as_deref()
+            .map(|j| normalise_job_id(j, Mode::Corrected))
+    };
+    match (a, mode) {
+        ("ATTEMPT_JOB" | "SABOTAGE_JOB", Mode::Faithful) => v.job_id == m.job_id,
+        ("ATTEMPT_JOB", Mode::Corrected) => m.job_id.is_some() && rec_job() == m.job_id,
+        ("SABOTAGE_JOB", Mode::Corrected) => {
+            m.sabotaged_job_id.is_some() && rec_job() == m.sabotaged_job_id
+        }
+        ("DONATE", _) => v.target_agent == m.target_agent,
         _ => a == "IDLE",
     }
 }
@@ -322,7 +348,11 @@ fn memory_index(memory: &[MemRow]) -> MemIndex<'_> {
 
 /// Every (recommendation, memory row of the recommended agent that round) pair,
 /// in recommendation order, with whether it was strictly followed.
-fn enacted<'a>(votes: &'a [VoteRow], memory: &'a [MemRow]) -> Vec<(&'a VoteRow, &'a MemRow, bool)> {
+fn enacted<'a>(
+    votes: &'a [VoteRow],
+    memory: &'a [MemRow],
+    mode: Mode,
+) -> Vec<(&'a VoteRow, &'a MemRow, bool)> {
     let idx = memory_index(memory);
     let mut out = Vec::new();
     for v in votes {
@@ -334,7 +364,7 @@ fn enacted<'a>(votes: &'a [VoteRow], memory: &'a [MemRow]) -> Vec<(&'a VoteRow, 
             .map(|x| x.as_slice())
             .unwrap_or(&[])
         {
-            out.push((v, *m, strictly_followed(v, m)));
+            out.push((v, *m, strictly_followed(v, m, mode)));
         }
     }
     out
@@ -353,11 +383,12 @@ fn rec_key(v: &VoteRow) -> Option<RecKey> {
 
 /// `recommendation_follow_rate.csv`: per (voter, self/other, action) the
 /// recommendations that met a memory row, and how many were followed.
-pub fn recommendation_follow_rate(votes: &[VoteRow], memory: &[MemRow]) -> Table {
+/// The strict rule follows `mode` (QUIRK-17).
+pub fn recommendation_follow_rate(votes: &[VoteRow], memory: &[MemRow], mode: Mode) -> Table {
     if votes.is_empty() || memory.is_empty() {
         return Table::empty();
     }
-    let pairs = enacted(votes, memory);
+    let pairs = enacted(votes, memory, mode);
     if pairs.is_empty() {
         return Table::empty();
     }
@@ -396,7 +427,12 @@ pub fn recommendation_follow_rate(votes: &[VoteRow], memory: &[MemRow]) -> Table
 
 /// `recommendation_decision_follow_source.csv`: for every memory row, whether the
 /// agent followed its own recommendation, only someone else's, or none.
-pub fn recommendation_decision_follow_source(votes: &[VoteRow], memory: &[MemRow]) -> Table {
+/// The strict rule follows `mode` (QUIRK-17).
+pub fn recommendation_decision_follow_source(
+    votes: &[VoteRow],
+    memory: &[MemRow],
+    mode: Mode,
+) -> Table {
     if votes.is_empty() || memory.is_empty() {
         return Table::empty();
     }
@@ -422,7 +458,7 @@ pub fn recommendation_decision_follow_source(votes: &[VoteRow], memory: &[MemRow
             .map(|x| x.as_slice())
             .unwrap_or(&[])
         {
-            if strictly_followed(v, m) {
+            if strictly_followed(v, m, mode) {
                 if v.voter == m.agent_id {
                     d.0 = true;
                 } else {
@@ -464,11 +500,19 @@ pub fn recommendation_decision_follow_source(votes: &[VoteRow], memory: &[MemRow
 
 /// `enacted_recommendation_net_energy.csv`: among strictly followed
 /// recommendations, the target's net energy that round.
-pub fn enacted_recommendation_net_energy(votes: &[VoteRow], memory: &[MemRow]) -> Table {
+/// The strict rule follows `mode` (QUIRK-17); `net` is the reference's.
+pub fn enacted_recommendation_net_energy(
+    votes: &[VoteRow],
+    memory: &[MemRow],
+    mode: Mode,
+) -> Table {
     if votes.is_empty() || memory.is_empty() {
         return Table::empty();
     }
-    let followed: Vec<_> = enacted(votes, memory).into_iter().filter(|p| p.2).collect();
+    let followed: Vec<_> = enacted(votes, memory, mode)
+        .into_iter()
+        .filter(|p| p.2)
+        .collect();
     if followed.is_empty() {
         return Table::empty();
     }
