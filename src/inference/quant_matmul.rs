@@ -66,6 +66,8 @@ pub struct Q41Matrix {
     n: usize,
     k: usize,
     blocks: Vec<BlockQ41>,
+    /// The dot-product implementation, chosen for this CPU at load.
+    simd: Simd,
 }
 
 impl Q41Matrix {
@@ -92,7 +94,12 @@ impl Q41Matrix {
                 BlockQ41 { d, m, qs }
             })
             .collect();
-        Ok(Self { n, k, blocks })
+        Ok(Self {
+            n,
+            k,
+            blocks,
+            simd: Simd::detect(),
+        })
     }
 
     /// Output features (rows of the weight).
@@ -133,7 +140,7 @@ impl Q41Matrix {
         let kb = k / BLOCK;
         let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
         let mut y = vec![0f32; m * n];
-        let simd = Simd::detect();
+        let simd = self.simd;
         let out_ptr = SendPtr(y.as_mut_ptr());
         // Work items are (block of activation rows, chunk of weight rows): a
         // block of activations stays in L2 and a chunk of weights in L1
@@ -218,17 +225,25 @@ enum Simd {
 }
 
 impl Simd {
-    fn detect() -> Self {
+    /// Every implementation this CPU can run, slowest first.
+    fn available() -> Vec<Self> {
+        #[allow(unused_mut)]
+        let mut paths = vec![Simd::Portable];
         #[cfg(target_arch = "x86_64")]
         {
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                paths.push(Simd::Avx2);
                 if is_x86_feature_detected!("avxvnni") {
-                    return Simd::AvxVnni;
+                    paths.push(Simd::AvxVnni);
                 }
-                return Simd::Avx2;
             }
         }
-        Simd::Portable
+        paths
+    }
+
+    /// The fastest implementation this CPU can run.
+    fn detect() -> Self {
+        Self::available().pop().unwrap_or(Simd::Portable)
     }
 
     /// Dot products of one weight row with `N` activation rows.
@@ -407,16 +422,7 @@ mod tests {
         let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
         let kb = k / BLOCK;
         let rows: [&[BlockQ81]; 4] = std::array::from_fn(|r| &acts[r * kb..(r + 1) * kb]);
-        let mut paths = vec![Simd::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                paths.push(Simd::Avx2);
-                if is_x86_feature_detected!("avxvnni") {
-                    paths.push(Simd::AvxVnni);
-                }
-            }
-        }
+        let paths = Simd::available();
         for j in 0..n {
             let wj = &w.blocks[j * kb..(j + 1) * kb];
             let want = Simd::Portable.dot_tile::<4>(wj, rows);
