@@ -4,8 +4,9 @@
 //! splits thinking from the answer and returns exact token counts.
 //!
 //! Models are loaded once per model key and shared; every agent keeps its own
-//! KV cache (keyed by model and agent id), so the longest common prefix of an
-//! agent's consecutive prompts is not recomputed. A batch is decoded together
+//! sequence state (keyed by model and agent id: keys/values, recurrent
+//! states and their snapshots), so the longest common prefix of an agent's
+//! consecutive prompts that the state can return to is not recomputed. A batch is decoded together
 //! with [`generate_batch`].
 
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use crate::backend::{
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
 use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
-use crate::inference::model::{load_model, KvCache, SharedModel};
+use crate::inference::model::{load_model, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
 
@@ -117,7 +118,7 @@ pub struct LlmBackend {
     device: Device,
     options: LlmOptions,
     loaded: HashMap<String, Loaded>,
-    caches: HashMap<(String, String), KvCache>,
+    caches: HashMap<(String, String), SeqState>,
 }
 
 impl LlmBackend {
@@ -248,7 +249,7 @@ impl LlmBackend {
         }
 
         // Per-agent caches; a second request of the same agent in one batch gets a fresh one.
-        let mut caches: Vec<KvCache> = Vec::with_capacity(batch.len());
+        let mut caches: Vec<SeqState> = Vec::with_capacity(batch.len());
         let mut keys: Vec<Option<(String, String)>> = Vec::with_capacity(batch.len());
         for r in batch {
             let k = (key.clone(), r.agent_id.clone());
@@ -258,11 +259,11 @@ impl LlmBackend {
                     keys.push(Some(k));
                 }
                 None if keys.iter().any(|x| x.as_ref() == Some(&k)) => {
-                    caches.push(lm.model.new_cache());
+                    caches.push(lm.model.new_state());
                     keys.push(None);
                 }
                 None => {
-                    caches.push(lm.model.new_cache());
+                    caches.push(lm.model.new_state());
                     keys.push(Some(k));
                 }
             }
@@ -303,7 +304,7 @@ impl LlmBackend {
         {
             seqs.push(GenSeq {
                 prompt,
-                cache,
+                state: cache,
                 params: &r.params,
                 options: &lm.options,
                 decode: Some(&decode),
