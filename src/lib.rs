@@ -20,6 +20,7 @@ pub mod energy;
 pub mod energy_society;
 pub mod inference;
 pub mod nprand;
+pub mod npy;
 pub mod race;
 pub mod record;
 pub mod report;
