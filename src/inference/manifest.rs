@@ -39,7 +39,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Architectures (GGUF `general.architecture`) that the candle engine implements.
-pub const ENGINE_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const ENGINE_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "nemotron_h"];
 
 /// The environment variable naming a folder of user manifests.
 pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
@@ -750,7 +750,7 @@ tag = "mini:1b"
                 (
                     "nemotron-3-nano-4b",
                     "nemotron_h",
-                    false,
+                    true,
                     4.0,
                     Some("nemotron-3-nano:4b")
                 ),
@@ -785,6 +785,22 @@ tag = "mini:1b"
         assert!(q3.thinking.supported && q3.thinking.default_on);
         assert_eq!(q3.thinking.start.as_deref(), Some("<think>"));
         assert_eq!(q3.thinking.end.as_deref(), Some("</think>"));
+        let n = c.get("nemotron-3-nano:4b").unwrap();
+        n.ensure_implemented().unwrap();
+        assert!(n.thinking.supported && n.thinking.default_on);
+        assert_eq!(
+            n.thinking.template_switch.as_deref(),
+            Some("enable_thinking")
+        );
+        assert_eq!(
+            n.sources[1],
+            Source::Hf {
+                repo: "nvidia/NVIDIA-Nemotron-3-Nano-4B-GGUF".into(),
+                file: "NVIDIA-Nemotron3-Nano-4B-Q4_K_M.gguf".into(),
+                revision: "main".into(),
+                sha256: None,
+            }
+        );
         let g = c.get("gemma4-e4b").unwrap();
         assert!(g.thinking.supported && !g.thinking.default_on);
         assert_eq!(g.thinking.start.as_deref(), Some("<|channel>thought\n"));
@@ -851,7 +867,7 @@ tag = "mini:1b"
         assert_eq!(
             e,
             "/m/mini.toml: implemented = true, but the candle engine does not implement \
-             architecture \"gemma4\" (it implements llama, qwen2, qwen3)"
+             architecture \"gemma4\" (it implements llama, qwen2, qwen3, nemotron_h)"
         );
         let e = err(&GOOD.replace("size_b = 0.5", "size_b = 0"));
         assert!(e.contains("size_b = 0: expected a positive number"), "{e}");
@@ -876,7 +892,7 @@ tag = "mini:1b"
             .to_string();
         assert!(e.starts_with("models/qwen3.5-9b.toml (built in): model `qwen3.5-9b` has architecture `qwen35`, which the candle engine does not implement: the candle engine has no qwen35 model yet"), "{e}");
         assert!(
-            e.contains("Implemented architectures: llama, qwen2, qwen3."),
+            e.contains("Implemented architectures: llama, qwen2, qwen3, nemotron_h."),
             "{e}"
         );
         c.get("qwen3-8b").unwrap().ensure_implemented().unwrap();
