@@ -192,9 +192,9 @@ fn head_chunked(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32
         let last = cum[l - 1];
         let el = last.exp();
         s.iter_mut().for_each(|v| *v *= el);
-        for j in 0..l {
+        for (j, &cj) in cum.iter().enumerate() {
             let (xj, bj, _, dtj) = tok(j);
-            let f = (last - cum[j]).exp() * dtj;
+            let f = (last - cj).exp() * dtj;
             for (row, &xv) in s.chunks_exact_mut(n).zip(xj) {
                 let u = f * xv;
                 row.iter_mut().zip(bj).for_each(|(sv, &bv)| *sv += u * bv);
