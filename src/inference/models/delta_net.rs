@@ -25,10 +25,6 @@
 /// Tokens per chunk of the chunked form (transformers' and llama.cpp's 64).
 pub const CHUNK: usize = 64;
 
-/// Below this many state updates (tokens × state elements) a step runs its
-/// heads on the calling thread.
-const PARALLEL_MIN_WORK: usize = 1 << 18;
-
 /// Head counts and sizes of one delta-net layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
@@ -92,38 +88,13 @@ impl Inputs<'_> {
 /// candle's CPU worker pool when the step is large enough to pay for it.
 pub fn run(d: &Dims, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f32> {
     let t = x.tokens(d);
-    let hs = d.d_k * d.d_v;
-    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
-        .chunks_exact_mut(hs)
-        .map(|s| std::sync::Mutex::new((s, Vec::new())))
-        .collect();
-    let work = |range: std::ops::Range<usize>| {
-        for h in range {
-            if let Ok(mut g) = heads[h].lock() {
-                let (s, out) = &mut *g;
-                *out = if chunked {
-                    head_chunked(d, x, h, s)
-                } else {
-                    head_recurrent(d, x, h, s)
-                };
-            }
+    super::nn::run_heads(state, d.n_v, t, d.d_v, |h, s| {
+        if chunked {
+            head_chunked(d, x, h, s)
+        } else {
+            head_recurrent(d, x, h, s)
         }
-    };
-    // Waking the worker pool costs more than a small step's arithmetic.
-    if t * d.state_len() >= PARALLEL_MIN_WORK {
-        candle_core::utils::barrier_pool().execute_chunked(d.n_v, work);
-    } else {
-        work(0..d.n_v);
-    }
-    let mut out = vec![0f32; t * d.n_v * d.d_v];
-    for (h, m) in heads.into_iter().enumerate() {
-        let (_, o) = m.into_inner().unwrap_or_else(|p| p.into_inner());
-        for ti in 0..t {
-            let dst = (ti * d.n_v + h) * d.d_v;
-            out[dst..dst + d.d_v].copy_from_slice(&o[ti * d.d_v..(ti + 1) * d.d_v]);
-        }
-    }
-    out
+    })
 }
 
 /// Slices of token `ti` for value head `h`.

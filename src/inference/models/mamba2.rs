@@ -94,36 +94,16 @@ impl Inputs<'_> {
 /// Run the scan over the inputs from `state` (`[n_head, head_dim, d_state]`,
 /// updated in place), in the chunked form when `chunked`, else one token at
 /// a time. Returns `y` `[t, n_head, head_dim]`, the `D` skip included. Heads
-/// run in parallel on candle's CPU worker pool.
+/// run in parallel on candle's CPU worker pool when the step is large enough.
 pub fn run(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f32> {
     let t = x.tokens(d);
-    let hs = d.head_dim * d.d_state;
-    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
-        .chunks_exact_mut(hs)
-        .map(|s| std::sync::Mutex::new((s, Vec::new())))
-        .collect();
-    candle_core::utils::barrier_pool().execute_chunked(d.n_head, |range| {
-        for h in range {
-            if let Ok(mut g) = heads[h].lock() {
-                let (s, out) = &mut *g;
-                *out = if chunked {
-                    head_chunked(d, p, x, h, s)
-                } else {
-                    head_recurrent(d, p, x, h, s)
-                };
-            }
+    super::nn::run_heads(state, d.n_head, t, d.head_dim, |h, s| {
+        if chunked {
+            head_chunked(d, p, x, h, s)
+        } else {
+            head_recurrent(d, p, x, h, s)
         }
-    });
-    let pd = d.head_dim;
-    let mut out = vec![0f32; t * d.n_head * pd];
-    for (h, m) in heads.into_iter().enumerate() {
-        let (_, o) = m.into_inner().unwrap_or_else(|e| e.into_inner());
-        for ti in 0..t {
-            let dst = (ti * d.n_head + h) * pd;
-            out[dst..dst + pd].copy_from_slice(&o[ti * pd..(ti + 1) * pd]);
-        }
-    }
-    out
+    })
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {

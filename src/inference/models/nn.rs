@@ -598,6 +598,52 @@ pub fn host_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
+/// Below this many state updates (tokens × state elements) a recurrence
+/// runs its heads on the calling thread: waking the worker pool costs more
+/// than a small step's arithmetic.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
+
+/// Run a per-head recurrence over `t` tokens: `state` holds every head's
+/// state (`n_heads` blocks), `head(h, state_h)` updates head `h`'s block and
+/// returns its outputs `[t, out_dim]`. Heads run in parallel on candle's CPU
+/// worker pool when the step is large enough. Returns `[t, n_heads, out_dim]`.
+pub fn run_heads(
+    state: &mut [f32],
+    n_heads: usize,
+    t: usize,
+    out_dim: usize,
+    head: impl Fn(usize, &mut [f32]) -> Vec<f32> + Sync,
+) -> Vec<f32> {
+    let total = state.len();
+    let hs = total / n_heads.max(1);
+    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
+        .chunks_exact_mut(hs.max(1))
+        .map(|s| std::sync::Mutex::new((s, Vec::new())))
+        .collect();
+    let work = |range: std::ops::Range<usize>| {
+        for h in range {
+            if let Ok(mut g) = heads[h].lock() {
+                let (s, out) = &mut *g;
+                *out = head(h, s);
+            }
+        }
+    };
+    if t * total >= PARALLEL_MIN_WORK {
+        candle_core::utils::barrier_pool().execute_chunked(heads.len(), work);
+    } else {
+        work(0..heads.len());
+    }
+    let mut out = vec![0f32; t * n_heads * out_dim];
+    for (h, m) in heads.into_iter().enumerate() {
+        let (_, o) = m.into_inner().unwrap_or_else(|e| e.into_inner());
+        for ti in 0..t.min(o.len() / out_dim.max(1)) {
+            let dst = (ti * n_heads + h) * out_dim;
+            out[dst..dst + out_dim].copy_from_slice(&o[ti * out_dim..(ti + 1) * out_dim]);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
