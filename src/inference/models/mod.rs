@@ -2,11 +2,13 @@
 //! every file uses (projections, norms, rotary tables, attention, the tensor
 //! loader); `decoder` the standard decoder-only transformer that the llama,
 //! qwen2, qwen3 and gemma3 files configure; hybrids have files of their own
-//! (`qwen35` over the gated delta rule in `delta_net`).
+//! (`qwen35` over the gated delta rule in `delta_net`; `gemma4` with
+//! per-layer embeddings and shared keys/values).
 
 pub mod decoder;
 pub mod delta_net;
 pub mod gemma3;
+pub mod gemma4;
 pub mod llama;
 pub mod nn;
 pub mod qwen2;
