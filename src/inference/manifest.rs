@@ -39,7 +39,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Architectures (GGUF `general.architecture`) that the candle engine implements.
-pub const ENGINE_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
+pub const ENGINE_ARCHITECTURES: &[&str] = &["gemma4", "llama", "qwen2", "qwen3"];
 
 /// The environment variable naming a folder of user manifests.
 pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
@@ -746,7 +746,7 @@ tag = "mini:1b"
         assert_eq!(
             table,
             [
-                ("gemma4-e4b", "gemma4", false, 4.0, Some("gemma4:e4b")),
+                ("gemma4-e4b", "gemma4", true, 4.0, Some("gemma4:e4b")),
                 (
                     "nemotron-3-nano-4b",
                     "nemotron_h",

@@ -590,7 +590,8 @@ impl CausalLm for Gemma4 {
                     .collect();
                 x = pick_rows(&x, &picked)?;
                 if let Some(p) = &ple {
-                    ple = Some(pick_rows(&p.transpose(0, 1)?, &picked)?.transpose(0, 1)?);
+                    let by_row = p.transpose(0, 1)?.contiguous()?;
+                    ple = Some(pick_rows(&by_row, &picked)?.transpose(0, 1)?.contiguous()?);
                 }
                 let mut off = 0;
                 for (s, &all) in seqs.iter_mut().zip(&wants_all) {
