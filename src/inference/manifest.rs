@@ -847,11 +847,11 @@ tag = "mini:1b"
     fn inconsistent_values_are_refused() {
         let e = err(&GOOD.replace("implemented = true", "implemented = false"));
         assert!(e.contains("needs a `note`"), "{e}");
-        let e = err(&GOOD.replace("\"llama\"", "\"gemma4\""));
+        let e = err(&GOOD.replace("\"llama\"", "\"rwkv6\""));
         assert_eq!(
             e,
             "/m/mini.toml: implemented = true, but the candle engine does not implement \
-             architecture \"gemma4\" (it implements llama, qwen2, qwen3)"
+             architecture \"rwkv6\" (it implements gemma4, llama, qwen2, qwen3)"
         );
         let e = err(&GOOD.replace("size_b = 0.5", "size_b = 0"));
         assert!(e.contains("size_b = 0: expected a positive number"), "{e}");
@@ -876,7 +876,7 @@ tag = "mini:1b"
             .to_string();
         assert!(e.starts_with("models/qwen3.5-9b.toml (built in): model `qwen3.5-9b` has architecture `qwen35`, which the candle engine does not implement: the candle engine has no qwen35 model yet"), "{e}");
         assert!(
-            e.contains("Implemented architectures: llama, qwen2, qwen3."),
+            e.contains("Implemented architectures: gemma4, llama, qwen2, qwen3."),
             "{e}"
         );
         c.get("qwen3-8b").unwrap().ensure_implemented().unwrap();

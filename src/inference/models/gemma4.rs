@@ -482,7 +482,7 @@ impl Gemma4 {
                     Some(wv) => wv.forward(h)?,
                     None => k.clone(),
                 };
-                Some((k, v))
+                Some((k, v, &m.k_norm))
             }
             None => None,
         };
@@ -498,9 +498,8 @@ impl Gemma4 {
             let qs = to_heads(&q.narrow(0, off, t)?, nh, hd, Some(&b.q_norm))?;
             let qs = apply_rope(&qs, tables, RopeStyle::Neox)?;
             let (k_all, v_all) = match (&kv, b.source) {
-                (Some((k, v)), _) => {
-                    let m = b.kv.as_ref().map(|m| &m.k_norm);
-                    let ks = to_heads(&k.narrow(0, off, t)?, nkv, hd, m)?;
+                (Some((k, v, k_norm)), _) => {
+                    let ks = to_heads(&k.narrow(0, off, t)?, nkv, hd, Some(k_norm))?;
                     let ks = apply_rope(&ks, tables, RopeStyle::Neox)?;
                     let vs = to_heads(&v.narrow(0, off, t)?, nkv, hd, None)?;
                     let vs = rms_norm_plain(&vs, self.eps)?;
