@@ -161,3 +161,28 @@ fn bad_files_name_the_tensor_and_shapes() {
         "{e}"
     );
 }
+
+/// The same weights stored as F16 and BF16 (as HF GGUF repos ship them;
+/// 1-D and recurrent tensors stay F32, as in real files) load and run.
+#[test]
+fn f16_and_bf16_files_run() {
+    use candle_core::quantized::GgmlDType;
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture("qwen35.f32.gguf");
+    let (_, s) = sequences(ARCH).remove(0);
+    for (dt, min_cos) in [(GgmlDType::F16, 0.999), (GgmlDType::BF16, 0.99)] {
+        let out = dir.path().join(format!("{dt:?}.gguf"));
+        rewrite(&src, &out, |t| {
+            for (n, q) in t.iter_mut() {
+                if q.shape().dims().len() == 2 && !n.contains("ssm_conv1d") {
+                    let d = q.dequantize(&Device::Cpu).unwrap();
+                    *q = QTensor::quantize(&d, dt).unwrap();
+                }
+            }
+        });
+        let m = load_model(&out, &Device::Cpu).expect("loads");
+        let lg = joule::cli::logits::compute(m.as_ref(), &s.ids, None).unwrap();
+        let c = mean_cos(&lg, &s.logits, s.vocab);
+        assert!(c >= min_cos, "{dt:?}: mean cosine {c}");
+    }
+}

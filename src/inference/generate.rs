@@ -236,7 +236,9 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
                 prefill_ms: 0.0,
                 decode_ms: 0.0,
             },
-            in_think: s.options.thinking.is_some_and(|t| t.starts_inside),
+            // The prompt opens the block only when this request thinks: with
+            // thinking off such templates close an empty block in the prompt.
+            in_think: s.params.thinking && s.options.thinking.is_some_and(|t| t.starts_inside),
             max_stop_chars: s
                 .params
                 .stop

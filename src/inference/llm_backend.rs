@@ -48,6 +48,8 @@ pub struct LlmOptions {
     pub max_thinking_tokens: Option<usize>,
     /// Overrides model keys with a file path (e.g. every roster model → SmolLM2).
     pub stand_in: Option<PathBuf>,
+    /// Per-model overrides (model key → file), taking precedence over `stand_in`.
+    pub stand_ins: std::collections::BTreeMap<String, PathBuf>,
     /// Longest string (in characters) constrained decoding allows where the
     /// schema sets no `maxLength`, so an answer completes within `max_tokens`.
     pub max_string_chars: Option<usize>,
@@ -62,6 +64,7 @@ impl Default for LlmOptions {
             count_eos: true,
             max_thinking_tokens: None,
             stand_in: None,
+            stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
         }
@@ -135,8 +138,8 @@ impl LlmBackend {
         if self.loaded.contains_key(key) {
             return Ok(());
         }
-        let path = match &self.options.stand_in {
-            Some(p) => p.clone(),
+        let path = match key.strip_prefix("stand-in:") {
+            Some(p) => PathBuf::from(p),
             None => crate::inference::sources::resolve_model(key)
                 .with_context(|| format!("locating model `{key}`"))?,
         };
@@ -196,10 +199,16 @@ impl LlmBackend {
         Ok(())
     }
 
-    /// The key a request's model is loaded and batched under: the stand-in
-    /// file when one replaces every model, else the model name.
+    /// The key a request's model is loaded and batched under: its own
+    /// stand-in file, else the stand-in that replaces every model, else the
+    /// model name.
     fn model_key(&self, model: &str) -> String {
-        match &self.options.stand_in {
+        match self
+            .options
+            .stand_ins
+            .get(model)
+            .or(self.options.stand_in.as_ref())
+        {
             Some(p) => format!("stand-in:{}", p.display()),
             None => model.to_string(),
         }
@@ -433,6 +442,9 @@ pub struct LlmConfig {
     /// Run every model-backed agent on this model (a manifest name or GGUF path)
     /// instead of its own, keeping each agent's size S for the costs.
     pub stand_in: Option<String>,
+    /// Per-model stand-ins (`[llm.stand_ins]`: roster model → manifest name
+    /// or GGUF path), taking precedence over `stand_in`.
+    pub stand_ins: std::collections::BTreeMap<String, String>,
     /// Longest string constrained decoding allows where the schema sets no maxLength.
     pub max_string_chars: Option<usize>,
     /// `strict` (default): constrained decoding enforces the scenario's strict
@@ -448,6 +460,7 @@ impl Default for LlmConfig {
             count_eos: true,
             max_thinking_tokens: Some(512),
             stand_in: None,
+            stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
         }
@@ -465,6 +478,12 @@ impl LlmConfig {
             ),
             None => None,
         };
+        let mut stand_ins = std::collections::BTreeMap::new();
+        for (model, s) in &self.stand_ins {
+            let path = crate::inference::sources::resolve_model(s)
+                .with_context(|| format!("llm.stand_ins.\"{model}\" = `{s}`"))?;
+            stand_ins.insert(model.clone(), path);
+        }
         Ok(LlmBackend::new(
             device,
             LlmOptions {
@@ -472,6 +491,7 @@ impl LlmConfig {
                 count_eos: self.count_eos,
                 max_thinking_tokens: self.max_thinking_tokens,
                 stand_in,
+                stand_ins,
                 max_string_chars: self.max_string_chars,
                 schema: self.schema,
             },

@@ -38,8 +38,9 @@ use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Architectures (GGUF `general.architecture`) that the candle engine implements.
-pub const ENGINE_ARCHITECTURES: &[&str] = &["gemma4", "llama", "qwen2", "qwen3"];
+/// Architectures (GGUF `general.architecture`) that the candle engine implements:
+/// the ones [`crate::inference::model::load_model`] dispatches on.
+pub const ENGINE_ARCHITECTURES: &[&str] = crate::inference::model::ARCHITECTURES;
 
 /// The environment variable naming a folder of user manifests.
 pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
@@ -762,8 +763,8 @@ tag = "mini:1b"
                     Some("qwen2.5:7b-instruct")
                 ),
                 ("qwen3-8b", "qwen3", true, 8.0, Some("qwen3:8b")),
-                ("qwen3.5-4b", "qwen35", false, 4.0, Some("qwen3.5:4b")),
-                ("qwen3.5-9b", "qwen35", false, 9.0, Some("qwen3.5:9b")),
+                ("qwen3.5-4b", "qwen35", true, 4.0, Some("qwen3.5:4b")),
+                ("qwen3.5-9b", "qwen35", true, 9.0, Some("qwen3.5:9b")),
                 ("smollm2-135m-instruct", "llama", true, 0.135, None),
             ]
         );
@@ -847,11 +848,14 @@ tag = "mini:1b"
     fn inconsistent_values_are_refused() {
         let e = err(&GOOD.replace("implemented = true", "implemented = false"));
         assert!(e.contains("needs a `note`"), "{e}");
-        let e = err(&GOOD.replace("\"llama\"", "\"rwkv6\""));
+        let e = err(&GOOD.replace("\"llama\"", "\"rwkv7\""));
         assert_eq!(
             e,
-            "/m/mini.toml: implemented = true, but the candle engine does not implement \
-             architecture \"rwkv6\" (it implements gemma4, llama, qwen2, qwen3)"
+            format!(
+                "/m/mini.toml: implemented = true, but the candle engine does not implement \
+                 architecture \"rwkv7\" (it implements {})",
+                ENGINE_ARCHITECTURES.join(", ")
+            )
         );
         let e = err(&GOOD.replace("size_b = 0.5", "size_b = 0"));
         assert!(e.contains("size_b = 0: expected a positive number"), "{e}");
@@ -867,19 +871,28 @@ tag = "mini:1b"
 
     #[test]
     fn unimplemented_architecture_says_what_is_missing() {
-        let c = Catalog::embedded().unwrap();
-        let e = c
-            .get("qwen3.5-9b")
-            .unwrap()
-            .ensure_implemented()
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("models/qwen3.5-9b.toml (built in): model `qwen3.5-9b` has architecture `qwen35`, which the candle engine does not implement: the candle engine has no qwen35 model yet"), "{e}");
+        let m = parse(
+            &GOOD
+                .replace("architecture = \"llama\"", "architecture = \"rwkv7\"")
+                .replace(
+                    "implemented = true",
+                    "implemented = false\nnote = \"no rwkv7 model yet\"",
+                ),
+        )
+        .unwrap();
+        let e = m.ensure_implemented().unwrap_err().to_string();
+        assert!(e.starts_with("/m/mini.toml: model `mini` has architecture `rwkv7`, which the candle engine does not implement: no rwkv7 model yet"), "{e}");
         assert!(
-            e.contains("Implemented architectures: gemma4, llama, qwen2, qwen3."),
+            e.contains(&format!(
+                "Implemented architectures: {}.",
+                ENGINE_ARCHITECTURES.join(", ")
+            )),
             "{e}"
         );
+        let c = Catalog::embedded().unwrap();
         c.get("qwen3-8b").unwrap().ensure_implemented().unwrap();
+        c.get("qwen3.5-4b").unwrap().ensure_implemented().unwrap();
+        c.get("qwen3.5-9b").unwrap().ensure_implemented().unwrap();
     }
 
     #[test]

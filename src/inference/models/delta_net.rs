@@ -25,6 +25,10 @@
 /// Tokens per chunk of the chunked form (transformers' and llama.cpp's 64).
 pub const CHUNK: usize = 64;
 
+/// Below this many state updates (tokens × state elements) a step runs its
+/// heads on the calling thread.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
+
 /// Head counts and sizes of one delta-net layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
@@ -85,7 +89,7 @@ impl Inputs<'_> {
 /// Run the delta rule over the inputs from `state` (`[n_v, d_k, d_v]`,
 /// updated in place). Uses the chunked form when `chunked`, else one token
 /// at a time. Returns the outputs `[t, n_v, d_v]`. Heads run in parallel on
-/// candle's CPU worker pool.
+/// candle's CPU worker pool when the step is large enough to pay for it.
 pub fn run(d: &Dims, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f32> {
     let t = x.tokens(d);
     let hs = d.d_k * d.d_v;
@@ -93,7 +97,7 @@ pub fn run(d: &Dims, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f3
         .chunks_exact_mut(hs)
         .map(|s| std::sync::Mutex::new((s, Vec::new())))
         .collect();
-    candle_core::utils::barrier_pool().execute_chunked(d.n_v, |range| {
+    let work = |range: std::ops::Range<usize>| {
         for h in range {
             if let Ok(mut g) = heads[h].lock() {
                 let (s, out) = &mut *g;
@@ -104,7 +108,13 @@ pub fn run(d: &Dims, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f3
                 };
             }
         }
-    });
+    };
+    // Waking the worker pool costs more than a small step's arithmetic.
+    if t * d.state_len() >= PARALLEL_MIN_WORK {
+        candle_core::utils::barrier_pool().execute_chunked(d.n_v, work);
+    } else {
+        work(0..d.n_v);
+    }
     let mut out = vec![0f32; t * d.n_v * d.d_v];
     for (h, m) in heads.into_iter().enumerate() {
         let (_, o) = m.into_inner().unwrap_or_else(|p| p.into_inner());

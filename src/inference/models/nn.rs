@@ -597,3 +597,72 @@ pub fn softcap(x: &Tensor, cap: f32) -> candle_core::Result<Tensor> {
 pub fn host_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::GgmlDType;
+
+    /// Every weight type of the roster's real files (Ollama's Q4_K_M mixes
+    /// Q4_K and Q6_K; HF repos ship Q8_0, Q5_K_M, Q6_K, F16, BF16) runs
+    /// through `Proj` and gives the product with its dequantised weights.
+    #[test]
+    fn projections_run_for_the_real_files_weight_types() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 0.5, (48, 256), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (3, 256), &dev).unwrap();
+        for dt in [
+            GgmlDType::F32,
+            GgmlDType::F16,
+            GgmlDType::BF16,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&w, dt).unwrap();
+            let wd = q.dequantize(&dev).unwrap();
+            let want = x.matmul(&wd.t().unwrap()).unwrap();
+            let got = Proj::new(Arc::new(q), &dev).unwrap().forward(&x).unwrap();
+            assert_eq!(got.dims(), &[3, 48], "{dt:?}");
+            let err = (got - &want).unwrap().sqr().unwrap().sum_all().unwrap();
+            let norm = want.sqr().unwrap().sum_all().unwrap();
+            let rel = (err.to_scalar::<f32>().unwrap() / norm.to_scalar::<f32>().unwrap()).sqrt();
+            // Activations are quantised to 8 bits for the integer dot products.
+            assert!(rel < 0.02, "{dt:?}: relative error {rel}");
+        }
+    }
+
+    #[test]
+    fn partial_rope_rotates_only_the_first_dimensions() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap();
+        let r = Rope::partial(4, 4, 10_000.0, 1.0, None);
+        let tb = r.tables(5, 3, &dev).unwrap();
+        let y = apply_rope(&x, &tb, RopeStyle::Neox).unwrap();
+        let tail = |t: &Tensor| {
+            t.narrow(2, 4, 4)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        assert_eq!(tail(&x), tail(&y));
+        let full = Rope::new(4, 10_000.0, 1.0, None);
+        let head = x.narrow(2, 0, 4).unwrap().contiguous().unwrap();
+        let want = apply_rope(&head, &full.tables(5, 3, &dev).unwrap(), RopeStyle::Neox).unwrap();
+        let got = y.narrow(2, 0, 4).unwrap();
+        let d = (want - got)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-6);
+    }
+}
