@@ -96,7 +96,7 @@ fn corrupted_header_is_an_error() {
 #[test]
 fn unknown_architecture_names_file_and_architecture() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("q35.gguf");
+    let p = dir.path().join("rwkv7.gguf");
     rewrite(&p, |meta, _| {
         for (k, v) in meta.iter_mut() {
             if k == "general.architecture" {

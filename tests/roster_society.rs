@@ -145,3 +145,11 @@ fn a_round_on_the_qwen35_fixture() {
         }
     }
 }
+
+/// Every agent on the Gemma 4 fixture (the real Gemma 4 chat template and
+/// tokenizer; shared-KV layers that keep no state).
+#[test]
+fn a_round_on_the_gemma4_fixture() {
+    let inv = run_round(&format!("stand_in = \"{}\"", fixture("gemma4.f32.gguf")));
+    assert!(inv.len() >= 5, "decisions of five agents: {}", inv.len());
+}

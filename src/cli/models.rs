@@ -285,7 +285,7 @@ mod tests {
             ]
         );
         assert!(lines[1].starts_with("gemma4-e4b "));
-        assert!(lines[1].contains(" no "));
+        assert!(lines[1].contains(" yes "));
     }
 
     #[test]

@@ -747,7 +747,7 @@ tag = "mini:1b"
         assert_eq!(
             table,
             [
-                ("gemma4-e4b", "gemma4", false, 4.0, Some("gemma4:e4b")),
+                ("gemma4-e4b", "gemma4", true, 4.0, Some("gemma4:e4b")),
                 (
                     "nemotron-3-nano-4b",
                     "nemotron_h",

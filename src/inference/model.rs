@@ -107,7 +107,15 @@ pub trait CausalLm: Send + Sync {
 pub type SharedModel = Arc<dyn CausalLm>;
 
 /// Architectures [`load_model`] implements.
-pub const ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen35", "nemotron_h"];
+pub const ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "gemma4",
+    "qwen35",
+    "nemotron_h",
+];
 
 /// Load the GGUF model at `path` onto `device`.
 pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel> {
@@ -119,6 +127,7 @@ pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel
         "qwen2" => Arc::new(models::qwen2::load(&mut gguf, device)?),
         "qwen3" => Arc::new(models::qwen3::load(&mut gguf, device)?),
         "gemma3" => Arc::new(models::gemma3::load(&mut gguf, device)?),
+        "gemma4" => Arc::new(models::gemma4::load(&mut gguf, device)?),
         "qwen35" => Arc::new(models::qwen35::load(&mut gguf, device)?),
         _ => {
             return Err(LoadError::UnsupportedArchitecture {

@@ -3,11 +3,13 @@
 //! loader); `decoder` the standard decoder-only transformer that the llama,
 //! qwen2, qwen3 and gemma3 files configure; hybrids have files of their own
 //! (`qwen35` over the gated delta rule in `delta_net`, `nemotron_h` over the
-//! Mamba-2 scan in `mamba2`).
+//! Mamba-2 scan in `mamba2`, `gemma4` with per-layer embeddings and shared
+//! keys/values).
 
 pub mod decoder;
 pub mod delta_net;
 pub mod gemma3;
+pub mod gemma4;
 pub mod llama;
 pub mod mamba2;
 pub mod nemotron_h;
