@@ -153,3 +153,43 @@ fn a_round_on_the_gemma4_fixture() {
     let inv = run_round(&format!("stand_in = \"{}\"", fixture("gemma4.f32.gguf")));
     assert!(inv.len() >= 5, "decisions of five agents: {}", inv.len());
 }
+
+/// The whole roster at once: each of the five agents on a fixture of its
+/// own model's architecture (gemma4, nemotron_h, qwen35, qwen3, qwen35),
+/// so four models are loaded and batched separately, each charged with its
+/// agent's own S.
+#[test]
+fn a_round_with_every_roster_architecture() {
+    let stand_ins = format!(
+        "[llm.stand_ins]\n\"gemma4-e4b\" = \"{}\"\n\"nemotron-3-nano-4b\" = \"{}\"\n\"qwen3.5-4b\" = \"{}\"\n\"qwen3-8b\" = \"{}\"\n\"qwen3.5-9b\" = \"{}\"\n",
+        fixture("gemma4.f32.gguf"),
+        fixture("nemotron_h.f32.gguf"),
+        fixture("qwen35.f32.gguf"),
+        fixture("qwen3.f32.gguf"),
+        fixture("qwen35.q8_0.gguf"),
+    );
+    let inv = run_round(&stand_ins);
+    assert!(inv.len() >= 5, "decisions of five agents: {}", inv.len());
+    // Each agent's calls went through its own architecture's chat template.
+    let marker = |agent: &str| -> String {
+        let e = inv.iter().find(|e| e["agent"] == agent).unwrap();
+        e["calls"][0]["rendered_prompt"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        marker("agent_1").contains("<|turn>") || marker("agent_1").contains("<start_of_turn>"),
+        "gemma template"
+    );
+    assert!(
+        marker("agent_3").contains("<|im_start|>"),
+        "qwen3.5 template"
+    );
+    assert!(marker("agent_4").contains("<|im_start|>"), "qwen3 template");
+    assert_ne!(
+        marker("agent_2"),
+        marker("agent_3"),
+        "nemotron has its own template"
+    );
+}
