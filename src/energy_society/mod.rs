@@ -11,8 +11,10 @@
 //! - [`policies`]: scripted baseline agents.
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
 //! - [`replay`]: re-run a reference run through the engine and compare.
+//! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
 
+pub mod condition;
 pub mod config;
 pub mod dataset;
 pub mod draw;

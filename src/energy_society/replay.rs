@@ -37,7 +37,8 @@ use crate::backend::{
 };
 use crate::energy::{clamp_sub, py_round, CostModel};
 
-use super::config::{JobsConfig, Mode, Objective, RosterEntry, ScriptedConfig, SocietyConfig};
+use super::condition::{infer, Condition, Overrides};
+use super::config::{JobsConfig, Mode, RosterEntry, ScriptedConfig, SocietyConfig};
 use super::job::{Difficulty, Job};
 use super::layout::{MemoryEntry, RunFolder};
 use super::listed_jobs::ListedJobs;
@@ -81,6 +82,8 @@ pub struct ChargeStats {
 #[derive(Debug, Clone)]
 pub struct ReplayReport {
     pub run: String,
+    /// The condition replayed, and where each switch came from.
+    pub condition: Condition,
     pub rounds: u32,
     pub charges: ChargeStats,
     pub values_checked: usize,
@@ -401,39 +404,21 @@ fn recorded_jobs(run: &RunFolder) -> anyhow::Result<Vec<Vec<Job>>> {
         .collect())
 }
 
-/// The faithful engine configuration of a recorded run.
-pub fn config_of(run: &RunFolder) -> SocietyConfig {
+/// The faithful engine configuration of a recorded run in `condition`.
+pub fn config_of(run: &RunFolder, condition: &Condition) -> SocietyConfig {
     let c = &run.config;
-    let coop = c
-        .prompt_mode
-        .as_deref()
-        .map_or(c.experiment.contains("coop"), |m| m == "coop");
-    let votes = c
-        .use_votes
-        .unwrap_or_else(|| run.transcript.iter().any(|t| t.phase == "vote"));
-    let sabotage = c.enable_sabotage.unwrap_or_else(|| {
-        run.agents.iter().any(|a| {
-            a.memory
-                .iter()
-                .any(|m| m.sabotaged_job.is_some() || m.action == "SABOTAGE_JOB")
-        })
-    });
     SocietyConfig {
         name: c.experiment.clone(),
         mode: Mode::Faithful,
-        objective: if coop {
-            Objective::Cooperative
-        } else {
-            Objective::Competitive
-        },
-        use_votes: votes,
-        enable_sabotage: sabotage,
-        memory: true,
+        objective: condition.objective.value,
+        use_votes: condition.use_votes.value,
+        enable_sabotage: condition.enable_sabotage.value,
+        memory: condition.memory.value,
         max_rounds: c.max_rounds,
-        difficulty: c.difficulty_distribution,
+        difficulty: condition.difficulty.value,
         cost: CostModel {
             k: 0.015,
-            alpha: c.model_size_exponent,
+            alpha: condition.alpha.value,
         },
         seed: c.seed,
         max_calls: 5,
@@ -656,10 +641,17 @@ pub fn compare(recorded: &RunFolder, engine: &RunFolder, out: &mut Vec<Mismatch>
     c.checked
 }
 
-/// Replay one reference run folder and compare everything.
+/// Replay one reference run folder in the condition inferred from it and
+/// compare everything.
 pub fn replay_run(dir: &Path) -> anyhow::Result<ReplayReport> {
+    replay_run_with(dir, &Overrides::default())
+}
+
+/// [`replay_run`] with some switches of the condition set by hand.
+pub fn replay_run_with(dir: &Path, flags: &Overrides) -> anyhow::Result<ReplayReport> {
     let run = RunFolder::read(dir)?;
-    let cfg = config_of(&run);
+    let condition = infer(&run, dir, flags);
+    let cfg = config_of(&run, &condition);
     let jobs = ListedJobs::new(recorded_jobs(&run)?, dir.display().to_string());
     let shared = Rc::new(RefCell::new(Shared::default()));
     let mut backend = ReplayBackend::new(&run, cfg.cost, shared.clone());
@@ -686,6 +678,7 @@ pub fn replay_run(dir: &Path) -> anyhow::Result<ReplayReport> {
     let checked = compare(&run, &result.folder, &mut mismatches);
     Ok(ReplayReport {
         run: dir.display().to_string(),
+        condition,
         rounds: result.rounds_played,
         charges: sh.charges.clone(),
         values_checked: checked,
