@@ -1,17 +1,19 @@
 //! One invocation (spec §2): a vote, decide or solve of one agent, made of
-//! up to `max_calls` model calls with parse-and-retry. Energy is charged
-//! after every call (`round(T · c, 2)`, clamped at 0) and carried from call
-//! to call; the scenario writes it back when the invocation returns. The
-//! outcome is either a parsed value, a FORMAT_ERROR (no valid answer within
-//! the budget) or an INVOKE_ERROR (the backend failed).
+//! up to `max_calls` model calls with parse-and-retry. Every call is charged
+//! on the invocation's ledger [`Tab`] (`round(T · c, 2)`, clamped at 0,
+//! carried from call to call); the scenario has the ledger settle the tab
+//! when the invocation returns. The outcome is either a parsed value, a
+//! FORMAT_ERROR (no valid answer within the budget) or an INVOKE_ERROR (the
+//! backend failed).
 
 use serde::Serialize;
 
 use crate::agency::Agency;
 use crate::backend::{ChatMessage, GenParams, ModelRequest, OutputFormat};
-use crate::energy::{clamp_sub, py_round};
+use crate::energy::py_round;
 
 use super::config::Mode;
+use super::ledger::Tab;
 
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,8 +62,8 @@ pub struct InvokeSpec {
     pub format: OutputFormat,
     pub params: GenParams,
     pub observation: serde_json::Value,
-    pub per_token: f64,
-    pub energy_before: f64,
+    /// The agent's tab, opened at its energy now.
+    pub tab: Tab,
     pub max_calls: u32,
     pub mode: Mode,
 }
@@ -73,8 +75,8 @@ pub struct Invocation<T> {
     pub value: Option<T>,
     pub status: InvokeStatus,
     pub calls: Vec<CallLog>,
-    pub energy_before: f64,
-    pub energy_after: f64,
+    /// The charges of the calls, for the ledger to apply.
+    pub tab: Tab,
     /// Tokens for `token_usage.json`: summed over calls, 0 on INVOKE_ERROR
     /// in faithful mode (QUIRK-3).
     pub logged_tokens: u64,
@@ -83,9 +85,15 @@ pub struct Invocation<T> {
 }
 
 impl<T> Invocation<T> {
+    pub fn energy_before(&self) -> f64 {
+        self.tab.start()
+    }
+    pub fn energy_after(&self) -> f64 {
+        self.tab.energy()
+    }
     /// `round(before − after, 2)`: what memory records as the phase's spend.
     pub fn spent(&self) -> f64 {
-        py_round(self.energy_before - self.energy_after, 2)
+        py_round(self.energy_before() - self.energy_after(), 2)
     }
 }
 
@@ -114,7 +122,7 @@ pub async fn invoke<T>(
         ChatMessage::system(spec.system.clone()),
         ChatMessage::user(spec.user.clone()),
     ];
-    let mut energy = spec.energy_before;
+    let mut tab = spec.tab.clone();
     let mut calls = Vec::new();
     let mut reasoning = Vec::new();
     let mut tokens: u64 = 0;
@@ -135,18 +143,19 @@ pub async fn invoke<T>(
             params: params.clone(),
             observation,
         };
-        let before = energy;
+        let before = tab.energy();
         match agency.call(req).await {
             Err(e) => {
                 let partial = e.partial_usage.map(|u| u.charged_tokens).unwrap_or(0);
-                let (after, charge) = match spec.mode {
+                let charge = match spec.mode {
                     // QUIRK-3: nothing is charged for the whole invocation.
-                    Mode::Faithful => (spec.energy_before, 0.0),
-                    Mode::Corrected => {
-                        let c = py_round(partial as f64 * spec.per_token, 2);
-                        (clamp_sub(energy, c), c)
+                    Mode::Faithful => {
+                        tab.void();
+                        0.0
                     }
+                    Mode::Corrected => tab.charge(partial as u64).amount,
                 };
+                let after = tab.energy();
                 calls.push(CallLog {
                     call,
                     messages,
@@ -174,16 +183,15 @@ pub async fn invoke<T>(
                     value: None,
                     status: InvokeStatus::InvokeError(e.message),
                     calls,
-                    energy_before: spec.energy_before,
-                    energy_after: after,
+                    tab,
                     logged_tokens: logged,
                     reasoning: reasoning.join("\n\n"),
                 };
             }
             Ok(resp) => {
                 let charged = resp.usage.charged_tokens;
-                let charge = py_round(charged as f64 * spec.per_token, 2);
-                energy = clamp_sub(energy, charge);
+                let charge = tab.charge(charged as u64).amount;
+                let energy = tab.energy();
                 tokens += charged as u64;
                 if !resp.thinking.is_empty() {
                     reasoning.push(resp.thinking.clone());
@@ -215,8 +223,7 @@ pub async fn invoke<T>(
                         value: None,
                         status: InvokeStatus::EnergyExhausted,
                         calls,
-                        energy_before: spec.energy_before,
-                        energy_after: energy,
+                        tab,
                         logged_tokens: tokens,
                         reasoning: reasoning.join("\n\n"),
                     };
@@ -228,8 +235,7 @@ pub async fn invoke<T>(
                             value: Some(v),
                             status: InvokeStatus::Ok,
                             calls,
-                            energy_before: spec.energy_before,
-                            energy_after: energy,
+                            tab,
                             logged_tokens: tokens,
                             reasoning: reasoning.join("\n\n"),
                         }
@@ -249,8 +255,7 @@ pub async fn invoke<T>(
         value: None,
         status: InvokeStatus::FormatError,
         calls,
-        energy_before: spec.energy_before,
-        energy_after: energy,
+        tab,
         logged_tokens: tokens,
         reasoning: reasoning.join("\n\n"),
     }

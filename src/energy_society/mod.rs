@@ -5,7 +5,9 @@
 //! - [`schema`]: structured outputs, their JSON Schemas and parsers (§6).
 //! - [`prompts`]: vote/decide/solve prompts, memory rendering, observations (§4).
 //! - [`rules`]: grading, splits, fees, donations, bookkeeping (§1–§3, §10).
-//! - [`state`]: agent accounts, the energy ledger and the conservation check.
+//! - [`state`]: per-agent roster entry, memory, errors, bookkeeping.
+//! - [`ledger`]: the agents' energies, the only code that changes them (one
+//!   line per change), and the conservation check.
 //! - [`invoke`]: one invocation of up to 5 calls with parse-and-retry (§2).
 //! - [`society`]: the round loop R0–R7 as an async scenario (§1).
 //! - [`policies`]: scripted baseline agents.
@@ -21,6 +23,7 @@ pub mod draw;
 pub mod invoke;
 pub mod job;
 pub mod layout;
+pub mod ledger;
 pub mod listed_jobs;
 pub mod policies;
 pub mod procedural;

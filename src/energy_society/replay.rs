@@ -35,12 +35,13 @@ use crate::agency::run_one;
 use crate::backend::{
     Backend, BackendError, FinishReason, ModelRequest, ModelResponse, ModelResult, TokenUsage,
 };
-use crate::energy::{clamp_sub, py_round, CostModel};
+use crate::energy::{py_round, CostModel};
 
 use super::condition::{infer, Condition, Overrides};
 use super::config::{JobsConfig, Mode, RosterEntry, ScriptedConfig, SocietyConfig};
 use super::job::{Difficulty, Job};
 use super::layout::{MemoryEntry, RunFolder};
+use super::ledger::Tab;
 use super::listed_jobs::ListedJobs;
 use super::recorder::Recorder;
 use super::society::Society;
@@ -128,18 +129,24 @@ fn spent_of(m: &MemoryEntry, phase: &str) -> Option<f64> {
     }
 }
 
+/// What `parts` tokens charged call by call (on a ledger tab, exactly as the
+/// engine charges) spend from `before`, as memory records it.
+fn spend(before: f64, c: f64, parts: &[u64]) -> f64 {
+    let mut tab = Tab::open(c, before);
+    for &t in parts {
+        tab.charge(t);
+    }
+    py_round(before - tab.energy(), 2)
+}
+
 /// The per-call token counts that reproduce `spent` from `before`: one call
 /// if the formula holds on the sum, else the first two-call split that does.
 fn split_tokens(before: f64, c: f64, total: u64, spent: f64) -> Option<Vec<u64>> {
-    let after1 = clamp_sub(before, py_round(total as f64 * c, 2));
-    if py_round(before - after1, 2) == spent {
+    if spend(before, c, &[total]) == spent {
         return Some(vec![total]);
     }
-    let charge = |t: u64| py_round(t as f64 * c, 2);
     for t1 in 1..total {
-        let e1 = clamp_sub(before, charge(t1));
-        let e2 = clamp_sub(e1, charge(total - t1));
-        if py_round(before - e2, 2) == spent {
+        if spend(before, c, &[t1, total - t1]) == spent {
             return Some(vec![t1, total - t1]);
         }
     }
@@ -147,14 +154,9 @@ fn split_tokens(before: f64, c: f64, total: u64, spent: f64) -> Option<Vec<u64>>
     // rest, each short call rounding by at most half a cent.
     for k in 3..=5u64 {
         for t in 1..=total / k {
-            let mut e = before;
-            for _ in 0..k - 1 {
-                e = clamp_sub(e, charge(t));
-            }
-            e = clamp_sub(e, charge(total - (k - 1) * t));
-            if py_round(before - e, 2) == spent {
-                let mut v = vec![t; (k - 1) as usize];
-                v.push(total - (k - 1) * t);
+            let mut v = vec![t; (k - 1) as usize];
+            v.push(total - (k - 1) * t);
+            if spend(before, c, &v) == spent {
                 return Some(v);
             }
         }
