@@ -9,11 +9,12 @@
 use serde::Serialize;
 
 use crate::agency::Agency;
-use crate::backend::{ChatMessage, GenParams, ModelRequest, OutputFormat};
+use crate::backend::{ChatMessage, GenParams, ModelRequest, OutputFormat, Role};
 use crate::energy::py_round;
 
 use super::config::Mode;
 use super::ledger::Tab;
+use super::recorder::{Recorder, Text};
 
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,14 +30,18 @@ pub enum InvokeStatus {
     EnergyExhausted,
 }
 
-/// One model call of an invocation, as recorded in `events.jsonl`.
+/// One model call of an invocation. `events.jsonl` records it as a
+/// [`CallRecord`]: these fields, with the prompt texts (`messages`,
+/// `rendered_prompt`) stored through the recorder's line table.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallLog {
     pub call: u32,
+    #[serde(skip)]
     pub messages: Vec<ChatMessage>,
     pub seed: u64,
     pub text: String,
     pub thinking: String,
+    #[serde(skip)]
     pub rendered_prompt: Option<String>,
     pub prompt_tokens: u32,
     pub generated_tokens: u32,
@@ -48,6 +53,40 @@ pub struct CallLog {
     pub parse_error: Option<String>,
     pub backend_error: Option<String>,
     pub latency_ms: f64,
+}
+
+/// A chat message as `events.jsonl` records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageRecord<'a> {
+    pub role: Role,
+    pub content: Text<'a>,
+}
+
+/// A [`CallLog`] as `events.jsonl` records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord<'a> {
+    pub messages: Vec<MessageRecord<'a>>,
+    pub rendered_prompt: Option<Text<'a>>,
+    #[serde(flatten)]
+    pub call: &'a CallLog,
+}
+
+impl CallLog {
+    /// This call with its texts as `rec` stores them.
+    pub fn record<'a>(&'a self, rec: &mut Recorder) -> CallRecord<'a> {
+        CallRecord {
+            messages: self
+                .messages
+                .iter()
+                .map(|m| MessageRecord {
+                    role: m.role,
+                    content: rec.text(&m.content),
+                })
+                .collect(),
+            rendered_prompt: self.rendered_prompt.as_deref().map(|p| rec.text(p)),
+            call: self,
+        }
+    }
 }
 
 /// Everything one agent's phase needs to ask its model.
@@ -118,36 +157,56 @@ pub async fn invoke<T>(
     spec: InvokeSpec,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Invocation<T> {
-    let mut messages = vec![
-        ChatMessage::system(spec.system.clone()),
-        ChatMessage::user(spec.user.clone()),
-    ];
-    let mut tab = spec.tab.clone();
+    let InvokeSpec {
+        agent,
+        model,
+        agent_id,
+        tag,
+        system,
+        user,
+        format,
+        params,
+        observation,
+        tab,
+        max_calls,
+        mode,
+    } = spec;
+    let mut tab = tab;
     let mut calls = Vec::new();
     let mut reasoning = Vec::new();
     let mut tokens: u64 = 0;
-    let base_seed = spec.params.seed;
-    for call in 0..spec.max_calls {
-        let mut params = spec.params.clone();
-        params.seed = base_seed.wrapping_add(call as u64);
-        let mut observation = spec.observation.clone();
-        if let Some(o) = observation.as_object_mut() {
+    let base_seed = params.seed;
+    let done = |value, status, calls, tab, logged_tokens, reasoning: Vec<String>| Invocation {
+        agent,
+        value,
+        status,
+        calls,
+        tab,
+        logged_tokens,
+        reasoning: reasoning.join("\n\n"),
+    };
+    // One request, amended and resent on each retry (the agency hands it back).
+    let mut req = ModelRequest {
+        model,
+        agent_id,
+        tag,
+        messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
+        format,
+        params,
+        observation,
+    };
+    for call in 0..max_calls {
+        req.params.seed = base_seed.wrapping_add(call as u64);
+        if let Some(o) = req.observation.as_object_mut() {
             o.insert("call".into(), call.into());
         }
-        let req = ModelRequest {
-            model: spec.model.clone(),
-            agent_id: spec.agent_id.clone(),
-            tag: spec.tag.clone(),
-            messages: messages.clone(),
-            format: spec.format.clone(),
-            params: params.clone(),
-            observation,
-        };
         let before = tab.energy();
-        match agency.call(req).await {
+        let (back, result) = agency.exchange(req).await;
+        req = back;
+        match result {
             Err(e) => {
                 let partial = e.partial_usage.map(|u| u.charged_tokens).unwrap_or(0);
-                let charge = match spec.mode {
+                let charge = match mode {
                     // QUIRK-3: nothing is charged for the whole invocation.
                     Mode::Faithful => {
                         tab.void();
@@ -155,11 +214,10 @@ pub async fn invoke<T>(
                     }
                     Mode::Corrected => tab.charge(partial as u64).amount,
                 };
-                let after = tab.energy();
                 calls.push(CallLog {
                     call,
-                    messages,
-                    seed: params.seed,
+                    messages: std::mem::take(&mut req.messages),
+                    seed: req.params.seed,
                     text: String::new(),
                     thinking: String::new(),
                     rendered_prompt: None,
@@ -169,24 +227,17 @@ pub async fn invoke<T>(
                     charged_tokens: partial,
                     charge,
                     energy_before: before,
-                    energy_after: after,
+                    energy_after: tab.energy(),
                     parse_error: None,
                     backend_error: Some(e.message.clone()),
                     latency_ms: 0.0,
                 });
-                let logged = match spec.mode {
+                let logged = match mode {
                     Mode::Faithful => 0,
                     Mode::Corrected => tokens + partial as u64,
                 };
-                return Invocation {
-                    agent: spec.agent,
-                    value: None,
-                    status: InvokeStatus::InvokeError(e.message),
-                    calls,
-                    tab,
-                    logged_tokens: logged,
-                    reasoning: reasoning.join("\n\n"),
-                };
+                let status = InvokeStatus::InvokeError(e.message);
+                return done(None, status, calls, tab, logged, reasoning);
             }
             Ok(resp) => {
                 let charged = resp.usage.charged_tokens;
@@ -198,13 +249,21 @@ pub async fn invoke<T>(
                 }
                 let parsed = parse(&resp.text);
                 let parse_error = parsed.as_ref().err().cloned();
+                // QUIRK-2 corrected: reaching 0 aborts; the output is not used.
+                let exhausted = mode == Mode::Corrected && energy <= 0.0;
+                // The conversation goes on only after an unusable answer.
+                let last = parsed.is_ok() || exhausted;
                 calls.push(CallLog {
                     call,
-                    messages: messages.clone(),
-                    seed: params.seed,
+                    messages: if last {
+                        std::mem::take(&mut req.messages)
+                    } else {
+                        req.messages.clone()
+                    },
+                    seed: req.params.seed,
                     text: resp.text.clone(),
-                    thinking: resp.thinking.clone(),
-                    rendered_prompt: resp.rendered_prompt.clone(),
+                    thinking: resp.thinking,
+                    rendered_prompt: resp.rendered_prompt,
                     prompt_tokens: resp.usage.prompt_tokens,
                     generated_tokens: resp.usage.generated_tokens,
                     thinking_tokens: resp.usage.thinking_tokens,
@@ -212,37 +271,19 @@ pub async fn invoke<T>(
                     charge,
                     energy_before: before,
                     energy_after: energy,
-                    parse_error: parse_error.clone(),
+                    parse_error,
                     backend_error: None,
                     latency_ms: resp.latency_ms,
                 });
-                if spec.mode == Mode::Corrected && energy <= 0.0 {
-                    // QUIRK-2 corrected: reaching 0 aborts; the output is not used.
-                    return Invocation {
-                        agent: spec.agent,
-                        value: None,
-                        status: InvokeStatus::EnergyExhausted,
-                        calls,
-                        tab,
-                        logged_tokens: tokens,
-                        reasoning: reasoning.join("\n\n"),
-                    };
+                if exhausted {
+                    let status = InvokeStatus::EnergyExhausted;
+                    return done(None, status, calls, tab, tokens, reasoning);
                 }
                 match parsed {
-                    Ok(v) => {
-                        return Invocation {
-                            agent: spec.agent,
-                            value: Some(v),
-                            status: InvokeStatus::Ok,
-                            calls,
-                            tab,
-                            logged_tokens: tokens,
-                            reasoning: reasoning.join("\n\n"),
-                        }
-                    }
+                    Ok(v) => return done(Some(v), InvokeStatus::Ok, calls, tab, tokens, reasoning),
                     Err(err) => {
-                        messages.push(ChatMessage::assistant(resp.text));
-                        messages.push(ChatMessage::user(format!(
+                        req.messages.push(ChatMessage::assistant(resp.text));
+                        req.messages.push(ChatMessage::user(format!(
                             "That answer could not be used ({err}). Reply again with only the JSON object."
                         )));
                     }
@@ -250,15 +291,14 @@ pub async fn invoke<T>(
             }
         }
     }
-    Invocation {
-        agent: spec.agent,
-        value: None,
-        status: InvokeStatus::FormatError,
+    done(
+        None,
+        InvokeStatus::FormatError,
         calls,
         tab,
-        logged_tokens: tokens,
-        reasoning: reasoning.join("\n\n"),
-    }
+        tokens,
+        reasoning,
+    )
 }
 
 /// Run several invocations in parallel (one fan-out phase).

@@ -13,7 +13,7 @@ use crate::agency::Agency;
 use crate::backend::OutputFormat;
 
 use super::config::{Mode, SocietyConfig};
-use super::invoke::{call_seed, invoke_all, Invocation, InvokeSpec, InvokeStatus};
+use super::invoke::{call_seed, invoke_all, CallRecord, Invocation, InvokeSpec, InvokeStatus};
 use super::job::{Job, JobSource};
 use super::layout::{
     AgentRecord, AgentSpec, ErrorRecord, JobRecord, MemoryEntry, ReceivedDonation, RunConfig,
@@ -111,18 +111,18 @@ impl Society {
         self.cfg.mode
     }
 
-    fn views(&self) -> Vec<AgentView> {
+    fn views(&self) -> Vec<AgentView<'_>> {
         self.agents
             .iter()
             .zip(self.ledger.energies())
             .map(|(a, &energy)| AgentView {
-                agent_id: a.id().into(),
-                model_name: a.spec.model_name.clone(),
+                agent_id: a.id(),
+                model_name: &a.spec.model_name,
                 energy,
                 init_energy: a.spec.init_energy,
                 size: a.spec.size,
                 per_token: a.per_token,
-                memory: a.memory.clone(),
+                memory: &a.memory_text,
             })
             .collect()
     }
@@ -131,7 +131,7 @@ impl Society {
         &self,
         round: u32,
         me: usize,
-        agents: &'a [AgentView],
+        agents: &'a [AgentView<'a>],
         jobs: &'a [Job],
     ) -> View<'a> {
         View {
@@ -209,14 +209,38 @@ impl Society {
                 error_message: message.clone(),
             });
         }
-        self.rec.event(
-            "invocation",
-            json!({"round": round, "phase": phase, "agent": id, "status": inv.status,
-                   "retries": inv.calls.len().saturating_sub(1), "fallback": error_type.is_some(),
-                   "energy_before": inv.energy_before(), "energy_after": inv.energy_after(),
-                   "spent": inv.spent(), "tokens": inv.logged_tokens,
-                   "calls": inv.calls, "structured_response": structured}),
-        )?;
+        /// The `invocation` event.
+        #[derive(serde::Serialize)]
+        struct Event<'a> {
+            round: u32,
+            phase: &'a str,
+            agent: &'a str,
+            status: &'a InvokeStatus,
+            retries: usize,
+            fallback: bool,
+            energy_before: f64,
+            energy_after: f64,
+            spent: f64,
+            tokens: u64,
+            calls: Vec<CallRecord<'a>>,
+            structured_response: &'a serde_json::Value,
+        }
+        let calls: Vec<CallRecord> = inv.calls.iter().map(|c| c.record(&mut self.rec)).collect();
+        let event = Event {
+            round,
+            phase,
+            agent: &id,
+            status: &inv.status,
+            retries: inv.calls.len().saturating_sub(1),
+            fallback: error_type.is_some(),
+            energy_before: inv.energy_before(),
+            energy_after: inv.energy_after(),
+            spent: inv.spent(),
+            tokens: inv.logged_tokens,
+            calls,
+            structured_response: &structured,
+        };
+        self.rec.record("invocation", &event)?;
         self.rec.token_usage.push(TokenUsageRecord {
             round_num: round,
             phase: phase.into(),
@@ -370,6 +394,12 @@ impl Society {
         if self.cfg.use_votes && voters.len() > 1 {
             let views = self.views();
             let sabotage = self.cfg.enable_sabotage;
+            // The same for every voter of the round.
+            let format = OutputFormat::Json {
+                name: "AgentVote".into(),
+                schema: schema::vote_schema(sabotage, n),
+                strict: Some(schema::vote_schema_strict(sabotage, &job_ids, &agent_ids)),
+            };
             let specs: Vec<InvokeSpec> = voters
                 .iter()
                 .map(|&i| {
@@ -379,13 +409,7 @@ impl Society {
                         i,
                         "vote",
                         prompts::vote_messages(&v),
-                        OutputFormat::Json {
-                            name: "AgentVote".into(),
-                            schema: schema::vote_schema(sabotage, n),
-                            strict: Some(schema::vote_schema_strict(
-                                sabotage, &job_ids, &agent_ids,
-                            )),
-                        },
+                        format.clone(),
                         prompts::observation(&v, "vote", &[], None),
                     )
                 })
@@ -744,7 +768,7 @@ impl Society {
                 "memory",
                 json!({"round": round, "phase": "memory", "agent": self.agents[i].id(), "entry": entry}),
             )?;
-            self.agents[i].memory.push(entry);
+            self.agents[i].remember(entry);
         }
 
         // Conservation: every account moved exactly by its ledger lines.

@@ -630,13 +630,13 @@ fn the_game_stops_when_everyone_is_inactive() {
 fn comp_and_coop_prompts_differ_in_the_objective() {
     use super::prompts::{decide_messages, AgentView, View};
     let agents = vec![AgentView {
-        agent_id: "agent_1".into(),
-        model_name: "m".into(),
+        agent_id: "agent_1",
+        model_name: "m",
         energy: 12.345,
         init_energy: 1500.0,
         size: 8.0,
         per_token: 0.042426406871192854,
-        memory: vec![],
+        memory: &[],
     }];
     let jobs = vec![job(0, Difficulty::Easy)];
     let mut v = View {
@@ -841,7 +841,7 @@ fn quirk12_no_sabotage_text_when_sabotage_is_off() {
 }
 
 fn one_agent_view<'a>(
-    agents: &'a [super::prompts::AgentView],
+    agents: &'a [super::prompts::AgentView<'a>],
     jobs: &'a [Job],
     mode: Mode,
     objective: Objective,
@@ -864,13 +864,13 @@ fn one_agent_view<'a>(
 fn quirk13_solve_and_decide_prompts_carry_the_objective_only_when_corrected() {
     use super::prompts::{decide_messages, solve_messages, AgentView};
     let agents = vec![AgentView {
-        agent_id: "agent_1".into(),
-        model_name: "m".into(),
+        agent_id: "agent_1",
+        model_name: "m",
         energy: 100.0,
         init_energy: 1500.0,
         size: 4.0,
         per_token: 0.03,
-        memory: vec![],
+        memory: &[],
     }];
     let jobs = vec![job(0, Difficulty::Easy)];
     const OWN: &str = "maximise your own energy";
@@ -983,7 +983,7 @@ fn play_events(c: SocietyConfig, jobs: Vec<Job>, f: Answer) -> Vec<serde_json::V
     let society = Society::new(c, Box::new(ListedJobs::new(rounds, "test")), rec);
     let mut b = Hand { f, log: vec![] };
     run_one(&mut b, |agency| society.run(agency)).unwrap();
-    crate::record::read_jsonl(dir.path().join("events.jsonl")).unwrap()
+    super::recorder::read_events(dir.path().join("events.jsonl")).unwrap()
 }
 
 #[test]

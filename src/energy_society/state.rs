@@ -30,6 +30,8 @@ pub struct Agent {
     pub rounds_active: u32,
     pub deactivated_at_round: Option<u32>,
     pub memory: Vec<MemoryEntry>,
+    /// `memory`, each entry rendered for prompts (`prompts::render_entry`).
+    pub memory_text: Vec<String>,
     pub errors: Vec<ErrorRecord>,
 }
 
@@ -41,10 +43,17 @@ impl Agent {
             rounds_active: 0,
             deactivated_at_round: None,
             memory: vec![],
+            memory_text: vec![],
             errors: vec![],
         }
     }
     pub fn id(&self) -> &str {
         &self.spec.agent_id
+    }
+
+    /// Add a memory entry (and its rendering for prompts).
+    pub fn remember(&mut self, entry: MemoryEntry) {
+        self.memory_text.push(super::prompts::render_entry(&entry));
+        self.memory.push(entry);
     }
 }
