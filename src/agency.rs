@@ -22,8 +22,8 @@ struct Inbox {
     next_id: u64,
     /// Requests issued but not yet sent to a backend.
     queued: Vec<(u64, ModelRequest)>,
-    /// Answers delivered but not yet taken by their future.
-    answered: BTreeMap<u64, ModelResult>,
+    /// Answers delivered, with their requests, but not yet taken by their future.
+    answered: BTreeMap<u64, (ModelRequest, ModelResult)>,
     /// Ids sent to a backend and not yet answered.
     in_flight: usize,
 }
@@ -42,7 +42,13 @@ impl Agency {
 
     /// Ask for one model call and wait for its answer.
     pub fn call(&self, request: ModelRequest) -> CallFuture {
-        CallFuture {
+        CallFuture(self.exchange(request))
+    }
+
+    /// Ask for one model call and wait for its answer, getting the request
+    /// back too (a retry can amend and resend it without copying it).
+    pub fn exchange(&self, request: ModelRequest) -> Exchange {
+        Exchange {
             inbox: self.inbox.clone(),
             request: Some(request),
             id: None,
@@ -62,24 +68,35 @@ impl Agency {
         queued
     }
 
-    fn deliver(&self, id: u64, result: ModelResult) {
+    fn deliver(&self, id: u64, request: ModelRequest, result: ModelResult) {
         let mut inbox = self.inbox.borrow_mut();
         inbox.in_flight -= 1;
-        inbox.answered.insert(id, result);
+        inbox.answered.insert(id, (request, result));
     }
 }
 
 /// The future returned by [`Agency::call`].
-pub struct CallFuture {
+pub struct CallFuture(Exchange);
+
+impl Future for CallFuture {
+    type Output = ModelResult;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<ModelResult> {
+        Pin::new(&mut self.0).poll(cx).map(|(_, result)| result)
+    }
+}
+
+/// The future returned by [`Agency::exchange`].
+pub struct Exchange {
     inbox: Rc<RefCell<Inbox>>,
     request: Option<ModelRequest>,
     id: Option<u64>,
 }
 
-impl Future for CallFuture {
-    type Output = ModelResult;
+impl Future for Exchange {
+    type Output = (ModelRequest, ModelResult);
 
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<ModelResult> {
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let mut inbox = this.inbox.borrow_mut();
         match this.id {
@@ -206,13 +223,14 @@ impl<'a, T> Driver<'a, T> {
             }
 
             for (_model, items) in by_model {
-                let batch: Vec<ModelRequest> = items.iter().map(|(_, _, r)| r.clone()).collect();
+                let (to, batch): (Vec<(usize, u64)>, Vec<ModelRequest>) =
+                    items.into_iter().map(|(i, id, r)| ((i, id), r)).unzip();
                 let answers = backend.generate(&batch);
                 self.batches_sent += 1;
                 self.largest_batch = self.largest_batch.max(batch.len());
                 let n = batch.len();
                 let mut answers = answers.into_iter();
-                for (i, id, req) in items {
+                for ((i, id), req) in to.into_iter().zip(batch) {
                     let result = answers.next().unwrap_or_else(|| {
                         Err(crate::backend::BackendError {
                             model: req.model.clone(),
@@ -220,7 +238,7 @@ impl<'a, T> Driver<'a, T> {
                             partial_usage: None,
                         })
                     });
-                    self.scenarios[i].0.deliver(id, result);
+                    self.scenarios[i].0.deliver(id, req, result);
                 }
                 on_batch(n);
             }

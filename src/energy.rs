@@ -1,5 +1,5 @@
 //! Energy arithmetic shared by every scenario: the per-token price
-//! `c = k · S^α`, the charge `round(T · c, 2)` with Python's `round`
+//! `c = k · S^α`, the charge `round(T · c, 2)` ([`token_charge`]) with Python's `round`
 //! (half-to-even on the exact double), and clamping at zero.
 
 use serde::{Deserialize, Serialize};
@@ -32,8 +32,15 @@ impl CostModel {
 
     /// Energy charged for `tokens` generated tokens: `round(tokens * c, 2)`.
     pub fn charge(&self, tokens: u64, size_b: f64) -> f64 {
-        py_round(tokens as f64 * self.per_token(size_b), 2)
+        token_charge(tokens, self.per_token(size_b))
     }
+}
+
+/// The charge for `tokens` tokens at the unrounded price `per_token`:
+/// `round(tokens * c, 2)`. The one place the formula is written; the Energy
+/// Society's ledger (`energy_society::ledger::Tab`) charges with it.
+pub fn token_charge(tokens: u64, per_token: f64) -> f64 {
+    py_round(tokens as f64 * per_token, 2)
 }
 
 /// Python's `round(x, ndigits)`: the exact binary value of `x` rounded to

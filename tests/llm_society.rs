@@ -77,7 +77,8 @@ fn smollm2_society_round_charges_exactly_the_counted_tokens() {
 
     // Every LLM invocation: charge = round(tokens * c, 2), tokens > 0, and the
     // decision parsed (constrained decoding never gives a format error).
-    let events = joule::record::read_jsonl(dir.path().join("events.jsonl")).unwrap();
+    let events =
+        joule::energy_society::recorder::read_events(dir.path().join("events.jsonl")).unwrap();
     let c = CostModel {
         k: 0.015,
         alpha: 0.5,

@@ -1,25 +1,92 @@
 //! `joule replay RUN_DIR...`: replay reference run folders through the
-//! faithful engine and report every value it does not reproduce.
+//! faithful engine and report every value it does not reproduce. Each run's
+//! condition (objective, votes, sabotage, memory, jobs per round, α) is
+//! inferred from the folder names, `config.json` and every recorded
+//! response (`energy_society::condition`), printed with its sources, and can
+//! be overridden by flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{ArgAction, Args, ValueEnum};
 
-use crate::energy_society::replay::replay_run;
+use crate::energy_society::condition::Overrides;
+use crate::energy_society::config::Objective;
+use crate::energy_society::replay::replay_run_with;
+
+/// `--objective` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ObjectiveArg {
+    Comp,
+    Coop,
+}
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// Reference run folders (config.json, agents.json, token_usage.json, transcript.json).
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
+    /// Replay with sabotage on, whatever the run folder suggests.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "no_sabotage")]
+    pub sabotage: bool,
+    /// Replay with sabotage off.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "sabotage")]
+    pub no_sabotage: bool,
+    /// Replay with votes (discussion) on.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "no_votes")]
+    pub votes: bool,
+    /// Replay with votes off.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "votes")]
+    pub no_votes: bool,
+    /// Replay with memory shown in prompts.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "no_memory")]
+    pub memory: bool,
+    /// Replay with memory left out of prompts.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "memory")]
+    pub no_memory: bool,
+    /// The objective agents were given.
+    #[arg(long, value_enum)]
+    pub objective: Option<ObjectiveArg>,
+    /// The size exponent α of the cost model.
+    #[arg(long)]
+    pub alpha: Option<f64>,
+}
+
+fn pair(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
+}
+
+impl ReplayArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            objective: self.objective.map(|o| match o {
+                ObjectiveArg::Comp => Objective::Competitive,
+                ObjectiveArg::Coop => Objective::Cooperative,
+            }),
+            use_votes: pair(self.votes, self.no_votes),
+            enable_sabotage: pair(self.sabotage, self.no_sabotage),
+            memory: pair(self.memory, self.no_memory),
+            alpha: self.alpha,
+        }
+    }
 }
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
+    if let Some(a) = args.alpha {
+        if !a.is_finite() {
+            anyhow::bail!("--alpha: expected a finite number, got {a}");
+        }
+    }
+    let flags = args.overrides();
     let mut failed = 0;
     for dir in &args.runs {
-        let r = replay_run(dir)?;
+        let r = replay_run_with(dir, &flags)?;
         let c = &r.charges;
+        println!("{}: condition\n{}", r.run, r.condition);
         println!(
             "{}: {} rounds, {} values checked, charges: {} single-call formula, {} multi-call split, {} unrecorded, {} invoke errors; {} mismatches",
             r.run, r.rounds, r.values_checked, c.single_call, c.split_calls, c.unrecorded, c.invoke_errors,

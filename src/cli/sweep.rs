@@ -2,10 +2,15 @@
 //! run folder `<out>/<config name>/seed_<seed>`; a cell whose folder holds
 //! the completion marker is skipped, so an interrupted sweep resumes where
 //! it stopped (an incomplete folder is cleared and rerun). `--jobs N` runs N
-//! cells concurrently on one driver, so their model calls batch together.
+//! all-scripted cells at once on N threads, and N cells with model-backed
+//! agents at once on one driver, so their model calls batch together; cells
+//! share a backend only when their whole backend configuration agrees
+//! ([`backend_key`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use clap::Args;
@@ -15,12 +20,14 @@ use serde::{Deserialize, Serialize};
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::recorder::Recorder;
 use crate::energy_society::runner::{backend_for, job_source, run_many, MakeJobs};
+use crate::scripted::SCRIPTED_PREFIX;
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
     /// The sweep file (TOML: `configs`, `seeds`, optional `out`).
     pub file: PathBuf,
-    /// Cells run concurrently on one driver.
+    /// Cells run at once: scripted cells on this many threads, cells with
+    /// model-backed agents batched on one driver.
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
     /// Output folder (overrides the file's `out`).
@@ -76,7 +83,32 @@ pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cel
     Ok(cells)
 }
 
+/// What shapes a cell's backend: its whole `[llm]` and `[scripted]`
+/// sections, serialized (so every field, including ones added later, counts),
+/// and whether any agent is model-backed. Cells with equal keys can share
+/// one backend; cells with different keys never do.
+pub fn backend_key(cfg: &SocietyConfig) -> String {
+    serde_json::json!({
+        "llm": cfg.llm,
+        "scripted": cfg.scripted,
+        "model_backed": !scripted_only(cfg),
+    })
+    .to_string()
+}
+
+fn scripted_only(cfg: &SocietyConfig) -> bool {
+    cfg.roster
+        .iter()
+        .all(|a| a.model.starts_with(SCRIPTED_PREFIX))
+}
+
 /// Run every incomplete cell; returns (ran, skipped).
+///
+/// Cells whose agents are all scripted are independent and cheap to set up,
+/// so `jobs` worker threads run them, each cell on its own backend. Cells
+/// with model-backed agents are grouped by [`backend_key`]; each group gets
+/// one backend (one copy of each model in memory), and `jobs` of its cells
+/// at a time run on one driver so their model calls batch together.
 pub fn run_cells(
     cells: Vec<Cell>,
     jobs: usize,
@@ -89,6 +121,7 @@ pub fn run_cells(
         .filter(|c| !Recorder::is_complete(&c.dir))
         .collect();
     let skipped = total - todo.len();
+    let ran = todo.len();
     let bar = if quiet {
         ProgressBar::hidden()
     } else {
@@ -98,24 +131,72 @@ pub fn run_cells(
         ProgressStyle::with_template("{spinner} cells {pos}/{len} {bar:30} {elapsed} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut failures = Vec::new();
-    for chunk in todo.chunks(jobs.max(1)) {
-        // Cells of a chunk share one backend; scripted settings must agree.
-        let mut groups: Vec<Vec<Cell>> = Vec::new();
-        for c in chunk {
-            match groups
-                .iter_mut()
-                .find(|g| g[0].config.scripted == c.config.scripted)
-            {
-                Some(g) => g.push(c.clone()),
-                None => groups.push(vec![c.clone()]),
-            }
+    let jobs = jobs.max(1);
+    let (scripted, model_backed): (Vec<Cell>, Vec<Cell>) =
+        todo.into_iter().partition(|c| scripted_only(&c.config));
+    let failures = Mutex::new(Vec::new());
+    let fail = |dir: &Path, e: anyhow::Error| {
+        if let Ok(mut f) = failures.lock() {
+            f.push(format!("{}: {e:#}", dir.display()));
         }
-        for g in groups {
-            let mut backend = backend_for(&g[0].config)?;
-            let dirs: Vec<PathBuf> = g.iter().map(|c| c.dir.clone()).collect();
+    };
+
+    // Scripted cells: a pool of `jobs` threads, one cell at a time each.
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(scripted.len()) {
+            scope.spawn(|| loop {
+                let Some(c) = scripted.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    break;
+                };
+                match backend_for(&c.config) {
+                    Ok(mut backend) => {
+                        let r = run_many(
+                            vec![(c.config.clone(), c.dir.clone())],
+                            backend.as_mut(),
+                            make_jobs,
+                            |_| {},
+                        );
+                        for r in r {
+                            if let Err(e) = r {
+                                fail(&c.dir, e);
+                            }
+                        }
+                    }
+                    Err(e) => fail(&c.dir, e),
+                }
+                bar.inc(1);
+            });
+        }
+    });
+
+    // Model-backed cells: one backend per backend key, `jobs` cells per driver.
+    let mut groups: Vec<(String, Vec<Cell>)> = Vec::new();
+    for c in model_backed {
+        let key = backend_key(&c.config);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(c),
+            None => groups.push((key, vec![c])),
+        }
+    }
+    for (_, group) in groups {
+        let mut backend = match backend_for(&group[0].config) {
+            Ok(b) => b,
+            Err(e) => {
+                for c in &group {
+                    fail(&c.dir, anyhow::anyhow!("{e:#}"));
+                    bar.inc(1);
+                }
+                continue;
+            }
+        };
+        for chunk in group.chunks(jobs) {
+            let dirs: Vec<PathBuf> = chunk.iter().map(|c| c.dir.clone()).collect();
             let results = run_many(
-                g.into_iter().map(|c| (c.config, c.dir)).collect(),
+                chunk
+                    .iter()
+                    .map(|c| (c.config.clone(), c.dir.clone()))
+                    .collect(),
                 backend.as_mut(),
                 make_jobs,
                 |_| bar.tick(),
@@ -123,12 +204,13 @@ pub fn run_cells(
             for (dir, r) in dirs.iter().zip(results) {
                 bar.inc(1);
                 if let Err(e) = r {
-                    failures.push(format!("{}: {e:#}", dir.display()));
+                    fail(dir, e);
                 }
             }
         }
     }
     bar.finish_and_clear();
+    let failures = failures.into_inner().unwrap_or_default();
     if !failures.is_empty() {
         anyhow::bail!(
             "{} cell(s) failed:\n{}",
@@ -136,7 +218,7 @@ pub fn run_cells(
             failures.join("\n")
         );
     }
-    Ok((todo.len(), skipped))
+    Ok((ran, skipped))
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {

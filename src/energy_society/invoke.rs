@@ -1,17 +1,20 @@
 //! One invocation (spec §2): a vote, decide or solve of one agent, made of
-//! up to `max_calls` model calls with parse-and-retry. Energy is charged
-//! after every call (`round(T · c, 2)`, clamped at 0) and carried from call
-//! to call; the scenario writes it back when the invocation returns. The
-//! outcome is either a parsed value, a FORMAT_ERROR (no valid answer within
-//! the budget) or an INVOKE_ERROR (the backend failed).
+//! up to `max_calls` model calls with parse-and-retry. Every call is charged
+//! on the invocation's ledger [`Tab`] (`round(T · c, 2)`, clamped at 0,
+//! carried from call to call); the scenario has the ledger settle the tab
+//! when the invocation returns. The outcome is either a parsed value, a
+//! FORMAT_ERROR (no valid answer within the budget) or an INVOKE_ERROR (the
+//! backend failed).
 
 use serde::Serialize;
 
 use crate::agency::Agency;
-use crate::backend::{ChatMessage, GenParams, ModelRequest, OutputFormat};
-use crate::energy::{clamp_sub, py_round};
+use crate::backend::{ChatMessage, GenParams, ModelRequest, OutputFormat, Role};
+use crate::energy::py_round;
 
 use super::config::Mode;
+use super::ledger::Tab;
+use super::recorder::{Recorder, Text};
 
 /// How an invocation ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -27,14 +30,18 @@ pub enum InvokeStatus {
     EnergyExhausted,
 }
 
-/// One model call of an invocation, as recorded in `events.jsonl`.
+/// One model call of an invocation. `events.jsonl` records it as a
+/// [`CallRecord`]: these fields, with the prompt texts (`messages`,
+/// `rendered_prompt`) stored through the recorder's line table.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallLog {
     pub call: u32,
+    #[serde(skip)]
     pub messages: Vec<ChatMessage>,
     pub seed: u64,
     pub text: String,
     pub thinking: String,
+    #[serde(skip)]
     pub rendered_prompt: Option<String>,
     pub prompt_tokens: u32,
     pub generated_tokens: u32,
@@ -46,6 +53,40 @@ pub struct CallLog {
     pub parse_error: Option<String>,
     pub backend_error: Option<String>,
     pub latency_ms: f64,
+}
+
+/// A chat message as `events.jsonl` records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageRecord<'a> {
+    pub role: Role,
+    pub content: Text<'a>,
+}
+
+/// A [`CallLog`] as `events.jsonl` records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct CallRecord<'a> {
+    pub messages: Vec<MessageRecord<'a>>,
+    pub rendered_prompt: Option<Text<'a>>,
+    #[serde(flatten)]
+    pub call: &'a CallLog,
+}
+
+impl CallLog {
+    /// This call with its texts as `rec` stores them.
+    pub fn record<'a>(&'a self, rec: &mut Recorder) -> CallRecord<'a> {
+        CallRecord {
+            messages: self
+                .messages
+                .iter()
+                .map(|m| MessageRecord {
+                    role: m.role,
+                    content: rec.text(&m.content),
+                })
+                .collect(),
+            rendered_prompt: self.rendered_prompt.as_deref().map(|p| rec.text(p)),
+            call: self,
+        }
+    }
 }
 
 /// Everything one agent's phase needs to ask its model.
@@ -60,8 +101,8 @@ pub struct InvokeSpec {
     pub format: OutputFormat,
     pub params: GenParams,
     pub observation: serde_json::Value,
-    pub per_token: f64,
-    pub energy_before: f64,
+    /// The agent's tab, opened at its energy now.
+    pub tab: Tab,
     pub max_calls: u32,
     pub mode: Mode,
 }
@@ -73,8 +114,8 @@ pub struct Invocation<T> {
     pub value: Option<T>,
     pub status: InvokeStatus,
     pub calls: Vec<CallLog>,
-    pub energy_before: f64,
-    pub energy_after: f64,
+    /// The charges of the calls, for the ledger to apply.
+    pub tab: Tab,
     /// Tokens for `token_usage.json`: summed over calls, 0 on INVOKE_ERROR
     /// in faithful mode (QUIRK-3).
     pub logged_tokens: u64,
@@ -83,9 +124,15 @@ pub struct Invocation<T> {
 }
 
 impl<T> Invocation<T> {
+    pub fn energy_before(&self) -> f64 {
+        self.tab.start()
+    }
+    pub fn energy_after(&self) -> f64 {
+        self.tab.energy()
+    }
     /// `round(before − after, 2)`: what memory records as the phase's spend.
     pub fn spent(&self) -> f64 {
-        py_round(self.energy_before - self.energy_after, 2)
+        py_round(self.energy_before() - self.energy_after(), 2)
     }
 }
 
@@ -110,47 +157,67 @@ pub async fn invoke<T>(
     spec: InvokeSpec,
     parse: impl Fn(&str) -> Result<T, String>,
 ) -> Invocation<T> {
-    let mut messages = vec![
-        ChatMessage::system(spec.system.clone()),
-        ChatMessage::user(spec.user.clone()),
-    ];
-    let mut energy = spec.energy_before;
+    let InvokeSpec {
+        agent,
+        model,
+        agent_id,
+        tag,
+        system,
+        user,
+        format,
+        params,
+        observation,
+        tab,
+        max_calls,
+        mode,
+    } = spec;
+    let mut tab = tab;
     let mut calls = Vec::new();
     let mut reasoning = Vec::new();
     let mut tokens: u64 = 0;
-    let base_seed = spec.params.seed;
-    for call in 0..spec.max_calls {
-        let mut params = spec.params.clone();
-        params.seed = base_seed.wrapping_add(call as u64);
-        let mut observation = spec.observation.clone();
-        if let Some(o) = observation.as_object_mut() {
+    let base_seed = params.seed;
+    let done = |value, status, calls, tab, logged_tokens, reasoning: Vec<String>| Invocation {
+        agent,
+        value,
+        status,
+        calls,
+        tab,
+        logged_tokens,
+        reasoning: reasoning.join("\n\n"),
+    };
+    // One request, amended and resent on each retry (the agency hands it back).
+    let mut req = ModelRequest {
+        model,
+        agent_id,
+        tag,
+        messages: vec![ChatMessage::system(system), ChatMessage::user(user)],
+        format,
+        params,
+        observation,
+    };
+    for call in 0..max_calls {
+        req.params.seed = base_seed.wrapping_add(call as u64);
+        if let Some(o) = req.observation.as_object_mut() {
             o.insert("call".into(), call.into());
         }
-        let req = ModelRequest {
-            model: spec.model.clone(),
-            agent_id: spec.agent_id.clone(),
-            tag: spec.tag.clone(),
-            messages: messages.clone(),
-            format: spec.format.clone(),
-            params: params.clone(),
-            observation,
-        };
-        let before = energy;
-        match agency.call(req).await {
+        let before = tab.energy();
+        let (back, result) = agency.exchange(req).await;
+        req = back;
+        match result {
             Err(e) => {
                 let partial = e.partial_usage.map(|u| u.charged_tokens).unwrap_or(0);
-                let (after, charge) = match spec.mode {
+                let charge = match mode {
                     // QUIRK-3: nothing is charged for the whole invocation.
-                    Mode::Faithful => (spec.energy_before, 0.0),
-                    Mode::Corrected => {
-                        let c = py_round(partial as f64 * spec.per_token, 2);
-                        (clamp_sub(energy, c), c)
+                    Mode::Faithful => {
+                        tab.void();
+                        0.0
                     }
+                    Mode::Corrected => tab.charge(partial as u64).amount,
                 };
                 calls.push(CallLog {
                     call,
-                    messages,
-                    seed: params.seed,
+                    messages: std::mem::take(&mut req.messages),
+                    seed: req.params.seed,
                     text: String::new(),
                     thinking: String::new(),
                     rendered_prompt: None,
@@ -160,43 +227,43 @@ pub async fn invoke<T>(
                     charged_tokens: partial,
                     charge,
                     energy_before: before,
-                    energy_after: after,
+                    energy_after: tab.energy(),
                     parse_error: None,
                     backend_error: Some(e.message.clone()),
                     latency_ms: 0.0,
                 });
-                let logged = match spec.mode {
+                let logged = match mode {
                     Mode::Faithful => 0,
                     Mode::Corrected => tokens + partial as u64,
                 };
-                return Invocation {
-                    agent: spec.agent,
-                    value: None,
-                    status: InvokeStatus::InvokeError(e.message),
-                    calls,
-                    energy_before: spec.energy_before,
-                    energy_after: after,
-                    logged_tokens: logged,
-                    reasoning: reasoning.join("\n\n"),
-                };
+                let status = InvokeStatus::InvokeError(e.message);
+                return done(None, status, calls, tab, logged, reasoning);
             }
             Ok(resp) => {
                 let charged = resp.usage.charged_tokens;
-                let charge = py_round(charged as f64 * spec.per_token, 2);
-                energy = clamp_sub(energy, charge);
+                let charge = tab.charge(charged as u64).amount;
+                let energy = tab.energy();
                 tokens += charged as u64;
                 if !resp.thinking.is_empty() {
                     reasoning.push(resp.thinking.clone());
                 }
                 let parsed = parse(&resp.text);
                 let parse_error = parsed.as_ref().err().cloned();
+                // QUIRK-2 corrected: reaching 0 aborts; the output is not used.
+                let exhausted = mode == Mode::Corrected && energy <= 0.0;
+                // The conversation goes on only after an unusable answer.
+                let last = parsed.is_ok() || exhausted;
                 calls.push(CallLog {
                     call,
-                    messages: messages.clone(),
-                    seed: params.seed,
+                    messages: if last {
+                        std::mem::take(&mut req.messages)
+                    } else {
+                        req.messages.clone()
+                    },
+                    seed: req.params.seed,
                     text: resp.text.clone(),
-                    thinking: resp.thinking.clone(),
-                    rendered_prompt: resp.rendered_prompt.clone(),
+                    thinking: resp.thinking,
+                    rendered_prompt: resp.rendered_prompt,
                     prompt_tokens: resp.usage.prompt_tokens,
                     generated_tokens: resp.usage.generated_tokens,
                     thinking_tokens: resp.usage.thinking_tokens,
@@ -204,39 +271,19 @@ pub async fn invoke<T>(
                     charge,
                     energy_before: before,
                     energy_after: energy,
-                    parse_error: parse_error.clone(),
+                    parse_error,
                     backend_error: None,
                     latency_ms: resp.latency_ms,
                 });
-                if spec.mode == Mode::Corrected && energy <= 0.0 {
-                    // QUIRK-2 corrected: reaching 0 aborts; the output is not used.
-                    return Invocation {
-                        agent: spec.agent,
-                        value: None,
-                        status: InvokeStatus::EnergyExhausted,
-                        calls,
-                        energy_before: spec.energy_before,
-                        energy_after: energy,
-                        logged_tokens: tokens,
-                        reasoning: reasoning.join("\n\n"),
-                    };
+                if exhausted {
+                    let status = InvokeStatus::EnergyExhausted;
+                    return done(None, status, calls, tab, tokens, reasoning);
                 }
                 match parsed {
-                    Ok(v) => {
-                        return Invocation {
-                            agent: spec.agent,
-                            value: Some(v),
-                            status: InvokeStatus::Ok,
-                            calls,
-                            energy_before: spec.energy_before,
-                            energy_after: energy,
-                            logged_tokens: tokens,
-                            reasoning: reasoning.join("\n\n"),
-                        }
-                    }
+                    Ok(v) => return done(Some(v), InvokeStatus::Ok, calls, tab, tokens, reasoning),
                     Err(err) => {
-                        messages.push(ChatMessage::assistant(resp.text));
-                        messages.push(ChatMessage::user(format!(
+                        req.messages.push(ChatMessage::assistant(resp.text));
+                        req.messages.push(ChatMessage::user(format!(
                             "That answer could not be used ({err}). Reply again with only the JSON object."
                         )));
                     }
@@ -244,16 +291,14 @@ pub async fn invoke<T>(
             }
         }
     }
-    Invocation {
-        agent: spec.agent,
-        value: None,
-        status: InvokeStatus::FormatError,
+    done(
+        None,
+        InvokeStatus::FormatError,
         calls,
-        energy_before: spec.energy_before,
-        energy_after: energy,
-        logged_tokens: tokens,
-        reasoning: reasoning.join("\n\n"),
-    }
+        tab,
+        tokens,
+        reasoning,
+    )
 }
 
 /// Run several invocations in parallel (one fan-out phase).

@@ -105,13 +105,37 @@ pub struct MemoryEntry {
     pub donated_amount: Option<f64>,
     #[serde(default)]
     pub received_donations: Option<Vec<ReceivedDonation>>,
-    /// Only in the sabotage conditions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Only in the sabotage conditions: `None` when the key is absent,
+    /// `Some(None)` when it is present and null (so the key's presence, which
+    /// marks a sabotage-enabled run, survives a read).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub sabotaged_job: Option<Option<JobRecord>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub sabotage_successful: Option<Option<bool>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub sabotage_hit_agents: Option<Option<Vec<String>>>,
+}
+
+/// A key that is present deserializes to `Some`, even when its value is null
+/// (an absent key takes the field's `default`, `None`).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 /// One element of an agent's `errors`.

@@ -5,20 +5,25 @@
 //! - [`schema`]: structured outputs, their JSON Schemas and parsers (§6).
 //! - [`prompts`]: vote/decide/solve prompts, memory rendering, observations (§4).
 //! - [`rules`]: grading, splits, fees, donations, bookkeeping (§1–§3, §10).
-//! - [`state`]: agent accounts, the energy ledger and the conservation check.
+//! - [`state`]: per-agent roster entry, memory, errors, bookkeeping.
+//! - [`ledger`]: the agents' energies, the only code that changes them (one
+//!   line per change), and the conservation check.
 //! - [`invoke`]: one invocation of up to 5 calls with parse-and-retry (§2).
 //! - [`society`]: the round loop R0–R7 as an async scenario (§1).
 //! - [`policies`]: scripted baseline agents.
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
 //! - [`replay`]: re-run a reference run through the engine and compare.
+//! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
 
+pub mod condition;
 pub mod config;
 pub mod dataset;
 pub mod draw;
 pub mod invoke;
 pub mod job;
 pub mod layout;
+pub mod ledger;
 pub mod listed_jobs;
 pub mod policies;
 pub mod procedural;

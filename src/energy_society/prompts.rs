@@ -28,17 +28,19 @@ use super::schema::{Action, AgentVote};
 
 /// An agent as others see it when a prompt is built.
 #[derive(Debug, Clone)]
-pub struct AgentView {
-    pub agent_id: String,
-    pub model_name: String,
+pub struct AgentView<'a> {
+    pub agent_id: &'a str,
+    pub model_name: &'a str,
     pub energy: f64,
     pub init_energy: f64,
     pub size: f64,
     pub per_token: f64,
-    pub memory: Vec<MemoryEntry>,
+    /// Its memory entries, each rendered by [`render_entry`] (once, when the
+    /// entry was written: an entry is shown in many prompts of many rounds).
+    pub memory: &'a [String],
 }
 
-impl AgentView {
+impl AgentView<'_> {
     fn active(&self) -> bool {
         self.energy > 0.0
     }
@@ -64,7 +66,7 @@ pub struct View<'a> {
     pub sabotage_fee: f64,
     /// The caller's index in `agents`.
     pub me: usize,
-    pub agents: &'a [AgentView],
+    pub agents: &'a [AgentView<'a>],
     pub jobs: &'a [Job],
 }
 
@@ -129,17 +131,13 @@ pub fn render_entry(e: &MemoryEntry) -> String {
     s
 }
 
-/// The last `n` entries, or a "no memory yet" line.
-pub fn render_memory(memory: &[MemoryEntry], n: usize) -> String {
+/// The last `n` rendered entries, or a "no memory yet" line.
+pub fn render_memory(memory: &[String], n: usize) -> String {
     if memory.is_empty() {
         return "No memory yet.".into();
     }
     let start = memory.len().saturating_sub(n);
-    memory[start..]
-        .iter()
-        .map(render_entry)
-        .collect::<Vec<_>>()
-        .join("\n")
+    memory[start..].join("\n")
 }
 
 fn agent_block(a: &AgentView, memory: bool) -> String {

@@ -4,7 +4,18 @@
 //! the reference layout (agents.json, config.json, token_usage.json,
 //! transcript.json via `layout::RunFolder`) at the end, and last of all the
 //! completion marker `COMPLETE` that sweeps use to skip finished cells.
+//!
+//! Prompt texts are stored once per line. Every call's messages repeat most
+//! of the previous round's lines (the system prompt, the memory lines, the
+//! job list, the other agents' blocks), and they were three quarters of a
+//! run's records. So a string under a key named in [`INTERNED_KEYS`]
+//! (message `content`, `rendered_prompt`) is written as `{"lines": [ids]}`,
+//! and each line not seen before in the run is first written, in order, by a
+//! `{"event": "lines", "first": id, "lines": [...]}` event. Nothing is lost:
+//! [`read_events`] gives back every event with its texts whole, and the
+//! lines joined by `\n` are the text byte for byte.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -18,10 +29,89 @@ use super::layout::{RunFolder, TokenUsageRecord, TranscriptEntry};
 /// File name of the completion marker.
 pub const COMPLETE_MARKER: &str = "COMPLETE";
 
+/// Keys whose string values `events.jsonl` stores as line references.
+pub const INTERNED_KEYS: [&str; 2] = ["content", "rendered_prompt"];
+
+/// The run's table of prompt lines.
+#[derive(Default)]
+struct Lines {
+    ids: HashMap<String, u64>,
+    /// Lines not yet written, with the id of the first.
+    pending: Vec<String>,
+}
+
+impl Lines {
+    fn intern(&mut self, text: &str) -> Vec<u64> {
+        text.split('\n')
+            .map(|line| match self.ids.get(line) {
+                Some(&id) => id,
+                None => {
+                    let id = self.ids.len() as u64;
+                    self.ids.insert(line.to_string(), id);
+                    self.pending.push(line.to_string());
+                    id
+                }
+            })
+            .collect()
+    }
+
+    /// Replace every interned-key string in `v` by its line references.
+    fn intern_in(&mut self, v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                for (k, x) in map.iter_mut() {
+                    match x {
+                        Value::String(text) if INTERNED_KEYS.contains(&k.as_str()) => {
+                            *x = json!({ "lines": self.intern(text) });
+                        }
+                        _ => self.intern_in(x),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|x| self.intern_in(x)),
+            _ => {}
+        }
+    }
+
+    /// The `lines` event for the pending lines, if any.
+    fn flush(&mut self) -> Option<Value> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let lines = std::mem::take(&mut self.pending);
+        let first = self.ids.len() - lines.len();
+        Some(json!({"event": "lines", "first": first, "lines": lines}))
+    }
+}
+
+/// A prompt text as a [`Recorder`] stores it: whole (records kept in
+/// memory), or as references into the run's line table (`events.jsonl`).
+/// Written under a key of [`INTERNED_KEYS`], so [`read_events`] restores it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Text<'a> {
+    Whole(&'a str),
+    Lines(Vec<u64>),
+}
+
+impl serde::Serialize for Text<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Text::Whole(t) => s.serialize_str(t),
+            Text::Lines(ids) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("lines", ids)?;
+                m.end()
+            }
+        }
+    }
+}
+
 /// Collects a run's records; writes them when a folder is given.
 pub struct Recorder {
     dir: Option<PathBuf>,
     log: Option<EventLog>,
+    lines: Lines,
     /// Events kept in memory when no folder is given (tests, replay).
     pub kept: Vec<Value>,
     pub token_usage: Vec<TokenUsageRecord>,
@@ -34,6 +124,7 @@ impl Recorder {
         Recorder {
             dir: None,
             log: None,
+            lines: Lines::default(),
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
@@ -53,6 +144,7 @@ impl Recorder {
         Ok(Recorder {
             dir: Some(dir.to_path_buf()),
             log: Some(EventLog::append(dir.join("events.jsonl"))?),
+            lines: Lines::default(),
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
@@ -68,6 +160,42 @@ impl Recorder {
         self.dir.as_deref()
     }
 
+    /// `text` as this recorder stores it: interned when writing a folder.
+    pub fn text<'a>(&mut self, text: &'a str) -> Text<'a> {
+        match self.log {
+            Some(_) => Text::Lines(self.lines.intern(text)),
+            None => Text::Whole(text),
+        }
+    }
+
+    /// Append one event `{"event": kind, ...fields}`, serialized straight
+    /// from `fields` (a struct with named fields). Texts meant for the line
+    /// table must already be [`Text`]s (see [`Recorder::text`]).
+    pub fn record<T: serde::Serialize>(&mut self, kind: &str, fields: &T) -> anyhow::Result<()> {
+        #[derive(serde::Serialize)]
+        struct Tagged<'a, T> {
+            event: &'a str,
+            #[serde(flatten)]
+            fields: &'a T,
+        }
+        let e = Tagged {
+            event: kind,
+            fields,
+        };
+        match &mut self.log {
+            Some(log) => {
+                if let Some(lines) = self.lines.flush() {
+                    log.write(&lines)?;
+                }
+                log.write(&e)
+            }
+            None => {
+                self.kept.push(serde_json::to_value(&e)?);
+                Ok(())
+            }
+        }
+    }
+
     /// Append one event `{"event": kind, ...fields}`.
     pub fn event(&mut self, kind: &str, fields: Value) -> anyhow::Result<()> {
         let mut e = json!({"event": kind});
@@ -75,7 +203,13 @@ impl Recorder {
             o.extend(f);
         }
         match &mut self.log {
-            Some(log) => log.write(&e),
+            Some(log) => {
+                self.lines.intern_in(&mut e);
+                if let Some(lines) = self.lines.flush() {
+                    log.write(&lines)?;
+                }
+                log.write(&e)
+            }
             None => {
                 self.kept.push(e);
                 Ok(())
@@ -117,5 +251,129 @@ impl Recorder {
                 .with_context(|| format!("writing {}/{COMPLETE_MARKER}", dir.display()))?;
         }
         Ok(())
+    }
+}
+
+/// Read a run's `events.jsonl` with every interned text whole again (the
+/// `lines` events themselves are left out). A torn last line is ignored, as
+/// [`crate::record::read_jsonl`] does; a reference to a line never written,
+/// or a `lines` event out of order, is an error naming the file and event.
+pub fn read_events(path: impl AsRef<Path>) -> anyhow::Result<Vec<Value>> {
+    let path = path.as_ref();
+    let mut table: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for (n, mut e) in crate::record::read_jsonl(path)?.into_iter().enumerate() {
+        let at = || format!("{}: event {}", path.display(), n + 1);
+        if e["event"] == "lines" {
+            let first = e["first"].as_u64();
+            if first != Some(table.len() as u64) {
+                anyhow::bail!(
+                    "{}: a `lines` event starting at {:?}, but {} lines were written before",
+                    at(),
+                    e["first"],
+                    table.len()
+                );
+            }
+            let Some(lines) = e["lines"].as_array() else {
+                anyhow::bail!("{}: `lines` is not a list", at());
+            };
+            for l in lines {
+                match l.as_str() {
+                    Some(s) => table.push(s.to_string()),
+                    None => anyhow::bail!("{}: a line that is not a string: {l}", at()),
+                }
+            }
+            continue;
+        }
+        expand_in(&mut e, &table).with_context(at)?;
+        out.push(e);
+    }
+    Ok(out)
+}
+
+fn expand_in(v: &mut Value, table: &[String]) -> anyhow::Result<()> {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map.iter_mut() {
+                let refs = x
+                    .as_object()
+                    .filter(|o| o.len() == 1 && INTERNED_KEYS.contains(&k.as_str()))
+                    .and_then(|o| o.get("lines"))
+                    .and_then(Value::as_array);
+                match refs {
+                    Some(ids) => {
+                        let mut text = Vec::with_capacity(ids.len());
+                        for id in ids {
+                            let line = id
+                                .as_u64()
+                                .and_then(|i| table.get(usize::try_from(i).ok()?))
+                                .ok_or_else(|| {
+                                    anyhow::anyhow!(
+                                        "`{k}` refers to line {id}, but only {} lines were written",
+                                        table.len()
+                                    )
+                                })?;
+                            text.push(line.as_str());
+                        }
+                        *x = Value::String(text.join("\n"));
+                    }
+                    None => expand_in(x, table)?,
+                }
+            }
+        }
+        Value::Array(items) => {
+            for x in items {
+                expand_in(x, table)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interned_texts_come_back_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = SocietyConfig::baseline("greedy");
+        let mut rec = Recorder::create(dir.path(), &cfg).unwrap();
+        let texts = ["SYSTEM\nline two\n", "", "line two\n\nnew", "SYSTEM"];
+        for (i, t) in texts.iter().enumerate() {
+            rec.event(
+                "invocation",
+                json!({"i": i, "calls": [{"messages": [{"role": "user", "content": t}],
+                       "rendered_prompt": t, "text": t}]}),
+            )
+            .unwrap();
+        }
+        let raw = std::fs::read_to_string(dir.path().join("events.jsonl")).unwrap();
+        // Each distinct line is written once.
+        assert_eq!(raw.matches("line two").count(), 1 + 2, "{raw}");
+        let events = read_events(dir.path().join("events.jsonl")).unwrap();
+        assert_eq!(events.len(), texts.len());
+        for (e, t) in events.iter().zip(texts) {
+            assert_eq!(e["calls"][0]["messages"][0]["content"], t);
+            assert_eq!(e["calls"][0]["rendered_prompt"], t);
+            assert_eq!(e["calls"][0]["text"], t);
+        }
+    }
+
+    #[test]
+    fn a_reference_to_an_unwritten_line_is_an_error_naming_the_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("events.jsonl");
+        std::fs::write(
+            &p,
+            "{\"event\":\"lines\",\"first\":0,\"lines\":[\"a\"]}\n{\"event\":\"x\",\"content\":{\"lines\":[0,1]}}\n{}\n",
+        )
+        .unwrap();
+        let e = format!("{:#}", read_events(&p).unwrap_err());
+        assert!(e.contains("event 2") && e.contains("line 1"), "{e}");
+        std::fs::write(&p, "{\"event\":\"lines\",\"first\":3,\"lines\":[]}\n{}\n").unwrap();
+        let e = format!("{:#}", read_events(&p).unwrap_err());
+        assert!(e.contains("starting at"), "{e}");
     }
 }

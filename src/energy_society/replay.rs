@@ -35,11 +35,13 @@ use crate::agency::run_one;
 use crate::backend::{
     Backend, BackendError, FinishReason, ModelRequest, ModelResponse, ModelResult, TokenUsage,
 };
-use crate::energy::{clamp_sub, py_round, CostModel};
+use crate::energy::{py_round, CostModel};
 
-use super::config::{JobsConfig, Mode, Objective, RosterEntry, ScriptedConfig, SocietyConfig};
+use super::condition::{infer, Condition, Overrides};
+use super::config::{JobsConfig, Mode, RosterEntry, ScriptedConfig, SocietyConfig};
 use super::job::{Difficulty, Job};
 use super::layout::{MemoryEntry, RunFolder};
+use super::ledger::Tab;
 use super::listed_jobs::ListedJobs;
 use super::recorder::Recorder;
 use super::society::Society;
@@ -81,6 +83,8 @@ pub struct ChargeStats {
 #[derive(Debug, Clone)]
 pub struct ReplayReport {
     pub run: String,
+    /// The condition replayed, and where each switch came from.
+    pub condition: Condition,
     pub rounds: u32,
     pub charges: ChargeStats,
     pub values_checked: usize,
@@ -125,18 +129,24 @@ fn spent_of(m: &MemoryEntry, phase: &str) -> Option<f64> {
     }
 }
 
+/// What `parts` tokens charged call by call (on a ledger tab, exactly as the
+/// engine charges) spend from `before`, as memory records it.
+fn spend(before: f64, c: f64, parts: &[u64]) -> f64 {
+    let mut tab = Tab::open(c, before);
+    for &t in parts {
+        tab.charge(t);
+    }
+    py_round(before - tab.energy(), 2)
+}
+
 /// The per-call token counts that reproduce `spent` from `before`: one call
 /// if the formula holds on the sum, else the first two-call split that does.
 fn split_tokens(before: f64, c: f64, total: u64, spent: f64) -> Option<Vec<u64>> {
-    let after1 = clamp_sub(before, py_round(total as f64 * c, 2));
-    if py_round(before - after1, 2) == spent {
+    if spend(before, c, &[total]) == spent {
         return Some(vec![total]);
     }
-    let charge = |t: u64| py_round(t as f64 * c, 2);
     for t1 in 1..total {
-        let e1 = clamp_sub(before, charge(t1));
-        let e2 = clamp_sub(e1, charge(total - t1));
-        if py_round(before - e2, 2) == spent {
+        if spend(before, c, &[t1, total - t1]) == spent {
             return Some(vec![t1, total - t1]);
         }
     }
@@ -144,14 +154,9 @@ fn split_tokens(before: f64, c: f64, total: u64, spent: f64) -> Option<Vec<u64>>
     // rest, each short call rounding by at most half a cent.
     for k in 3..=5u64 {
         for t in 1..=total / k {
-            let mut e = before;
-            for _ in 0..k - 1 {
-                e = clamp_sub(e, charge(t));
-            }
-            e = clamp_sub(e, charge(total - (k - 1) * t));
-            if py_round(before - e, 2) == spent {
-                let mut v = vec![t; (k - 1) as usize];
-                v.push(total - (k - 1) * t);
+            let mut v = vec![t; (k - 1) as usize];
+            v.push(total - (k - 1) * t);
+            if spend(before, c, &v) == spent {
                 return Some(v);
             }
         }
@@ -401,39 +406,21 @@ fn recorded_jobs(run: &RunFolder) -> anyhow::Result<Vec<Vec<Job>>> {
         .collect())
 }
 
-/// The faithful engine configuration of a recorded run.
-pub fn config_of(run: &RunFolder) -> SocietyConfig {
+/// The faithful engine configuration of a recorded run in `condition`.
+pub fn config_of(run: &RunFolder, condition: &Condition) -> SocietyConfig {
     let c = &run.config;
-    let coop = c
-        .prompt_mode
-        .as_deref()
-        .map_or(c.experiment.contains("coop"), |m| m == "coop");
-    let votes = c
-        .use_votes
-        .unwrap_or_else(|| run.transcript.iter().any(|t| t.phase == "vote"));
-    let sabotage = c.enable_sabotage.unwrap_or_else(|| {
-        run.agents.iter().any(|a| {
-            a.memory
-                .iter()
-                .any(|m| m.sabotaged_job.is_some() || m.action == "SABOTAGE_JOB")
-        })
-    });
     SocietyConfig {
         name: c.experiment.clone(),
         mode: Mode::Faithful,
-        objective: if coop {
-            Objective::Cooperative
-        } else {
-            Objective::Competitive
-        },
-        use_votes: votes,
-        enable_sabotage: sabotage,
-        memory: true,
+        objective: condition.objective.value,
+        use_votes: condition.use_votes.value,
+        enable_sabotage: condition.enable_sabotage.value,
+        memory: condition.memory.value,
         max_rounds: c.max_rounds,
-        difficulty: c.difficulty_distribution,
+        difficulty: condition.difficulty.value,
         cost: CostModel {
             k: 0.015,
-            alpha: c.model_size_exponent,
+            alpha: condition.alpha.value,
         },
         seed: c.seed,
         max_calls: 5,
@@ -656,10 +643,17 @@ pub fn compare(recorded: &RunFolder, engine: &RunFolder, out: &mut Vec<Mismatch>
     c.checked
 }
 
-/// Replay one reference run folder and compare everything.
+/// Replay one reference run folder in the condition inferred from it and
+/// compare everything.
 pub fn replay_run(dir: &Path) -> anyhow::Result<ReplayReport> {
+    replay_run_with(dir, &Overrides::default())
+}
+
+/// [`replay_run`] with some switches of the condition set by hand.
+pub fn replay_run_with(dir: &Path, flags: &Overrides) -> anyhow::Result<ReplayReport> {
     let run = RunFolder::read(dir)?;
-    let cfg = config_of(&run);
+    let condition = infer(&run, dir, flags);
+    let cfg = config_of(&run, &condition);
     let jobs = ListedJobs::new(recorded_jobs(&run)?, dir.display().to_string());
     let shared = Rc::new(RefCell::new(Shared::default()));
     let mut backend = ReplayBackend::new(&run, cfg.cost, shared.clone());
@@ -686,6 +680,7 @@ pub fn replay_run(dir: &Path) -> anyhow::Result<ReplayReport> {
     let checked = compare(&run, &result.folder, &mut mismatches);
     Ok(ReplayReport {
         run: dir.display().to_string(),
+        condition,
         rounds: result.rounds_played,
         charges: sh.charges.clone(),
         values_checked: checked,

@@ -4,7 +4,7 @@
 //! end-of-round bookkeeping (§1, QUIRK-1). The round logic in `society.rs`
 //! calls these; nothing here touches a model.
 
-use crate::energy::{clamp_sub, py_round};
+use crate::energy::py_round;
 
 use super::config::Mode;
 
@@ -75,18 +75,15 @@ pub fn split_reward(reward: f64, n: usize, mode: Mode) -> Vec<f64> {
     }
 }
 
-/// A flat fee (IDLE, SABOTAGE_JOB) charged in R3 (spec §2).
-/// Returns `(energy after, amount actually deducted, amount recorded in memory)`.
+/// The amount a flat fee (IDLE, SABOTAGE_JOB, spec §2) records in memory,
+/// given the `fee` and what the ledger actually `deducted` (it clamps at 0).
 /// Faithful records the full fee even when clamped (QUIRK-4); corrected
 /// records what was deducted.
-pub fn apply_fee(energy: f64, fee: f64, mode: Mode) -> (f64, f64, f64) {
-    let after = clamp_sub(energy, fee);
-    let deducted = energy - after;
-    let recorded = match mode {
+pub fn recorded_fee(fee: f64, deducted: f64, mode: Mode) -> f64 {
+    match mode {
         Mode::Faithful => fee,
         Mode::Corrected => deducted,
-    };
-    (after, deducted, recorded)
+    }
 }
 
 /// The transfer of a DONATE decision (spec §2): `min(amount, donor's energy
@@ -195,9 +192,9 @@ mod tests {
 
     #[test]
     fn fees_clamp_and_record_per_mode() {
-        assert_eq!(apply_fee(4.0, 10.0, Mode::Faithful), (0.0, 4.0, 10.0));
-        assert_eq!(apply_fee(4.0, 10.0, Mode::Corrected), (0.0, 4.0, 4.0));
-        assert_eq!(apply_fee(40.0, 10.0, Mode::Faithful), (30.0, 10.0, 10.0));
+        assert_eq!(recorded_fee(10.0, 4.0, Mode::Faithful), 10.0);
+        assert_eq!(recorded_fee(10.0, 4.0, Mode::Corrected), 4.0);
+        assert_eq!(recorded_fee(10.0, 10.0, Mode::Faithful), 10.0);
     }
 
     #[test]

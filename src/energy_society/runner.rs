@@ -58,8 +58,9 @@ pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
     }))
 }
 
-/// Makes the job source of a config (normally [`job_source`]).
-pub type MakeJobs<'a> = &'a dyn Fn(&SocietyConfig) -> anyhow::Result<Box<dyn JobSource>>;
+/// Makes the job source of a config (normally [`job_source`]); shared by a
+/// sweep's worker threads.
+pub type MakeJobs<'a> = &'a (dyn Fn(&SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> + Sync);
 
 /// Build the society of `cfg`, writing records into `out` (or memory only).
 pub fn society(

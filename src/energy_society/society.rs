@@ -13,17 +13,18 @@ use crate::agency::Agency;
 use crate::backend::OutputFormat;
 
 use super::config::{Mode, SocietyConfig};
-use super::invoke::{call_seed, invoke_all, Invocation, InvokeSpec, InvokeStatus};
+use super::invoke::{call_seed, invoke_all, CallRecord, Invocation, InvokeSpec, InvokeStatus};
 use super::job::{Job, JobSource};
 use super::layout::{
     AgentRecord, AgentSpec, ErrorRecord, JobRecord, MemoryEntry, ReceivedDonation, RunConfig,
     RunFolder, TokenUsageRecord, TranscriptEntry,
 };
+use super::ledger::Ledger;
 use super::prompts::{self, AgentView, View};
 use super::recorder::Recorder;
 use super::rules;
 use super::schema::{self, Action, AgentDecision, AgentJobSolution, AgentVote};
-use super::state::{check_conservation, Agent, LedgerKind, LedgerLine};
+use super::state::Agent;
 
 /// A decision taken in R2 and what happened to it.
 #[derive(Debug, Clone)]
@@ -60,6 +61,8 @@ pub struct SocietyResult {
 pub struct Society {
     cfg: SocietyConfig,
     agents: Vec<Agent>,
+    /// Every agent's energy: the only code that changes it.
+    ledger: Ledger,
     jobs: Box<dyn JobSource>,
     rec: Recorder,
     stats: Vec<(u32, u32, u32)>,
@@ -87,9 +90,11 @@ impl Society {
             .map(|r| Agent::new(r.clone(), cfg.cost.per_token(r.size)))
             .collect();
         let n = agents.len();
+        let ledger = Ledger::new(cfg.roster.iter().map(|r| r.init_energy).collect());
         Society {
             cfg,
             agents,
+            ledger,
             jobs,
             rec,
             stats: vec![(0, 0, 0); n],
@@ -106,17 +111,18 @@ impl Society {
         self.cfg.mode
     }
 
-    fn views(&self) -> Vec<AgentView> {
+    fn views(&self) -> Vec<AgentView<'_>> {
         self.agents
             .iter()
-            .map(|a| AgentView {
-                agent_id: a.id().into(),
-                model_name: a.spec.model_name.clone(),
-                energy: a.energy,
+            .zip(self.ledger.energies())
+            .map(|(a, &energy)| AgentView {
+                agent_id: a.id(),
+                model_name: &a.spec.model_name,
+                energy,
                 init_energy: a.spec.init_energy,
                 size: a.spec.size,
                 per_token: a.per_token,
-                memory: a.memory.clone(),
+                memory: &a.memory_text,
             })
             .collect()
     }
@@ -125,7 +131,7 @@ impl Society {
         &self,
         round: u32,
         me: usize,
-        agents: &'a [AgentView],
+        agents: &'a [AgentView<'a>],
         jobs: &'a [Job],
     ) -> View<'a> {
         View {
@@ -165,30 +171,24 @@ impl Society {
             format,
             params,
             observation,
-            per_token: a.per_token,
-            energy_before: a.energy,
+            tab: self.ledger.tab(i, a.per_token),
             max_calls: self.cfg.max_calls,
             mode: self.cfg.mode,
         }
     }
 
-    /// Write an invocation's energy back, log it, and keep its reference records.
+    /// Have the ledger apply an invocation's charges, log it, and keep its
+    /// reference records.
     fn settle<T: serde::Serialize>(
         &mut self,
         round: u32,
         phase: &str,
         inv: &Invocation<T>,
         structured: serde_json::Value,
-        ledger: &mut Vec<LedgerLine>,
     ) -> anyhow::Result<()> {
         let i = inv.agent;
         let id = self.agents[i].id().to_string();
-        self.agents[i].energy = inv.energy_after;
-        ledger.push(LedgerLine {
-            agent: i,
-            kind: LedgerKind::Tokens,
-            delta: inv.energy_after - inv.energy_before,
-        });
+        self.ledger.settle(i, &inv.tab)?;
         let (error_type, message) = match &inv.status {
             InvokeStatus::Ok => (None, String::new()),
             InvokeStatus::FormatError => (
@@ -209,14 +209,38 @@ impl Society {
                 error_message: message.clone(),
             });
         }
-        self.rec.event(
-            "invocation",
-            json!({"round": round, "phase": phase, "agent": id, "status": inv.status,
-                   "retries": inv.calls.len().saturating_sub(1), "fallback": error_type.is_some(),
-                   "energy_before": inv.energy_before, "energy_after": inv.energy_after,
-                   "spent": inv.spent(), "tokens": inv.logged_tokens,
-                   "calls": inv.calls, "structured_response": structured}),
-        )?;
+        /// The `invocation` event.
+        #[derive(serde::Serialize)]
+        struct Event<'a> {
+            round: u32,
+            phase: &'a str,
+            agent: &'a str,
+            status: &'a InvokeStatus,
+            retries: usize,
+            fallback: bool,
+            energy_before: f64,
+            energy_after: f64,
+            spent: f64,
+            tokens: u64,
+            calls: Vec<CallRecord<'a>>,
+            structured_response: &'a serde_json::Value,
+        }
+        let calls: Vec<CallRecord> = inv.calls.iter().map(|c| c.record(&mut self.rec)).collect();
+        let event = Event {
+            round,
+            phase,
+            agent: &id,
+            status: &inv.status,
+            retries: inv.calls.len().saturating_sub(1),
+            fallback: error_type.is_some(),
+            energy_before: inv.energy_before(),
+            energy_after: inv.energy_after(),
+            spent: inv.spent(),
+            tokens: inv.logged_tokens,
+            calls,
+            structured_response: &structured,
+        };
+        self.rec.record("invocation", &event)?;
         self.rec.token_usage.push(TokenUsageRecord {
             round_num: round,
             phase: phase.into(),
@@ -239,8 +263,8 @@ impl Society {
         self.rec.event(
             "run_start",
             json!({"seed": self.cfg.seed, "mode": mode, "jobs": self.jobs.describe(),
-                   "agents": self.agents.iter().map(|a| json!({"agent_id": a.id(), "model": a.spec.model,
-                       "energy": a.energy, "per_token": a.per_token})).collect::<Vec<_>>()}),
+                   "agents": self.agents.iter().zip(self.ledger.energies()).map(|(a, e)| json!({"agent_id": a.id(), "model": a.spec.model,
+                       "energy": e, "per_token": a.per_token})).collect::<Vec<_>>()}),
         )?;
         let mut round: u32 = 1;
         let played = loop {
@@ -251,7 +275,7 @@ impl Society {
             }
             round += 1;
             // R7: all inactive is checked first, then the round limit.
-            if self.agents.iter().all(|a| !a.active()) {
+            if (0..self.ledger.len()).all(|i| !self.ledger.active(i)) {
                 self.rec.event(
                     "termination",
                     json!({"round": played, "reason": "all_inactive"}),
@@ -302,12 +326,13 @@ impl Society {
             agents: self
                 .agents
                 .iter()
-                .map(|a| AgentRecord {
+                .zip(self.ledger.energies())
+                .map(|(a, &final_energy)| AgentRecord {
                     agent_id: a.id().into(),
                     model_name: a.spec.model_name.clone(),
                     model_size: a.spec.size,
                     init_energy: a.spec.init_energy,
-                    final_energy: a.energy,
+                    final_energy,
                     rounds_active: a.rounds_active,
                     deactivated_at_round: a.deactivated_at_round,
                     memory: a.memory.clone(),
@@ -319,7 +344,7 @@ impl Society {
         };
         self.rec.event(
             "run_end",
-            json!({"rounds": played, "final_energy": self.agents.iter().map(|a| a.energy).collect::<Vec<_>>()}),
+            json!({"rounds": played, "final_energy": self.ledger.energies()}),
         )?;
         self.rec.finish(&folder)?;
         Ok(SocietyResult {
@@ -333,14 +358,14 @@ impl Society {
     async fn play_round(&mut self, agency: &Agency, round: u32) -> anyhow::Result<()> {
         let mode = self.cfg.mode;
         let n = self.agents.len();
-        let mut ledger: Vec<LedgerLine> = Vec::new();
+        self.ledger.begin_round(round);
 
         // R0 start_round: jobs, start energies, cleared round state.
         let jobs = self
             .jobs
             .next_round()
             .with_context(|| format!("drawing the jobs of round {round}"))?;
-        let start: Vec<f64> = self.agents.iter().map(|a| a.energy).collect();
+        let start: Vec<f64> = self.ledger.start().to_vec();
         self.rec.event(
             "round_start",
             json!({"round": round, "energy": start,
@@ -365,10 +390,16 @@ impl Society {
         // R1 vote (in parallel) when discussion is on and more than one agent is active.
         let mut votes: Vec<Option<AgentVote>> = vec![None; n];
         let mut vote_spent: Vec<Option<f64>> = vec![None; n];
-        let voters: Vec<usize> = (0..n).filter(|&i| self.agents[i].active()).collect();
+        let voters: Vec<usize> = (0..n).filter(|&i| self.ledger.active(i)).collect();
         if self.cfg.use_votes && voters.len() > 1 {
             let views = self.views();
             let sabotage = self.cfg.enable_sabotage;
+            // The same for every voter of the round.
+            let format = OutputFormat::Json {
+                name: "AgentVote".into(),
+                schema: schema::vote_schema(sabotage, n),
+                strict: Some(schema::vote_schema_strict(sabotage, &job_ids, &agent_ids)),
+            };
             let specs: Vec<InvokeSpec> = voters
                 .iter()
                 .map(|&i| {
@@ -378,13 +409,7 @@ impl Society {
                         i,
                         "vote",
                         prompts::vote_messages(&v),
-                        OutputFormat::Json {
-                            name: "AgentVote".into(),
-                            schema: schema::vote_schema(sabotage, n),
-                            strict: Some(schema::vote_schema_strict(
-                                sabotage, &job_ids, &agent_ids,
-                            )),
-                        },
+                        format.clone(),
                         prompts::observation(&v, "vote", &[], None),
                     )
                 })
@@ -398,7 +423,7 @@ impl Society {
                     .clone()
                     .unwrap_or_else(|| AgentVote::fallback(self.agents[i].id()));
                 let sr = serde_json::to_value(&vote)?;
-                self.settle(round, "vote", &inv, sr, &mut ledger)?;
+                self.settle(round, "vote", &inv, sr)?;
                 vote_spent[i] = Some(inv.spent());
                 votes[i] = Some(vote);
             }
@@ -408,7 +433,7 @@ impl Society {
         // non-empty vote of this round is shown, in roster order.
         let shown_votes: Vec<AgentVote> = votes.iter().flatten().cloned().collect();
         let mut decided: Vec<Option<Decided>> = vec![None; n];
-        let deciders: Vec<usize> = (0..n).filter(|&i| self.agents[i].active()).collect();
+        let deciders: Vec<usize> = (0..n).filter(|&i| self.ledger.active(i)).collect();
         if !deciders.is_empty() {
             let views = self.views();
             let sabotage = self.cfg.enable_sabotage;
@@ -447,21 +472,21 @@ impl Society {
                 if let Some(j) = &d.job_id {
                     d.job_id = Some(schema::normalise_job_id(j, mode));
                 }
-                self.settle(round, "decide", &inv, sr, &mut ledger)?;
+                self.settle(round, "decide", &inv, sr)?;
                 decided[i] = Some(Decided {
                     decision: d,
-                    energy_after_deciding: inv.energy_after,
+                    energy_after_deciding: inv.energy_after(),
                     spent_deciding: inv.spent(),
                 });
             }
         }
 
         // R3 idle/donate/sabotage, sequential in roster order.
-        let pre_r3: Vec<f64> = self.agents.iter().map(|a| a.energy).collect();
-        let eligible = |agents: &[Agent], i: usize| match mode {
+        let pre_r3: Vec<f64> = self.ledger.energies().to_vec();
+        let eligible = |ledger: &Ledger, i: usize| match mode {
             // QUIRK-9: the owner's energy right now (a donation earlier in
             // this loop can revive it).
-            Mode::Faithful => agents[i].energy > 0.0,
+            Mode::Faithful => ledger.active(i),
             Mode::Corrected => pre_r3[i] > 0.0,
         };
         let mut outcomes: Vec<Outcome> = vec![Outcome::default(); n];
@@ -472,8 +497,8 @@ impl Society {
                 continue;
             };
             let d = &dd.decision;
-            let ok = eligible(&self.agents, i);
-            let before = self.agents[i].energy;
+            let ok = eligible(&self.ledger, i);
+            let before = self.ledger.energy(i);
             match d.action {
                 Action::Idle | Action::SabotageJob => {
                     let fee = if d.action == Action::Idle {
@@ -482,13 +507,8 @@ impl Society {
                         self.cfg.sabotage_fee
                     };
                     let recorded = if ok {
-                        let (after, deducted, recorded) = rules::apply_fee(before, fee, mode);
-                        self.agents[i].energy = after;
-                        ledger.push(LedgerLine {
-                            agent: i,
-                            kind: LedgerKind::Fee,
-                            delta: -deducted,
-                        });
+                        let deducted = self.ledger.fee(i, fee)?;
+                        let recorded = rules::recorded_fee(fee, deducted, mode);
                         if d.action == Action::SabotageJob {
                             if let Some(j) = d.job_id.as_deref().and_then(|j| job_by_id.get(j)) {
                                 sabotaged.insert(j.id.clone());
@@ -508,7 +528,7 @@ impl Society {
                         json!({"round": round, "phase": "action", "agent": self.agents[i].id(),
                                "action": d.action, "job_id": d.job_id, "executed": ok, "fee": fee,
                                "recorded": recorded, "energy_before": before,
-                               "energy_after": self.agents[i].energy}),
+                               "energy_after": self.ledger.energy(i)}),
                     )?;
                 }
                 Action::Donate => {
@@ -518,21 +538,11 @@ impl Society {
                         .as_deref()
                         .and_then(|t| self.agents.iter().position(|a| a.id() == t));
                     let mut moved = None;
+                    let mut revived = false;
                     if ok {
                         if let Some(t) = target {
                             if let Some(x) = rules::donation_transfer(amount, before, mode) {
-                                self.agents[i].energy -= x;
-                                self.agents[t].energy += x;
-                                ledger.push(LedgerLine {
-                                    agent: i,
-                                    kind: LedgerKind::Donation,
-                                    delta: -x,
-                                });
-                                ledger.push(LedgerLine {
-                                    agent: t,
-                                    kind: LedgerKind::Donation,
-                                    delta: x,
-                                });
+                                revived = self.ledger.donate(i, t, x)?;
                                 moved = Some(x);
                             }
                         }
@@ -559,8 +569,8 @@ impl Society {
                         json!({"round": round, "phase": "action", "agent": self.agents[i].id(),
                                "target": d.target_agent, "amount": d.amount, "moved": moved,
                                "recorded": recorded, "executed": ok, "known_target": target.is_some(),
-                               "energy_before": before, "energy_after": self.agents[i].energy,
-                               "target_energy_after": target.map(|t| self.agents[t].energy)}),
+                               "revived": revived, "energy_before": before, "energy_after": self.ledger.energy(i),
+                               "target_energy_after": target.map(|t| self.ledger.energy(t))}),
                     )?;
                 }
                 Action::AttemptJob => {}
@@ -579,8 +589,8 @@ impl Society {
             if let Some(j) = job {
                 outcomes[i].attempted_job = Some(job_record(j));
                 let alive = match mode {
-                    Mode::Faithful => self.agents[i].active(),
-                    Mode::Corrected => pre_r3[i] > 0.0 && self.agents[i].active(),
+                    Mode::Faithful => self.ledger.active(i),
+                    Mode::Corrected => pre_r3[i] > 0.0 && self.ledger.active(i),
                 };
                 if alive {
                     attempters.push((i, (*j).clone()));
@@ -616,7 +626,7 @@ impl Society {
                     answer: String::new(),
                 });
                 let sr = serde_json::to_value(&answer)?;
-                self.settle(round, "act", &inv, sr, &mut ledger)?;
+                self.settle(round, "act", &inv, sr)?;
                 act_spent[i] = inv.spent();
                 let ok = rules::grade(
                     &answer.answer,
@@ -650,28 +660,21 @@ impl Society {
             for (&i, &split) in solvers.iter().zip(&splits) {
                 let paid = if sabotaged.contains(job_id) {
                     0.0
-                } else if mode == Mode::Corrected && !self.agents[i].active() {
+                } else if mode == Mode::Corrected && !self.ledger.active(i) {
                     // QUIRK-10 corrected: an agent that hit 0 while solving forfeits.
                     0.0
                 } else {
                     split
                 };
-                let before = self.agents[i].energy;
-                self.agents[i].energy += paid;
-                if paid != 0.0 {
-                    ledger.push(LedgerLine {
-                        agent: i,
-                        kind: LedgerKind::Reward,
-                        delta: paid,
-                    });
-                }
+                let before = self.ledger.energy(i);
+                self.ledger.reward(i, paid)?;
                 outcomes[i].rewarded = Some(paid);
                 self.rec.event(
                     "reward",
                     json!({"round": round, "phase": "rewards", "agent": self.agents[i].id(), "job_id": job_id,
                            "solvers": solvers.len(), "split": split, "paid": paid,
                            "sabotaged": sabotaged.contains(job_id), "energy_before": before,
-                           "energy_after": self.agents[i].energy}),
+                           "energy_after": self.ledger.energy(i)}),
                 )?;
             }
         }
@@ -765,12 +768,12 @@ impl Society {
                 "memory",
                 json!({"round": round, "phase": "memory", "agent": self.agents[i].id(), "entry": entry}),
             )?;
-            self.agents[i].memory.push(entry);
+            self.agents[i].remember(entry);
         }
 
         // Conservation: every account moved exactly by its ledger lines.
-        let end: Vec<f64> = self.agents.iter().map(|a| a.energy).collect();
-        check_conservation(round, &start, &end, &ledger)?;
+        let end: Vec<f64> = self.ledger.energies().to_vec();
+        let ledger = self.ledger.close_round()?;
 
         // R6 end_round bookkeeping.
         for i in 0..n {
@@ -778,7 +781,7 @@ impl Society {
             rules::end_of_round(
                 mode,
                 round,
-                a.energy,
+                end[i],
                 start[i] > 0.0,
                 decided[i].is_some(),
                 &mut a.rounds_active,

@@ -630,13 +630,13 @@ fn the_game_stops_when_everyone_is_inactive() {
 fn comp_and_coop_prompts_differ_in_the_objective() {
     use super::prompts::{decide_messages, AgentView, View};
     let agents = vec![AgentView {
-        agent_id: "agent_1".into(),
-        model_name: "m".into(),
+        agent_id: "agent_1",
+        model_name: "m",
         energy: 12.345,
         init_energy: 1500.0,
         size: 8.0,
         per_token: 0.042426406871192854,
-        memory: vec![],
+        memory: &[],
     }];
     let jobs = vec![job(0, Difficulty::Easy)];
     let mut v = View {
@@ -841,7 +841,7 @@ fn quirk12_no_sabotage_text_when_sabotage_is_off() {
 }
 
 fn one_agent_view<'a>(
-    agents: &'a [super::prompts::AgentView],
+    agents: &'a [super::prompts::AgentView<'a>],
     jobs: &'a [Job],
     mode: Mode,
     objective: Objective,
@@ -864,13 +864,13 @@ fn one_agent_view<'a>(
 fn quirk13_solve_and_decide_prompts_carry_the_objective_only_when_corrected() {
     use super::prompts::{decide_messages, solve_messages, AgentView};
     let agents = vec![AgentView {
-        agent_id: "agent_1".into(),
-        model_name: "m".into(),
+        agent_id: "agent_1",
+        model_name: "m",
         energy: 100.0,
         init_energy: 1500.0,
         size: 4.0,
         per_token: 0.03,
-        memory: vec![],
+        memory: &[],
     }];
     let jobs = vec![job(0, Difficulty::Easy)];
     const OWN: &str = "maximise your own energy";
@@ -972,5 +972,156 @@ fn quirk13_a_coop_game_sends_the_coop_objective_to_solvers_only_when_corrected()
                 assert!(decide.contains("COORDINATION") && !decide.contains("COMPETITION"));
             }
         }
+    }
+}
+
+/// Play `c` into a run folder and return its events.
+fn play_events(c: SocietyConfig, jobs: Vec<Job>, f: Answer) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let rounds = vec![jobs; c.max_rounds as usize];
+    let rec = Recorder::create(dir.path(), &c).unwrap();
+    let society = Society::new(c, Box::new(ListedJobs::new(rounds, "test")), rec);
+    let mut b = Hand { f, log: vec![] };
+    run_one(&mut b, |agency| society.run(agency)).unwrap();
+    super::recorder::read_events(dir.path().join("events.jsonl")).unwrap()
+}
+
+#[test]
+fn every_energy_change_is_one_ledger_line_chained_through_the_round() {
+    // Round 1: agent_1 retries its decision (two charged calls) and donates
+    // to agent_3, who idled to 0 while voting... agent_2 solves job_0.
+    // agent_3 starts at 12: its vote costs 12 (clamped), so it is dead
+    // when the donation revives it. Round 2: agent_2's decide call fails
+    // (faithful: nothing charged), agent_1 idles.
+    let mut c = cfg(Mode::Faithful, &[1500.0, 1500.0, 12.0], true);
+    c.max_rounds = 2;
+    let mut decide_calls = 0;
+    let events = play_events(
+        c,
+        vec![job(0, Difficulty::Hard), job(1, Difficulty::Easy)],
+        Box::new(move |req| {
+            let round = req.observation["round"].as_u64().unwrap();
+            Ok(match (req.tag.as_str(), req.agent_id.as_str(), round) {
+                ("vote", "agent_3", 1) => (vote("agent_3"), 1000),
+                ("vote", me, _) => (vote(me), 333),
+                ("decide", "agent_1", 1) => {
+                    decide_calls += 1;
+                    if decide_calls == 1 {
+                        ("not json".into(), 77)
+                    } else {
+                        (decision("DONATE", None, Some("agent_3"), Some(40.0)), 101)
+                    }
+                }
+                ("decide", "agent_2", 1) => {
+                    (decision("ATTEMPT_JOB", Some("job_0"), None, None), 250)
+                }
+                ("decide", "agent_2", 2) => return Err("backend down".into()),
+                ("decide", _, _) => (decision("IDLE", None, None, None), 50),
+                _ => (answer("c"), 400),
+            })
+        }),
+    );
+    let mut kinds = std::collections::BTreeSet::new();
+    let mut start: Vec<f64> = vec![];
+    let mut expected: Vec<(u64, String, f64, f64, Option<u64>)> = vec![];
+    let agent_no = |id: &serde_json::Value| -> u64 {
+        id.as_str()
+            .unwrap()
+            .trim_start_matches("agent_")
+            .parse::<u64>()
+            .unwrap()
+            - 1
+    };
+    let mut rounds = 0;
+    for e in &events {
+        match e["event"].as_str().unwrap() {
+            "round_start" => {
+                start = serde_json::from_value(e["energy"].clone()).unwrap();
+                expected.clear();
+            }
+            // What each event says moved must be a ledger line, in order.
+            "invocation" => {
+                for call in e["calls"].as_array().unwrap() {
+                    let (b, a) = (
+                        call["energy_before"].as_f64().unwrap(),
+                        call["energy_after"].as_f64().unwrap(),
+                    );
+                    if e["status"]["status"] == "invoke_error" {
+                        assert_eq!(e["energy_after"], e["energy_before"], "{e}");
+                        continue;
+                    }
+                    expected.push((
+                        agent_no(&e["agent"]),
+                        "tokens".into(),
+                        b,
+                        a,
+                        call["charged_tokens"].as_u64(),
+                    ));
+                }
+            }
+            "fee" if e["executed"] == true => expected.push((
+                agent_no(&e["agent"]),
+                "fee".into(),
+                e["energy_before"].as_f64().unwrap(),
+                e["energy_after"].as_f64().unwrap(),
+                None,
+            )),
+            "donation" if !e["moved"].is_null() => {
+                let (a, t) = (agent_no(&e["agent"]), agent_no(&e["target"]));
+                let x = e["moved"].as_f64().unwrap();
+                let b = e["energy_before"].as_f64().unwrap();
+                expected.push((a, "donation".into(), b, b - x, None));
+                let ta = e["target_energy_after"].as_f64().unwrap();
+                let kind = if e["revived"] == true {
+                    "revival"
+                } else {
+                    "donation"
+                };
+                expected.push((t, kind.into(), ta - x, ta, None));
+            }
+            "reward" if e["paid"].as_f64().unwrap() != 0.0 => expected.push((
+                agent_no(&e["agent"]),
+                "reward".into(),
+                e["energy_before"].as_f64().unwrap(),
+                e["energy_after"].as_f64().unwrap(),
+                None,
+            )),
+            "round_end" => {
+                rounds += 1;
+                let end: Vec<f64> = serde_json::from_value(e["energy"].clone()).unwrap();
+                let lines = e["ledger"].as_array().unwrap();
+                let mut at = start.clone();
+                let mut got = vec![];
+                for l in lines {
+                    let i = l["agent"].as_u64().unwrap();
+                    let (b, a) = (l["before"].as_f64().unwrap(), l["after"].as_f64().unwrap());
+                    assert_eq!(
+                        b, at[i as usize],
+                        "line {l} does not start where agent #{i} was"
+                    );
+                    assert_eq!(l["delta"].as_f64().unwrap(), a - b);
+                    at[i as usize] = a;
+                    let kind = l["kind"].as_str().unwrap().to_string();
+                    kinds.insert(kind.clone());
+                    got.push((i, kind, b, a, l["tokens"].as_u64()));
+                }
+                assert_eq!(at, end, "the lines end where the accounts are");
+                // Same changes; the order of tokens lines within a parallel
+                // phase is the settle order, so compare as sorted lists.
+                let key = |v: &(u64, String, f64, f64, Option<u64>)| {
+                    (v.0, v.1.clone(), v.2.to_bits(), v.3.to_bits(), v.4)
+                };
+                let mut want: Vec<_> = expected.iter().map(key).collect();
+                let mut have: Vec<_> = got.iter().map(key).collect();
+                want.sort();
+                have.sort();
+                assert_eq!(have, want, "round {}", e["round"]);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(rounds, 2);
+    for k in ["tokens", "donation", "revival", "fee", "reward"] {
+        assert!(kinds.contains(k), "no {k} line in {kinds:?}");
     }
 }
