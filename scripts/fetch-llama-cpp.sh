@@ -54,7 +54,8 @@ if [[ ! -f $src/CMakeLists.txt ]]; then
         (cd "$root" && npm pack --silent "node-llama-cpp@$version" >&2)
     fi
     tar -xzf "$tarball" -C "$root" package/llama/gitRelease.bundle
-    git clone --quiet "$root/package/llama/gitRelease.bundle" "$src" >&2
+    git -c advice.detachedHead=false -c init.defaultBranch=master \
+        clone --quiet "$root/package/llama/gitRelease.bundle" "$src" >&2
     rm -rf "$root/package"
 fi
 head=$(git -C "$src" rev-parse --short=7 HEAD)

@@ -188,10 +188,12 @@ impl Proxy {
         format!("http://127.0.0.1:{}/v1", self.port)
     }
 
-    /// (completion_tokens, prompt_tokens) of every chat completion the server sent.
-    fn usages(&self) -> Vec<(u64, u64)> {
+    /// (completion_tokens, prompt_tokens) of every chat completion the server
+    /// sent since the last call.
+    fn take_usages(&self) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        for conn in self.captured.lock().unwrap().iter() {
+        let conns = std::mem::take(&mut *self.captured.lock().unwrap());
+        for conn in conns.iter() {
             let bytes = conn.lock().unwrap().clone();
             for body in http_bodies(&bytes) {
                 let Ok(v) = serde_json::from_slice::<Value>(&body) else {
@@ -261,7 +263,7 @@ fn config(base_url: &str, rounds: u32) -> String {
 name = "served-e2e"
 mode = "faithful"
 objective = "comp"
-use_votes = true
+use_votes = false
 max_rounds = {rounds}
 seed = 7
 max_calls = 2
@@ -275,7 +277,7 @@ hard = 0
 source = "procedural"
 
 [generation]
-max_tokens = 100
+max_tokens = 80
 temperature = 0.8
 thinking = false
 
@@ -284,7 +286,7 @@ backend = "openai"
 base_url = "{base_url}"
 model = "smollm2"
 max_concurrency = 2
-timeout_s = 120
+timeout_s = 900
 retries = 2
 retry_backoff_s = 0.2
 max_string_chars = 60
@@ -353,6 +355,7 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
     };
 
     let mut runs = Vec::new();
+    let mut served_usage = Vec::new();
     for run in 0..2 {
         // A fresh server for each run, on the same port behind the same proxy.
         let server = LlamaServer::start(&bin, &model, port, tmp.path());
@@ -364,6 +367,7 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
         assert_eq!(result.rounds_played, 1);
         assert!(dir.join("COMPLETE").is_file());
         runs.push(dir);
+        served_usage.push(proxy.take_usages());
         drop(server);
     }
 
@@ -371,8 +375,8 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
     // charged round(T · k · S^α, 2).
     let recorded = calls(&runs[0]);
     assert!(
-        recorded.len() >= 4,
-        "votes and decisions of 2 agents: {}",
+        recorded.len() >= 2,
+        "decisions of 2 agents: {}",
         recorded.len()
     );
     let mut ours = Vec::new();
@@ -394,19 +398,24 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
         );
         ours.push((charged, c["prompt_tokens"].as_u64().unwrap()));
     }
-    // The first run's responses (the second run's are in the same capture).
-    let mut theirs = proxy.usages();
+    let mut theirs = served_usage[0].clone();
     assert_eq!(
         theirs.len(),
-        2 * ours.len(),
+        ours.len(),
         "one server response per recorded call"
     );
-    theirs.truncate(ours.len());
     ours.sort_unstable();
     theirs.sort_unstable();
     assert_eq!(
         ours, theirs,
         "charged and prompt counts equal the server's usage"
+    );
+
+    let mut second = served_usage[1].clone();
+    second.sort_unstable();
+    assert_eq!(
+        second, theirs,
+        "the second run's server usage is the first's"
     );
 
     // Fixed seed, one slot, fresh servers: the same records.
@@ -492,7 +501,10 @@ fn a_killed_server_leaves_invoke_errors_and_a_resumable_sweep() {
     assert!(!cell_dir.join("COMPLETE").exists());
     let recorded = calls(&cell_dir);
     assert!(
-        recorded.iter().any(|(e, _)| e["status"]["status"] == "ok"),
+        recorded
+            .iter()
+            .any(|(e, c)| e["status"]["status"] != "invoke_error"
+                && c["charged_tokens"].as_u64() > Some(0)),
         "the calls answered before the kill are kept"
     );
     let failed: Vec<&(Value, Value)> = recorded

@@ -14,7 +14,8 @@
 //!   `done` (the run folder's COMPLETE marker), `running` (a heartbeat newer
 //!   than [`STALE_AFTER`]), `failed` (an error recorded, a heartbeat gone
 //!   stale because the task was killed, or a run folder left incomplete), or
-//!   `pending` (never started).
+//!   `pending` (never started; `--submit` marks the array's cells `queued`
+//!   until their task starts).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -69,7 +70,8 @@ pub enum CellStatus {
     Done,
     Running(String),
     Failed(String),
-    Pending,
+    /// Never started; the note says when it is queued in a submitted array.
+    Pending(String),
 }
 
 impl CellStatus {
@@ -78,13 +80,13 @@ impl CellStatus {
             CellStatus::Done => "done",
             CellStatus::Running(_) => "running",
             CellStatus::Failed(_) => "failed",
-            CellStatus::Pending => "pending",
+            CellStatus::Pending(_) => "pending",
         }
     }
 
     /// Cells a new submission runs.
     pub fn to_run(&self) -> bool {
-        matches!(self, CellStatus::Failed(_) | CellStatus::Pending)
+        matches!(self, CellStatus::Failed(_) | CellStatus::Pending(_))
     }
 }
 
@@ -93,7 +95,7 @@ impl CellStatus {
 pub struct CellState {
     pub cell: usize,
     pub dir: PathBuf,
-    /// `running`, `done` or `failed`.
+    /// `queued` (in a submitted array), `running`, `done` or `failed`.
     pub state: String,
     pub host: String,
     pub pid: u32,
@@ -165,9 +167,14 @@ pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
                 ))
             }
         }
+        // Queued by a submission, and not started (else the cell would say so).
+        Some(s) if s.state == "queued" => CellStatus::Pending(format!(
+            "queued in job {}",
+            s.slurm_job.unwrap_or_else(|| "?".into())
+        )),
         // `done` without COMPLETE: the folder was changed since; or no state.
         _ if cell.dir.exists() => CellStatus::Failed("run folder incomplete (interrupted)".into()),
-        _ => CellStatus::Pending,
+        _ => CellStatus::Pending(String::new()),
     }
 }
 
@@ -198,8 +205,10 @@ pub fn status(file: &Path, out_override: Option<&Path>) -> anyhow::Result<ExitCo
     for (i, (c, s)) in cells.iter().zip(&statuses).enumerate() {
         let note = match s {
             CellStatus::Done => continue,
-            CellStatus::Pending => String::new(),
-            CellStatus::Running(n) | CellStatus::Failed(n) => format!("  {n}"),
+            CellStatus::Pending(n) if n.is_empty() => String::new(),
+            CellStatus::Pending(n) | CellStatus::Running(n) | CellStatus::Failed(n) => {
+                format!("  {n}")
+            }
         };
         println!("  {:<8} {:>4}  {}{note}", s.label(), i, c.dir.display());
     }
@@ -486,6 +495,35 @@ pub fn write_array(
         );
     }
     print!("{stdout}");
+    // Mark the array's cells queued, so --status tells them from cells never submitted.
+    let job_id = stdout
+        .split_whitespace()
+        .last()
+        .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
+        .map(String::from);
+    let started = now_unix();
+    for &i in &indices {
+        let cell = &cells[i];
+        let path = state_path(&out, &cell.dir);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        write_json_atomic(
+            &path,
+            &CellState {
+                cell: i,
+                dir: cell.dir.clone(),
+                state: "queued".into(),
+                host: hostname(),
+                pid: std::process::id(),
+                slurm_job: job_id.as_ref().map(|j| format!("{j}_{i}")),
+                started_unix: started,
+                heartbeat_unix: started,
+                error: None,
+            },
+        )?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -603,7 +641,15 @@ mod tests {
             .unwrap();
         };
         let pending = cell("seed_1");
-        assert_eq!(cell_status(&out, &pending, now), CellStatus::Pending);
+        assert_eq!(
+            cell_status(&out, &pending, now),
+            CellStatus::Pending(String::new())
+        );
+        let queued = cell("seed_7");
+        write(&queued, "queued", now - 9999, None);
+        let s = cell_status(&out, &queued, now);
+        assert_eq!(s, CellStatus::Pending("queued in job 12_3".into()));
+        assert!(s.to_run());
 
         let done = cell("seed_2");
         std::fs::create_dir_all(&done.dir).unwrap();

@@ -241,3 +241,159 @@ impl Backend for OpenAiBackend {
         self.down()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{ChatMessage, OutputFormat};
+    use crate::served::config::BackendKind;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    fn llm(url: &str) -> LlmConfig {
+        LlmConfig {
+            backend: BackendKind::Openai,
+            base_url: Some(url.into()),
+            retries: 0,
+            max_concurrency: 4,
+            ..Default::default()
+        }
+    }
+
+    fn names(pairs: &[(&str, &str)]) -> ServedNames {
+        let mut n = ServedNames::default();
+        n.add(
+            &llm("http://x"),
+            pairs.iter().map(|(k, v)| ("test".to_string(), *k, *v)),
+        )
+        .unwrap();
+        n
+    }
+
+    fn req(model: &str) -> ModelRequest {
+        ModelRequest {
+            model: model.into(),
+            agent_id: model.into(),
+            tag: "t".into(),
+            messages: vec![ChatMessage::user("hi")],
+            format: OutputFormat::Text,
+            params: Default::default(),
+            observation: serde_json::Value::Null,
+        }
+    }
+
+    /// Answers each request with its own `model` field as the content, after a
+    /// delay that makes earlier requests finish last; one thread per connection.
+    fn echo_server(requests: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for _ in 0..requests {
+                let Ok((s, _)) = listener.accept() else {
+                    return;
+                };
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(s.try_clone().unwrap());
+                    let mut len = 0;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    r.read_exact(&mut body).unwrap();
+                    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let model = v["model"].as_str().unwrap().to_string();
+                    let n: u64 = model.trim_start_matches('m').parse().unwrap();
+                    std::thread::sleep(Duration::from_millis(200 - 40 * n));
+                    let reply = serde_json::json!({
+                        "object": "chat.completion",
+                        "choices": [{"message": {"content": model}, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": n + 1},
+                    })
+                    .to_string();
+                    let mut s = s;
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                });
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_batch_is_sent_concurrently_and_answered_in_request_order() {
+        let url = echo_server(5);
+        let keys = ["k0", "k1", "k2", "k3", "k4"];
+        let served = ["m0", "m1", "m2", "m3", "m4"];
+        let pairs: Vec<(&str, &str)> = keys.iter().copied().zip(served).collect();
+        let client = client_for(&llm(&url)).unwrap();
+        let mut b = OpenAiBackend::with_client(&llm(&url), client, names(&pairs));
+        assert_eq!(
+            b.batch_key("k0"),
+            b.batch_key("k4"),
+            "one batch for every served model"
+        );
+        let batch: Vec<ModelRequest> = keys.iter().map(|k| req(k)).collect();
+        let start = Instant::now();
+        let out = b.generate(&batch);
+        // Five requests of 40..200 ms, four at a time: well under their 600 ms sum.
+        assert!(
+            start.elapsed() < Duration::from_millis(550),
+            "{:?}",
+            start.elapsed()
+        );
+        for (i, r) in out.iter().enumerate() {
+            let r = r.as_ref().unwrap();
+            assert_eq!(r.text, served[i]);
+            assert_eq!(r.usage.charged_tokens, i as u32 + 1);
+        }
+        assert!(b.unavailable().is_none());
+    }
+
+    #[test]
+    fn an_unreachable_server_is_an_error_before_anything_runs_and_stops_a_run() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}/v1");
+        let e = OpenAiBackend::connect(&llm(&url), names(&[("k", "m")]))
+            .err()
+            .expect("no server");
+        let msg = format!("{e:#}");
+        assert!(
+            msg.contains("cannot reach the model server") && msg.contains(&url),
+            "{msg}"
+        );
+
+        let client = client_for(&llm(&url)).unwrap();
+        let mut b = OpenAiBackend::with_client(&llm(&url), client, names(&[("k", "m")]));
+        let out = b.generate(&[req("k"), req("k")]);
+        assert!(out.iter().all(|r| r.is_err()));
+        let why = b.unavailable().expect("the server is marked unavailable");
+        assert!(why.contains("stopped answering"), "{why}");
+        let unknown = b.generate(&[req("other")]);
+        assert!(unknown[0]
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("not sent"));
+    }
+
+    #[test]
+    fn a_missing_api_key_variable_is_named() {
+        let mut c = llm("http://127.0.0.1:1/v1");
+        c.api_key_env = Some("JOULE_TEST_SURELY_UNSET_KEY".into());
+        let e = client_for(&c).err().expect("unset variable");
+        assert!(format!("{e}").contains("JOULE_TEST_SURELY_UNSET_KEY"));
+    }
+}
