@@ -9,6 +9,8 @@ pub mod race;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod serve_check;
+pub mod slurm;
 pub mod sweep;
 pub mod tokenize;
 

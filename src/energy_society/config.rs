@@ -360,6 +360,7 @@ impl SocietyConfig {
                 "expected at least 1, got 0".into(),
             ));
         }
+        crate::served::config::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
         if let JobsConfig::Mmlu { path } = &self.jobs {
             if path.trim().is_empty() {
                 return Err(err(

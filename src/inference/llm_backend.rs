@@ -345,6 +345,11 @@ impl LlmBackend {
                         finish: g.finish,
                         rendered_prompt: Some(rendered[i].clone()),
                         latency_ms,
+                        count_source: Some(crate::backend::CountSource {
+                            charged: "generated_tokens".into(),
+                            counted_by: "joule".into(),
+                            thinking: None,
+                        }),
                     })
                 }
                 Err(e) => Err(BackendError {
@@ -396,13 +401,14 @@ impl Backend for LlmBackend {
 }
 
 /// Routes `scripted:` keys to a scripted backend and every other key to the
-/// LLM backend, so one roster can mix scripted and model-backed agents.
-pub struct MixedBackend {
+/// model backend (local [`LlmBackend`] by default, or a served one), so one
+/// roster can mix scripted and model-backed agents.
+pub struct MixedBackend<L = LlmBackend> {
     pub scripted: crate::scripted::ScriptedBackend,
-    pub llm: LlmBackend,
+    pub llm: L,
 }
 
-impl Backend for MixedBackend {
+impl<L: Backend> Backend for MixedBackend<L> {
     fn name(&self) -> String {
         format!("scripted+{}", self.llm.name())
     }
@@ -424,6 +430,10 @@ impl Backend for MixedBackend {
             Some(_) => self.llm.generate(batch),
             None => Vec::new(),
         }
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.llm.unavailable()
     }
 }
 
@@ -450,6 +460,28 @@ pub struct LlmConfig {
     /// `strict` (default): constrained decoding enforces the scenario's strict
     /// schema (valid actions and ids only); `reference`: the reference's schema.
     pub schema: SchemaChoice,
+    // The fields below choose and configure a served backend (`src/served/`);
+    // `crate::served::config::validate` checks them.
+    /// `local` (default): models on candle in this process; `openai`: an
+    /// OpenAI-compatible server (Ollama, vLLM, llama-server).
+    pub backend: crate::served::config::BackendKind,
+    /// openai: the server's API root, e.g. `http://127.0.0.1:11434/v1`.
+    pub base_url: Option<String>,
+    /// openai: the environment variable that holds the API key (sent as a bearer token).
+    pub api_key_env: Option<String>,
+    /// openai: the served model name for every model-backed agent (else each
+    /// agent's roster `model_name`).
+    pub model: Option<String>,
+    /// openai: most requests in flight at once (a batch becomes that many concurrent requests).
+    pub max_concurrency: usize,
+    /// openai: seconds one request may take before it counts as failed.
+    pub timeout_s: f64,
+    /// openai: retries after a refused connection, a timeout, HTTP 5xx or malformed JSON.
+    pub retries: u32,
+    /// openai: seconds before the first retry, doubled for each next one (at most 30).
+    pub retry_backoff_s: f64,
+    /// openai: how a request turns thinking on or off.
+    pub thinking_switch: crate::served::config::ThinkingSwitch,
 }
 
 impl Default for LlmConfig {
@@ -463,6 +495,15 @@ impl Default for LlmConfig {
             stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
+            backend: Default::default(),
+            base_url: None,
+            api_key_env: None,
+            model: None,
+            max_concurrency: 8,
+            timeout_s: 900.0,
+            retries: 4,
+            retry_backoff_s: 1.0,
+            thinking_switch: Default::default(),
         }
     }
 }
