@@ -86,7 +86,8 @@ fn run_round(stand_ins: &str) -> Vec<serde_json::Value> {
     let dir = tempfile::tempdir().unwrap();
     let result = run_society(cfg, backend.as_mut(), Some(dir.path()), |_| {}).expect("run");
     assert_eq!(result.rounds_played, 1);
-    let events = joule::record::read_jsonl(dir.path().join("events.jsonl")).unwrap();
+    let events =
+        joule::energy_society::recorder::read_events(dir.path().join("events.jsonl")).unwrap();
     let c = CostModel {
         k: 0.015,
         alpha: 0.5,
