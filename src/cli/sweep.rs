@@ -46,6 +46,18 @@ pub struct SweepFile {
     pub out: Option<PathBuf>,
 }
 
+impl SweepFile {
+    /// Parse a sweep file's text; `file` names it in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> anyhow::Result<SweepFile> {
+        toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{file}: {}",
+                crate::energy_society::config::toml_message(&e, text)
+            )
+        })
+    }
+}
+
 /// One cell of the grid.
 #[derive(Debug, Clone)]
 pub struct Cell {
@@ -57,8 +69,7 @@ pub struct Cell {
 pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let sweep: SweepFile = toml::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.message()))?;
+    let sweep = SweepFile::from_toml_str(&text, &file.display().to_string())?;
     let base = file.parent().unwrap_or(Path::new("."));
     let out = out_override
         .map(Path::to_path_buf)

@@ -382,6 +382,16 @@ impl GgufInfo {
         })
     }
 
+    /// Read and check a header held in memory; `path` names it in errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8], opts: ReadOptions) -> Result<GgufInfo, GgufError> {
+        read_from(std::io::Cursor::new(bytes), bytes.len() as u64, path, opts).map_err(|problem| {
+            GgufError {
+                path: path.to_path_buf(),
+                problem,
+            }
+        })
+    }
+
     /// Check a file before handing it to candle: the same reads with every array skipped.
     pub fn validate(path: &Path) -> Result<GgufInfo, GgufError> {
         GgufInfo::read(path, ReadOptions { max_array_items: 0 })
@@ -586,8 +596,18 @@ impl<R: Read + Seek> Reader<R> {
 fn read_file(path: &Path, opts: ReadOptions) -> Result<GgufInfo, GgufProblem> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
+    read_from(BufReader::with_capacity(1 << 16, file), len, path, opts)
+}
+
+/// Parse a header from `inner`, which holds `len` bytes.
+fn read_from<R: Read + Seek>(
+    inner: R,
+    len: u64,
+    path: &Path,
+    opts: ReadOptions,
+) -> Result<GgufInfo, GgufProblem> {
     let mut r = Reader {
-        inner: BufReader::with_capacity(1 << 16, file),
+        inner,
         pos: 0,
         len,
         version: 3,
