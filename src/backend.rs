@@ -171,6 +171,26 @@ pub struct ModelResponse {
     /// Wall-clock milliseconds of this call.
     #[serde(default)]
     pub latency_ms: f64,
+    /// Who counted the tokens and which count the charge uses (recorded with the call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count_source: Option<CountSource>,
+}
+
+/// Where a response's token counts come from: which count is charged, and
+/// who counted it. Every recorded call carries one, so a charge can be traced
+/// to its origin (this process's decoder, a scripted draw, or a server's
+/// `usage` object).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountSource {
+    /// The count charged, named as its source names it
+    /// (`generated_tokens`, `usage.completion_tokens`, ...).
+    pub charged: String,
+    /// Who counted: `joule` (the local decoder), `scripted`, `replay`, or
+    /// `server <base_url>` for a served model.
+    pub counted_by: String,
+    /// Where `thinking_tokens` comes from, or why it is 0 (`not reported`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 /// A call that failed inside the backend (the reference's INVOKE_ERROR).
@@ -200,5 +220,13 @@ pub trait Backend {
     /// model (a stand-in) returns the same key for them.
     fn batch_key(&self, model: &str) -> String {
         model.to_string()
+    }
+    /// `Some(reason)` once the backend can answer nothing more (its server
+    /// stopped answering). The driver then stops every unfinished scenario at
+    /// its next model call, after the failed calls have been recorded, so a
+    /// run is left incomplete (and is rerun by a resumed sweep) instead of
+    /// being played to the end on errors.
+    fn unavailable(&self) -> Option<String> {
+        None
     }
 }

@@ -10,6 +10,7 @@
 //! - [`report`]: `joule report`, the Energy Society's aggregate metrics, tables and plots.
 //! - [`inference`]: local models on candle: manifests and sources, GGUF, tokenizers, chat
 //!   templates, architectures with per-agent KV caches, sampling, constrained JSON, generation.
+//! - [`served`]: model-backed agents on an OpenAI-compatible server (Ollama, vLLM, llama-server).
 //! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
 
@@ -20,7 +21,9 @@ pub mod energy;
 pub mod energy_society;
 pub mod inference;
 pub mod nprand;
+pub mod npy;
 pub mod race;
 pub mod record;
 pub mod report;
 pub mod scripted;
+pub mod served;

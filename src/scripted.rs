@@ -154,6 +154,11 @@ impl ScriptedBackend {
             finish: FinishReason::Scripted,
             rendered_prompt: None,
             latency_ms: 0.0,
+            count_source: Some(crate::backend::CountSource {
+                charged: "token draw".into(),
+                counted_by: "scripted".into(),
+                thinking: None,
+            }),
         })
     }
 }

@@ -8,7 +8,7 @@ use joule::backend::{FinishReason, GenParams};
 use joule::inference::generate::{
     generate, generate_batch, GenOptions, GenSeq, Generation, PromptTooLong, ThinkingDelims,
 };
-use joule::inference::model::{load_model, KvCache, SharedModel};
+use joule::inference::model::{load_model, SeqState, SharedModel};
 use std::path::PathBuf;
 
 fn model() -> SharedModel {
@@ -28,12 +28,12 @@ fn params(max_tokens: u32, temperature: f32, seed: u64) -> GenParams {
 }
 
 fn run(m: &SharedModel, prompt: &[u32], p: &GenParams, o: &GenOptions) -> Generation {
-    let mut cache = m.new_cache();
+    let mut cache = m.new_state();
     generate(
         m.as_ref(),
         GenSeq {
             prompt,
-            cache: &mut cache,
+            state: &mut cache,
             params: p,
             options: o,
             decode: None,
@@ -118,12 +118,12 @@ fn stop_strings_use_the_decode_callback() {
         ..params(12, 0.0, 0)
     };
     let o = GenOptions::default();
-    let mut cache = m.new_cache();
+    let mut cache = m.new_state();
     let g = generate(
         m.as_ref(),
         GenSeq {
             prompt: PROMPT,
-            cache: &mut cache,
+            state: &mut cache,
             params: &p,
             options: &o,
             decode: Some(&decode),
@@ -156,12 +156,12 @@ fn thinking_tokens_are_counted_between_delimiters() {
         ..GenOptions::default()
     };
     let p = params(6, 0.8, 1);
-    let mut cache = m.new_cache();
+    let mut cache = m.new_state();
     let g = generate(
         m.as_ref(),
         GenSeq {
             prompt: PROMPT,
-            cache: &mut cache,
+            state: &mut cache,
             params: &p,
             options: &o,
             decode: None,
@@ -185,13 +185,13 @@ fn batch_equals_one_by_one_and_caches_are_reused() {
         .zip(&ps)
         .map(|(pr, p)| run(&m, pr, p, &o))
         .collect();
-    let mut caches: Vec<KvCache> = (0..3).map(|_| m.new_cache()).collect();
+    let mut caches: Vec<SeqState> = (0..3).map(|_| m.new_state()).collect();
     let mut seqs: Vec<GenSeq> = caches
         .iter_mut()
         .zip(prompts.iter().zip(&ps))
         .map(|(c, (pr, p))| GenSeq {
             prompt: pr,
-            cache: c,
+            state: c,
             params: p,
             options: &o,
             decode: None,
@@ -216,7 +216,7 @@ fn batch_equals_one_by_one_and_caches_are_reused() {
         m.as_ref(),
         GenSeq {
             prompt: &next,
-            cache: &mut caches[0],
+            state: &mut caches[0],
             params: &p,
             options: &o,
             decode: None,
@@ -238,14 +238,14 @@ fn prompt_too_long_names_model_and_lengths() {
     let m = model();
     let ctx = m.info().context_length;
     let long: Vec<u32> = (0..ctx as u32).map(|i| i % 100).collect();
-    let mut cache = m.new_cache();
+    let mut cache = m.new_state();
     let p = params(4, 0.0, 0);
     let o = GenOptions::default();
     let err = generate(
         m.as_ref(),
         GenSeq {
             prompt: &long,
-            cache: &mut cache,
+            state: &mut cache,
             params: &p,
             options: &o,
             decode: None,

@@ -59,10 +59,10 @@ fn check_arch(arch: &str) {
     let n = g.tokens.len();
 
     // 1. One-shot prefill, logits at every position.
-    let mut cache = model.new_cache();
+    let mut cache = model.new_state();
     let mut step = [SeqStep {
         tokens: &g.tokens,
-        cache: &mut cache,
+        state: &mut cache,
         logits: Logits::All,
     }];
     let out = model.forward(&mut step).unwrap();
@@ -76,7 +76,7 @@ fn check_arch(arch: &str) {
 
     // 2. Prefill a prefix, then decode one token at a time through the cache.
     let split = 5;
-    let mut cache = model.new_cache();
+    let mut cache = model.new_state();
     let mut step = [SeqStep::new(&g.tokens[..split], &mut cache)];
     let out = model.forward(&mut step).unwrap();
     let d = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[split - 1]);
@@ -90,8 +90,8 @@ fn check_arch(arch: &str) {
     }
 
     // 3. A batch: two sequences at different positions with their own caches.
-    let mut c1 = model.new_cache();
-    let mut c2 = model.new_cache();
+    let mut c1 = model.new_state();
+    let mut c2 = model.new_state();
     let mut first = [SeqStep::new(&g.tokens[..8], &mut c1)];
     model.forward(&mut first).unwrap();
     let mut batch = [
@@ -104,7 +104,7 @@ fn check_arch(arch: &str) {
     assert!(d1 < TOL && d2 < TOL, "{arch}: batch: {d1} {d2}");
 
     // 4. Reusing a cache after truncation gives the same logits again.
-    c1.truncate(4);
+    assert_eq!(c1.rewind(4), 4);
     let mut step = [SeqStep::new(&g.tokens[4..7], &mut c1)];
     let out = model.forward(&mut step).unwrap();
     let d = max_abs_diff(&logits_to_vec(&out[0]).unwrap(), &g.logits[6]);
@@ -141,19 +141,19 @@ fn check_long_prompt(arch: &str) {
     let n = 250.min(model.info().context_length - 1);
     let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % vocab as u32).collect();
 
-    let mut one_shot = model.new_cache();
+    let mut one_shot = model.new_state();
     let mut step = [SeqStep {
         tokens: &tokens,
-        cache: &mut one_shot,
+        state: &mut one_shot,
         logits: Logits::All,
     }];
     let all = logits_to_vec(&model.forward(&mut step).unwrap()[0]).unwrap();
 
-    let mut pieces = model.new_cache();
+    let mut pieces = model.new_state();
     for (p, chunk) in tokens.chunks(25).enumerate() {
         let mut step = [SeqStep {
             tokens: chunk,
-            cache: &mut pieces,
+            state: &mut pieces,
             logits: Logits::All,
         }];
         let got = logits_to_vec(&model.forward(&mut step).unwrap()[0]).unwrap();
@@ -162,8 +162,8 @@ fn check_long_prompt(arch: &str) {
         assert!(d < TOL, "{arch}: piece {p}: max abs diff {d}");
     }
 
-    let mut long = model.new_cache();
-    let mut short = model.new_cache();
+    let mut long = model.new_state();
+    let mut short = model.new_state();
     let mut batch = [
         SeqStep::new(&tokens[..3], &mut short),
         SeqStep::new(&tokens, &mut long),

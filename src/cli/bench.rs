@@ -92,8 +92,8 @@ fn random_tokens(rng: &mut impl Rng, n: usize, vocab: usize) -> Vec<u32> {
 fn caches_at_depth(
     model: &dyn CausalLm,
     depth: &[Vec<u32>],
-) -> Result<Vec<crate::inference::model::KvCache>> {
-    let mut caches: Vec<_> = depth.iter().map(|_| model.new_cache()).collect();
+) -> Result<Vec<crate::inference::model::SeqState>> {
+    let mut caches: Vec<_> = depth.iter().map(|_| model.new_state()).collect();
     let mut steps: Vec<SeqStep<'_>> = depth
         .iter()
         .zip(caches.iter_mut())

@@ -92,12 +92,12 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         count_eos: !args.no_count_eos,
         ..GenOptions::default()
     };
-    let mut cache = model.new_cache();
+    let mut state = model.new_state();
     let g = generate(
         model.as_ref(),
         GenSeq {
             prompt: &prompt,
-            cache: &mut cache,
+            state: &mut state,
             params: &params,
             options: &options,
             decode: None,

@@ -3,11 +3,14 @@
 pub mod bench;
 pub mod generate;
 pub mod jobs;
+pub mod logits;
 pub mod models;
 pub mod race;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod serve_check;
+pub mod slurm;
 pub mod sweep;
 pub mod tokenize;
 
@@ -43,6 +46,8 @@ pub enum Command {
     Generate(generate::GenerateArgs),
     /// Measure prompt-processing and generation speed (llama-bench method).
     Bench(bench::BenchArgs),
+    /// Write a model's logits for token ids to a .npy file (debugging, golden checks).
+    Logits(logits::LogitsArgs),
     /// Model manifests and files: list, fetch, path, inspect.
     Models(models::ModelsArgs),
     /// The AI development race: run, sweep, audit, egt, report.
@@ -71,6 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Logits(a) => logits::run(a),
         Command::Models(args) => models::run(args),
         Command::Race(args) => race::run(args),
     }

@@ -1,4 +1,5 @@
-//! `joule models`: list the known models, fetch one, print its path, inspect a GGUF file.
+//! `joule models`: list the known models, fetch one, print its path, inspect a GGUF file,
+//! check a model server (`serve-check`, in `serve_check.rs`).
 //!
 //! Progress and notes go to stderr; stdout carries only the result, so scripts can use
 //! `path=$(joule models path smollm2-135m-instruct)`.
@@ -36,6 +37,9 @@ pub enum ModelsCommand {
     Path(FetchArgs),
     /// Print a GGUF file's metadata, tensor count, tensor types and parameter count.
     Inspect(InspectArgs),
+    /// List what an OpenAI-compatible server (Ollama, vLLM, llama-server) serves,
+    /// and check that it serves every model-backed agent of the given configs.
+    ServeCheck(super::serve_check::ServeCheckArgs),
 }
 
 #[derive(Args, Debug)]
@@ -125,6 +129,7 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
             };
             inspect(&path, &i, out)
         }
+        ModelsCommand::ServeCheck(a) => super::serve_check::run(a, out),
     }
 }
 
@@ -285,7 +290,7 @@ mod tests {
             ]
         );
         assert!(lines[1].starts_with("gemma4-e4b "));
-        assert!(lines[1].contains(" no "));
+        assert!(lines[1].contains(" yes "));
     }
 
     #[test]

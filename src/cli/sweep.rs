@@ -6,6 +6,8 @@
 //! agents at once on one driver, so their model calls batch together; cells
 //! share a backend only when their whole backend configuration agrees
 //! ([`backend_key`]).
+//! `--slurm`, `--cell` and `--status` (cluster job arrays, one cell, the
+//! state of every cell) live in `slurm.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::recorder::Recorder;
-use crate::energy_society::runner::{backend_for, job_source, run_many, MakeJobs};
+use crate::energy_society::runner::{backend_for, backend_for_all, job_source, run_many, MakeJobs};
 use crate::scripted::SCRIPTED_PREFIX;
 
 #[derive(Args, Debug)]
@@ -33,6 +35,18 @@ pub struct SweepArgs {
     /// Output folder (overrides the file's `out`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Run only the cell with this index (config order, then seed order);
+    /// what each task of a Slurm job array runs.
+    #[arg(long, conflicts_with_all = ["slurm", "status"])]
+    pub cell: Option<usize>,
+    /// Show which cells are done, running, failed or pending, from the run folders.
+    #[arg(long, conflicts_with = "slurm")]
+    pub status: bool,
+    /// Write an sbatch script for a Slurm job array of the cells still to run.
+    #[arg(long)]
+    pub slurm: bool,
+    #[command(flatten)]
+    pub sbatch: super::slurm::SlurmArgs,
 }
 
 /// The sweep file.
@@ -65,16 +79,29 @@ pub struct Cell {
     pub dir: PathBuf,
 }
 
-/// Expand a sweep file into its cells (config order, then seed order).
-pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
+fn read_sweep(file: &Path) -> anyhow::Result<SweepFile> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let sweep = SweepFile::from_toml_str(&text, &file.display().to_string())?;
-    let base = file.parent().unwrap_or(Path::new("."));
-    let out = out_override
+    SweepFile::from_toml_str(&text, &file.display().to_string())
+}
+
+fn sweep_out(file: &Path, sweep: &SweepFile, out_override: Option<&Path>) -> PathBuf {
+    out_override
         .map(Path::to_path_buf)
         .or(sweep.out.clone())
-        .unwrap_or_else(|| PathBuf::from("runs").join(SocietyConfig::folder_name(file)));
+        .unwrap_or_else(|| PathBuf::from("runs").join(SocietyConfig::folder_name(file)))
+}
+
+/// The sweep's output folder: `--out`, else the file's `out`, else `runs/<file name>`.
+pub fn out_dir(file: &Path, out_override: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(sweep_out(file, &read_sweep(file)?, out_override))
+}
+
+/// Expand a sweep file into its cells (config order, then seed order).
+pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
+    let sweep = read_sweep(file)?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let out = sweep_out(file, &sweep, out_override);
     let mut cells = Vec::new();
     for c in &sweep.configs {
         let path = base.join(c);
@@ -191,7 +218,8 @@ pub fn run_cells(
         }
     }
     for (_, group) in groups {
-        let mut backend = match backend_for(&group[0].config) {
+        let configs: Vec<SocietyConfig> = group.iter().map(|c| c.config.clone()).collect();
+        let mut backend = match backend_for_all(&configs) {
             Ok(b) => b,
             Err(e) => {
                 for c in &group {
@@ -233,6 +261,15 @@ pub fn run_cells(
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
+    if args.status {
+        return super::slurm::status(&args.file, args.out.as_deref());
+    }
+    if let Some(i) = args.cell {
+        return super::slurm::run_cell(&args.file, args.out.as_deref(), i);
+    }
+    if args.slurm {
+        return super::slurm::write_array(&args.file, args.out.as_deref(), &args.sbatch);
+    }
     let cells = cells(&args.file, args.out.as_deref())?;
     let (ran, skipped) = run_cells(cells, args.jobs, false, &job_source)?;
     println!(

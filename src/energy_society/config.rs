@@ -393,6 +393,7 @@ impl SocietyConfig {
                 ));
             }
         }
+        crate::served::config::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
         if let JobsConfig::Mmlu { path } = &self.jobs {
             if path.trim().is_empty() {
                 return Err(err(

@@ -334,6 +334,11 @@ impl ReplayBackend {
             finish: FinishReason::Scripted,
             rendered_prompt: None,
             latency_ms: 0.0,
+            count_source: Some(crate::backend::CountSource {
+                charged: "recorded tokens".into(),
+                counted_by: "replay".into(),
+                thinking: None,
+            }),
         })
     }
 }

@@ -41,21 +41,39 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
 }
 
 /// The backend of a config: scripted policies for `scripted:<policy>` agents and,
-/// when the roster has model-backed agents, local models on candle (`[llm]`).
+/// when the roster has model-backed agents, the `[llm]` section's backend (local
+/// models on candle, or a model server, whose models are checked here).
 pub fn backend_for(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn Backend>> {
+    backend_for_all(std::slice::from_ref(cfg))
+}
+
+/// One backend for several configs that share their `[llm]` and `[scripted]`
+/// sections (the cells of a sweep): a served backend learns every roster's
+/// served model names.
+pub fn backend_for_all(cfgs: &[SocietyConfig]) -> anyhow::Result<Box<dyn Backend>> {
+    let cfg = cfgs.first().context("no config to build a backend for")?;
     let scripted = scripted_backend(cfg.scripted.tokens.clone(), cfg.scripted.skill);
-    if cfg
-        .roster
+    if cfgs
         .iter()
+        .flat_map(|c| &c.roster)
         .all(|a| a.model.starts_with(SCRIPTED_PREFIX))
     {
         return Ok(Box::new(scripted));
     }
-    let llm = cfg.llm.backend()?;
-    Ok(Box::new(crate::inference::llm_backend::MixedBackend {
-        scripted,
-        llm,
-    }))
+    let mut names = crate::served::config::ServedNames::default();
+    for c in cfgs {
+        names.add(
+            &cfg.llm,
+            c.roster.iter().enumerate().map(|(i, a)| {
+                (
+                    format!("{}: roster[{i}]", c.name),
+                    a.model.as_str(),
+                    a.model_name.as_str(),
+                )
+            }),
+        )?;
+    }
+    crate::served::mixed_backend(&cfg.llm, scripted, names)
 }
 
 /// Makes the job source of a config (normally [`job_source`]); shared by a

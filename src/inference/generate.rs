@@ -1,10 +1,18 @@
 //! Token generation with exact counts, for one sequence or a batch of
-//! sequences decoded together step by step (each with its own KV cache,
-//! sampler and stop rules).
+//! sequences decoded together step by step (each with its own sequence
+//! state, sampler and stop rules).
+//!
+//! Prefix reuse: a sequence resumes from the longest prefix of its prompt
+//! that its state can really return to ([`SeqState::rewind`]). For models
+//! with recurrent layers the prompt is fed in pieces that end at multiples
+//! of the state's snapshot interval and just before the prompt's last
+//! token, with a snapshot after each piece, so a later prompt that shares
+//! the prefix (a retry, the next round's prompt) resumes from a snapshot
+//! instead of recomputing.
 //!
 //! Counting rules (what [`Generation::usage`] reports):
-//! - `prompt_tokens`: every token of the prompt, including the part whose
-//!   keys/values were reused from the sequence's cache.
+//! - `prompt_tokens`: every token of the prompt, including the part reused
+//!   from the sequence's state.
 //! - `generated_tokens`: every sampled token, thinking included. The token
 //!   that ends generation (an end-of-generation id: EOS, `<|im_end|>`, ...)
 //!   is included when `count_eos` is true, which is the default because it
@@ -20,7 +28,7 @@
 //!   extra stop ids), at a stop string (`Stop`), or when the context is full
 //!   (`Length`).
 
-use super::model::{logits_to_vec, CausalLm, KvCache, SeqStep};
+use super::model::{logits_to_vec, CausalLm, SeqState, SeqStep};
 use super::sampler::{Sampler, SamplingParams};
 use crate::backend::{FinishReason, GenParams, TokenUsage};
 use anyhow::{bail, Result};
@@ -73,7 +81,7 @@ impl<F: FnMut(&[u32]) -> Result<Option<Vec<bool>>>> TokenMask for F {
 /// One sequence of a batch.
 pub struct GenSeq<'a> {
     pub prompt: &'a [u32],
-    pub cache: &'a mut KvCache,
+    pub state: &'a mut SeqState,
     pub params: &'a GenParams,
     pub options: &'a GenOptions,
     /// Decodes token ids to text; needed for `params.stop` strings.
@@ -87,7 +95,7 @@ pub struct Generation {
     /// Every sampled token, including the one that ended generation.
     pub tokens: Vec<u32>,
     pub prompt_tokens: u32,
-    /// Prompt tokens whose keys/values came from the cache.
+    /// Prompt tokens reused from the sequence's state (not recomputed).
     pub cached_prompt_tokens: u32,
     pub generated_tokens: u32,
     pub thinking_tokens: u32,
@@ -139,6 +147,33 @@ struct State {
     in_think: bool,
     max_stop_chars: usize,
     done: bool,
+    /// Prompt pieces still to feed (ranges of the prompt), in order.
+    pieces: std::collections::VecDeque<std::ops::Range<usize>>,
+}
+
+/// Split `prompt[reuse..]` into the pieces a sequence feeds: one piece for
+/// attention-only states; for recurrent ones, pieces ending at multiples of
+/// the snapshot interval and at `n - 1` (a snapshot follows each piece but
+/// the last, which is the prompt's last token).
+fn prompt_pieces(state: &SeqState, reuse: usize, n: usize) -> Vec<std::ops::Range<usize>> {
+    if !state.is_recurrent() || n - reuse < 2 {
+        return vec![reuse..n];
+    }
+    let every = state.policy().every.max(1);
+    let mut cuts: Vec<usize> = ((reuse / every + 1) * every..n - 1)
+        .step_by(every)
+        .collect();
+    cuts.push(n - 1);
+    cuts.push(n);
+    let mut out = Vec::with_capacity(cuts.len());
+    let mut from = reuse;
+    for c in cuts {
+        if c > from {
+            out.push(from..c);
+            from = c;
+        }
+    }
+    out
 }
 
 /// Generate for one sequence. See [`generate_batch`].
@@ -150,8 +185,8 @@ pub fn generate(model: &dyn CausalLm, seq: GenSeq<'_>) -> Result<Generation> {
 }
 
 /// Generate for several sequences at once: prefill all, then advance every
-/// unfinished sequence by one token per step, each in its own cache. Each
-/// sequence reuses the longest prefix of its prompt already in its cache.
+/// unfinished sequence by one token per step, each in its own state. Each
+/// sequence reuses the longest prefix of its prompt its state can return to.
 /// Returns one result per sequence, in order; a failing sequence does not
 /// stop the others.
 pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Result<Generation>> {
@@ -161,7 +196,7 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
     let mut states: Vec<Option<State>> = Vec::with_capacity(seqs.len());
     let mut feeds: Vec<Vec<u32>> = Vec::with_capacity(seqs.len());
     for (i, s) in seqs.iter_mut().enumerate() {
-        let ctx = ctx.min(s.cache.max_len());
+        let ctx = ctx.min(s.state.max_len());
         let n = s.prompt.len();
         if n == 0 {
             results[i] = Some(Err(anyhow::anyhow!("model `{name}`: empty prompt")));
@@ -182,9 +217,10 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
             feeds.push(Vec::new());
             continue;
         }
-        let reuse = s.cache.common_prefix(s.prompt).min(n - 1);
-        s.cache.truncate(reuse);
-        feeds.push(s.prompt[reuse..].to_vec());
+        let want = s.state.common_prefix(s.prompt).min(n - 1);
+        let reuse = s.state.rewind(want);
+        let pieces = prompt_pieces(s.state, reuse, n);
+        feeds.push(Vec::new());
         states.push(Some(State {
             sampler: Sampler::new(SamplingParams::from_gen_params(s.params)),
             history: s.prompt.to_vec(),
@@ -200,7 +236,9 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
                 prefill_ms: 0.0,
                 decode_ms: 0.0,
             },
-            in_think: s.options.thinking.is_some_and(|t| t.starts_inside),
+            // The prompt opens the block only when this request thinks: with
+            // thinking off such templates close an empty block in the prompt.
+            in_think: s.params.thinking && s.options.thinking.is_some_and(|t| t.starts_inside),
             max_stop_chars: s
                 .params
                 .stop
@@ -209,10 +247,10 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
                 .max()
                 .unwrap_or(0),
             done: s.params.max_tokens == 0,
+            pieces: pieces.into(),
         }));
     }
 
-    let mut first = true;
     loop {
         // Sequences that still need a forward pass this step.
         let active: Vec<usize> = (0..seqs.len())
@@ -221,15 +259,35 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
         if active.is_empty() {
             break;
         }
+        // What each active sequence feeds: its next prompt piece, or the
+        // token it sampled last.
+        let mut prefill = vec![false; seqs.len()];
+        let mut snap_after = vec![false; seqs.len()];
+        for &i in &active {
+            let st = states[i].as_mut().expect("active sequences have state");
+            if let Some(r) = st.pieces.pop_front() {
+                feeds[i] = seqs[i].prompt[r].to_vec();
+                prefill[i] = true;
+                snap_after[i] = !st.pieces.is_empty();
+            }
+        }
         let t0 = Instant::now();
         let logits = run_step(model, seqs, &feeds, &active);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         for (&i, lg) in active.iter().zip(logits) {
             let st = states[i].as_mut().expect("active sequences have state");
-            if first {
+            if prefill[i] {
                 st.gen.prefill_ms += ms;
             } else {
                 st.gen.decode_ms += ms;
+            }
+            if snap_after[i] {
+                // A piece of the prompt before its last token: no sampling yet.
+                match lg {
+                    Ok(_) => seqs[i].state.snapshot(),
+                    Err(e) => results[i] = Some(Err(e)),
+                }
+                continue;
             }
             let step = match lg {
                 Ok(lg) => advance(st, &mut seqs[i], &lg, ctx),
@@ -241,7 +299,6 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
                 Err(e) => results[i] = Some(Err(e)),
             }
         }
-        first = false;
     }
     results
         .into_iter()
@@ -271,7 +328,7 @@ fn run_step(
     let mut steps: Vec<SeqStep<'_>> = picked
         .iter_mut()
         .zip(active)
-        .map(|(s, &i)| SeqStep::new(&feeds[i], s.cache))
+        .map(|(s, &i)| SeqStep::new(&feeds[i], s.state))
         .collect();
     match model.forward(&mut steps) {
         Ok(out) => out.iter().map(logits_to_vec).collect(),
@@ -351,7 +408,7 @@ fn advance(
         st.gen.finish = FinishReason::Length;
         return Ok(None);
     }
-    if seq.cache.len() + 1 > ctx.min(seq.cache.max_len()) {
+    if seq.state.len() + 1 > ctx.min(seq.state.max_len()) {
         st.gen.finish = FinishReason::Length;
         return Ok(None);
     }

@@ -4,8 +4,9 @@
 //! splits thinking from the answer and returns exact token counts.
 //!
 //! Models are loaded once per model key and shared; every agent keeps its own
-//! KV cache (keyed by model and agent id), so the longest common prefix of an
-//! agent's consecutive prompts is not recomputed. A batch is decoded together
+//! sequence state (keyed by model and agent id: keys/values, recurrent
+//! states and their snapshots), so the longest common prefix of an agent's
+//! consecutive prompts that the state can return to is not recomputed. A batch is decoded together
 //! with [`generate_batch`].
 
 use std::collections::HashMap;
@@ -22,7 +23,7 @@ use crate::backend::{
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
 use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
-use crate::inference::model::{load_model, KvCache, SharedModel};
+use crate::inference::model::{load_model, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
 
@@ -47,6 +48,8 @@ pub struct LlmOptions {
     pub max_thinking_tokens: Option<usize>,
     /// Overrides model keys with a file path (e.g. every roster model → SmolLM2).
     pub stand_in: Option<PathBuf>,
+    /// Per-model overrides (model key → file), taking precedence over `stand_in`.
+    pub stand_ins: std::collections::BTreeMap<String, PathBuf>,
     /// Longest string (in characters) constrained decoding allows where the
     /// schema sets no `maxLength`, so an answer completes within `max_tokens`.
     pub max_string_chars: Option<usize>,
@@ -61,6 +64,7 @@ impl Default for LlmOptions {
             count_eos: true,
             max_thinking_tokens: None,
             stand_in: None,
+            stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
         }
@@ -117,7 +121,7 @@ pub struct LlmBackend {
     device: Device,
     options: LlmOptions,
     loaded: HashMap<String, Loaded>,
-    caches: HashMap<(String, String), KvCache>,
+    caches: HashMap<(String, String), SeqState>,
 }
 
 impl LlmBackend {
@@ -134,8 +138,8 @@ impl LlmBackend {
         if self.loaded.contains_key(key) {
             return Ok(());
         }
-        let path = match &self.options.stand_in {
-            Some(p) => p.clone(),
+        let path = match key.strip_prefix("stand-in:") {
+            Some(p) => PathBuf::from(p),
             None => crate::inference::sources::resolve_model(key)
                 .with_context(|| format!("locating model `{key}`"))?,
         };
@@ -195,10 +199,16 @@ impl LlmBackend {
         Ok(())
     }
 
-    /// The key a request's model is loaded and batched under: the stand-in
-    /// file when one replaces every model, else the model name.
+    /// The key a request's model is loaded and batched under: its own
+    /// stand-in file, else the stand-in that replaces every model, else the
+    /// model name.
     fn model_key(&self, model: &str) -> String {
-        match &self.options.stand_in {
+        match self
+            .options
+            .stand_ins
+            .get(model)
+            .or(self.options.stand_in.as_ref())
+        {
             Some(p) => format!("stand-in:{}", p.display()),
             None => model.to_string(),
         }
@@ -248,7 +258,7 @@ impl LlmBackend {
         }
 
         // Per-agent caches; a second request of the same agent in one batch gets a fresh one.
-        let mut caches: Vec<KvCache> = Vec::with_capacity(batch.len());
+        let mut caches: Vec<SeqState> = Vec::with_capacity(batch.len());
         let mut keys: Vec<Option<(String, String)>> = Vec::with_capacity(batch.len());
         for r in batch {
             let k = (key.clone(), r.agent_id.clone());
@@ -258,11 +268,11 @@ impl LlmBackend {
                     keys.push(Some(k));
                 }
                 None if keys.iter().any(|x| x.as_ref() == Some(&k)) => {
-                    caches.push(lm.model.new_cache());
+                    caches.push(lm.model.new_state());
                     keys.push(None);
                 }
                 None => {
-                    caches.push(lm.model.new_cache());
+                    caches.push(lm.model.new_state());
                     keys.push(Some(k));
                 }
             }
@@ -303,7 +313,7 @@ impl LlmBackend {
         {
             seqs.push(GenSeq {
                 prompt,
-                cache,
+                state: cache,
                 params: &r.params,
                 options: &lm.options,
                 decode: Some(&decode),
@@ -335,6 +345,11 @@ impl LlmBackend {
                         finish: g.finish,
                         rendered_prompt: Some(rendered[i].clone()),
                         latency_ms,
+                        count_source: Some(crate::backend::CountSource {
+                            charged: "generated_tokens".into(),
+                            counted_by: "joule".into(),
+                            thinking: None,
+                        }),
                     })
                 }
                 Err(e) => Err(BackendError {
@@ -386,13 +401,14 @@ impl Backend for LlmBackend {
 }
 
 /// Routes `scripted:` keys to a scripted backend and every other key to the
-/// LLM backend, so one roster can mix scripted and model-backed agents.
-pub struct MixedBackend {
+/// model backend (local [`LlmBackend`] by default, or a served one), so one
+/// roster can mix scripted and model-backed agents.
+pub struct MixedBackend<L = LlmBackend> {
     pub scripted: crate::scripted::ScriptedBackend,
-    pub llm: LlmBackend,
+    pub llm: L,
 }
 
-impl Backend for MixedBackend {
+impl<L: Backend> Backend for MixedBackend<L> {
     fn name(&self) -> String {
         format!("scripted+{}", self.llm.name())
     }
@@ -415,6 +431,10 @@ impl Backend for MixedBackend {
             None => Vec::new(),
         }
     }
+
+    fn unavailable(&self) -> Option<String> {
+        self.llm.unavailable()
+    }
 }
 
 /// The `[llm]` section of an experiment config: how model-backed agents run.
@@ -432,11 +452,36 @@ pub struct LlmConfig {
     /// Run every model-backed agent on this model (a manifest name or GGUF path)
     /// instead of its own, keeping each agent's size S for the costs.
     pub stand_in: Option<String>,
+    /// Per-model stand-ins (`[llm.stand_ins]`: roster model → manifest name
+    /// or GGUF path), taking precedence over `stand_in`.
+    pub stand_ins: std::collections::BTreeMap<String, String>,
     /// Longest string constrained decoding allows where the schema sets no maxLength.
     pub max_string_chars: Option<usize>,
     /// `strict` (default): constrained decoding enforces the scenario's strict
     /// schema (valid actions and ids only); `reference`: the reference's schema.
     pub schema: SchemaChoice,
+    // The fields below choose and configure a served backend (`src/served/`);
+    // `crate::served::config::validate` checks them.
+    /// `local` (default): models on candle in this process; `openai`: an
+    /// OpenAI-compatible server (Ollama, vLLM, llama-server).
+    pub backend: crate::served::config::BackendKind,
+    /// openai: the server's API root, e.g. `http://127.0.0.1:11434/v1`.
+    pub base_url: Option<String>,
+    /// openai: the environment variable that holds the API key (sent as a bearer token).
+    pub api_key_env: Option<String>,
+    /// openai: the served model name for every model-backed agent (else each
+    /// agent's roster `model_name`).
+    pub model: Option<String>,
+    /// openai: most requests in flight at once (a batch becomes that many concurrent requests).
+    pub max_concurrency: usize,
+    /// openai: seconds one request may take before it counts as failed.
+    pub timeout_s: f64,
+    /// openai: retries after a refused connection, a timeout, HTTP 5xx or malformed JSON.
+    pub retries: u32,
+    /// openai: seconds before the first retry, doubled for each next one (at most 30).
+    pub retry_backoff_s: f64,
+    /// openai: how a request turns thinking on or off.
+    pub thinking_switch: crate::served::config::ThinkingSwitch,
 }
 
 impl Default for LlmConfig {
@@ -447,8 +492,18 @@ impl Default for LlmConfig {
             count_eos: true,
             max_thinking_tokens: Some(512),
             stand_in: None,
+            stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
+            backend: Default::default(),
+            base_url: None,
+            api_key_env: None,
+            model: None,
+            max_concurrency: 8,
+            timeout_s: 900.0,
+            retries: 4,
+            retry_backoff_s: 1.0,
+            thinking_switch: Default::default(),
         }
     }
 }
@@ -464,6 +519,12 @@ impl LlmConfig {
             ),
             None => None,
         };
+        let mut stand_ins = std::collections::BTreeMap::new();
+        for (model, s) in &self.stand_ins {
+            let path = crate::inference::sources::resolve_model(s)
+                .with_context(|| format!("llm.stand_ins.\"{model}\" = `{s}`"))?;
+            stand_ins.insert(model.clone(), path);
+        }
         Ok(LlmBackend::new(
             device,
             LlmOptions {
@@ -471,6 +532,7 @@ impl LlmConfig {
                 count_eos: self.count_eos,
                 max_thinking_tokens: self.max_thinking_tokens,
                 stand_in,
+                stand_ins,
                 max_string_chars: self.max_string_chars,
                 schema: self.schema,
             },

@@ -38,8 +38,9 @@ use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// Architectures (GGUF `general.architecture`) that the candle engine implements.
-pub const ENGINE_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3"];
+/// Architectures (GGUF `general.architecture`) that the candle engine implements:
+/// the ones [`crate::inference::model::load_model`] dispatches on.
+pub const ENGINE_ARCHITECTURES: &[&str] = crate::inference::model::ARCHITECTURES;
 
 /// The environment variable naming a folder of user manifests.
 pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
@@ -746,11 +747,11 @@ tag = "mini:1b"
         assert_eq!(
             table,
             [
-                ("gemma4-e4b", "gemma4", false, 4.0, Some("gemma4:e4b")),
+                ("gemma4-e4b", "gemma4", true, 4.0, Some("gemma4:e4b")),
                 (
                     "nemotron-3-nano-4b",
                     "nemotron_h",
-                    false,
+                    true,
                     4.0,
                     Some("nemotron-3-nano:4b")
                 ),
@@ -762,8 +763,8 @@ tag = "mini:1b"
                     Some("qwen2.5:7b-instruct")
                 ),
                 ("qwen3-8b", "qwen3", true, 8.0, Some("qwen3:8b")),
-                ("qwen3.5-4b", "qwen35", false, 4.0, Some("qwen3.5:4b")),
-                ("qwen3.5-9b", "qwen35", false, 9.0, Some("qwen3.5:9b")),
+                ("qwen3.5-4b", "qwen35", true, 4.0, Some("qwen3.5:4b")),
+                ("qwen3.5-9b", "qwen35", true, 9.0, Some("qwen3.5:9b")),
                 ("smollm2-135m-instruct", "llama", true, 0.135, None),
             ]
         );
@@ -785,6 +786,22 @@ tag = "mini:1b"
         assert!(q3.thinking.supported && q3.thinking.default_on);
         assert_eq!(q3.thinking.start.as_deref(), Some("<think>"));
         assert_eq!(q3.thinking.end.as_deref(), Some("</think>"));
+        let n = c.get("nemotron-3-nano:4b").unwrap();
+        n.ensure_implemented().unwrap();
+        assert!(n.thinking.supported && n.thinking.default_on);
+        assert_eq!(
+            n.thinking.template_switch.as_deref(),
+            Some("enable_thinking")
+        );
+        assert_eq!(
+            n.sources[1],
+            Source::Hf {
+                repo: "nvidia/NVIDIA-Nemotron-3-Nano-4B-GGUF".into(),
+                file: "NVIDIA-Nemotron3-Nano-4B-Q4_K_M.gguf".into(),
+                revision: "main".into(),
+                sha256: None,
+            }
+        );
         let g = c.get("gemma4-e4b").unwrap();
         assert!(g.thinking.supported && !g.thinking.default_on);
         assert_eq!(g.thinking.start.as_deref(), Some("<|channel>thought\n"));
@@ -847,11 +864,14 @@ tag = "mini:1b"
     fn inconsistent_values_are_refused() {
         let e = err(&GOOD.replace("implemented = true", "implemented = false"));
         assert!(e.contains("needs a `note`"), "{e}");
-        let e = err(&GOOD.replace("\"llama\"", "\"gemma4\""));
+        let e = err(&GOOD.replace("\"llama\"", "\"rwkv7\""));
         assert_eq!(
             e,
-            "/m/mini.toml: implemented = true, but the candle engine does not implement \
-             architecture \"gemma4\" (it implements llama, qwen2, qwen3)"
+            format!(
+                "/m/mini.toml: implemented = true, but the candle engine does not implement \
+                 architecture \"rwkv7\" (it implements {})",
+                ENGINE_ARCHITECTURES.join(", ")
+            )
         );
         let e = err(&GOOD.replace("size_b = 0.5", "size_b = 0"));
         assert!(e.contains("size_b = 0: expected a positive number"), "{e}");
@@ -867,19 +887,28 @@ tag = "mini:1b"
 
     #[test]
     fn unimplemented_architecture_says_what_is_missing() {
-        let c = Catalog::embedded().unwrap();
-        let e = c
-            .get("qwen3.5-9b")
-            .unwrap()
-            .ensure_implemented()
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("models/qwen3.5-9b.toml (built in): model `qwen3.5-9b` has architecture `qwen35`, which the candle engine does not implement: the candle engine has no qwen35 model yet"), "{e}");
+        let m = parse(
+            &GOOD
+                .replace("architecture = \"llama\"", "architecture = \"rwkv7\"")
+                .replace(
+                    "implemented = true",
+                    "implemented = false\nnote = \"no rwkv7 model yet\"",
+                ),
+        )
+        .unwrap();
+        let e = m.ensure_implemented().unwrap_err().to_string();
+        assert!(e.starts_with("/m/mini.toml: model `mini` has architecture `rwkv7`, which the candle engine does not implement: no rwkv7 model yet"), "{e}");
         assert!(
-            e.contains("Implemented architectures: llama, qwen2, qwen3."),
+            e.contains(&format!(
+                "Implemented architectures: {}.",
+                ENGINE_ARCHITECTURES.join(", ")
+            )),
             "{e}"
         );
+        let c = Catalog::embedded().unwrap();
         c.get("qwen3-8b").unwrap().ensure_implemented().unwrap();
+        c.get("qwen3.5-4b").unwrap().ensure_implemented().unwrap();
+        c.get("qwen3.5-9b").unwrap().ensure_implemented().unwrap();
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod models;
 pub mod quant_matmul;
 pub mod sampler;
 pub mod sources;
+pub mod state;
 pub mod thinking;
 pub mod tokenizer;
 pub mod wheel;

@@ -128,6 +128,8 @@ impl ExperimentConfig {
             anyhow::ensure!(!l.seats.is_empty(), "lineup `{}` has no seats", l.name);
         }
         anyhow::ensure!(!self.p_max.is_empty(), "`p_max` must not be empty");
+        crate::served::config::validate(&self.llm)
+            .map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
         for &p in &self.p_max {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&p),

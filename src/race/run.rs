@@ -34,7 +34,9 @@ pub struct RunSummary {
 }
 
 /// A backend for the config's models: scripted policies for `scripted:<policy>`
-/// seats and, when a lineup names a model, local models on candle (`[llm]`).
+/// seats and, when a lineup names a model, the `[llm]` backend (local models on
+/// candle, or a model server that serves each seat's model key under that name,
+/// or under `llm.model`).
 pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
     let models: BTreeSet<&str> = cfg
         .lineups
@@ -45,11 +47,14 @@ pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
     if models.iter().all(|m| m.starts_with(SCRIPTED_PREFIX)) {
         return Ok(Box::new(scripted));
     }
-    let llm = cfg.llm.backend()?;
-    Ok(Box::new(crate::inference::llm_backend::MixedBackend {
-        scripted,
-        llm,
-    }))
+    let mut names = crate::served::config::ServedNames::default();
+    names.add(
+        &cfg.llm,
+        models
+            .iter()
+            .map(|m| (format!("lineup seat `{m}`"), *m, *m)),
+    )?;
+    crate::served::mixed_backend(&cfg.llm, scripted, names)
 }
 
 /// The scripted backend with every race policy registered.

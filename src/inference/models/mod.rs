@@ -1,9 +1,19 @@
-//! Model architectures, one file per family. `decoder` holds the parts the
-//! standard decoder-only transformer families share; each family file says
-//! which parts its architecture uses and reads its own hyperparameters.
+//! Model architectures, one file per family. `nn` holds the building blocks
+//! every file uses (projections, norms, rotary tables, attention, the tensor
+//! loader); `decoder` the standard decoder-only transformer that the llama,
+//! qwen2, qwen3 and gemma3 files configure; hybrids have files of their own
+//! (`qwen35` over the gated delta rule in `delta_net`, `nemotron_h` over the
+//! Mamba-2 scan in `mamba2`, `gemma4` with per-layer embeddings and shared
+//! keys/values).
 
 pub mod decoder;
+pub mod delta_net;
 pub mod gemma3;
+pub mod gemma4;
 pub mod llama;
+pub mod mamba2;
+pub mod nemotron_h;
+pub mod nn;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen35;

@@ -1,0 +1,127 @@
+//! `joule models serve-check [URL] [--config FILE]...`: list the models an
+//! OpenAI-compatible server serves and check that it serves every
+//! model-backed agent of the given Energy Society configs or sweep files
+//! (under `llm.model`, or each agent's `model_name`), before a long sweep
+//! starts. Fails, naming each missing model, when one is not served.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::cli::sweep::cells;
+use crate::energy_society::config::SocietyConfig;
+use crate::inference::llm_backend::LlmConfig;
+use crate::served::api::lists_model;
+use crate::served::config::{BackendKind, ServedNames};
+use crate::served::openai::client_for;
+
+#[derive(Args, Debug)]
+pub struct ServeCheckArgs {
+    /// The server's API root, e.g. http://127.0.0.1:11434/v1 (default: the
+    /// first config's `llm.base_url`).
+    pub url: Option<String>,
+    /// Energy Society configs or sweep files whose model-backed agents must be served.
+    #[arg(long = "config", value_name = "FILE")]
+    pub configs: Vec<PathBuf>,
+    /// The environment variable holding the API key (default: the config's `llm.api_key_env`).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+}
+
+/// Every society config a file stands for: a sweep file's cells, or the config itself.
+fn configs_of(path: &PathBuf) -> anyhow::Result<Vec<SocietyConfig>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read the file: {e}", path.display()))?;
+    let is_sweep = toml::from_str::<toml::Table>(&text)
+        .map(|t| t.contains_key("configs") && t.contains_key("seeds"))
+        .unwrap_or(false);
+    if is_sweep {
+        Ok(cells(path, None)?.into_iter().map(|c| c.config).collect())
+    } else {
+        Ok(vec![SocietyConfig::load(path)?])
+    }
+}
+
+pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut configs = Vec::new();
+    for p in &args.configs {
+        configs.extend(configs_of(p)?);
+    }
+    let mut llm: LlmConfig = configs.first().map(|c| c.llm.clone()).unwrap_or_default();
+    llm.backend = BackendKind::Openai;
+    if let Some(u) = &args.url {
+        llm.base_url = Some(u.clone());
+    }
+    if args.api_key_env.is_some() {
+        llm.api_key_env = args.api_key_env.clone();
+    }
+    llm.stand_in = None;
+    if llm.base_url.is_none() {
+        anyhow::bail!("give the server's URL (e.g. http://127.0.0.1:11434/v1) or a --config with `llm.base_url`");
+    }
+    crate::served::config::validate(&llm).map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
+    let mut names = ServedNames::default();
+    for c in &configs {
+        names.add(
+            &llm,
+            c.roster.iter().enumerate().map(|(i, a)| {
+                (
+                    format!("{}: roster[{i}]", c.name),
+                    a.model.as_str(),
+                    a.model_name.as_str(),
+                )
+            }),
+        )?;
+    }
+    let client = client_for(&llm)?;
+    let listed = client.models().map_err(|f| {
+        anyhow::anyhow!(
+            "cannot list the models of {}: {}",
+            client.base_url(),
+            f.message
+        )
+    })?;
+    writeln!(
+        out,
+        "{} serves {} model(s):",
+        client.base_url(),
+        listed.len()
+    )?;
+    for m in &listed {
+        writeln!(out, "  {m}")?;
+    }
+    if names.is_empty() {
+        return Ok(());
+    }
+    writeln!(out, "models of the configs:")?;
+    let mut missing = Vec::new();
+    for (key, served) in names.iter() {
+        let ok = lists_model(&listed, served);
+        writeln!(
+            out,
+            "  {:<8} {served}{}",
+            if ok { "ok" } else { "MISSING" },
+            if key == served {
+                String::new()
+            } else {
+                format!(" (model key {key})")
+            }
+        )?;
+        if !ok {
+            missing.push(served.to_string());
+        }
+    }
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "the server at {} does not serve {}",
+            client.base_url(),
+            missing
+                .iter()
+                .map(|m| format!("`{m}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,714 @@
+//! Building blocks every architecture file uses: weight matrices
+//! ([`Proj`], [`Linear`]), RMS norms, rotary tables (full or partial),
+//! causal/sliding attention over one sequence's keys and values
+//! ([`attention`]), the [`Loader`] that reads tensors with their shapes
+//! checked, and the [`ModelInfo`] facts common to every file.
+
+use crate::inference::gguf::{GgufFile, LoadError};
+use crate::inference::model::ModelInfo;
+use crate::inference::quant_matmul::Q41Matrix;
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use std::sync::Arc;
+
+/// How rotary position embeddings pair up the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (llama.cpp "normal"; llama GGUFs store q/k permuted for it).
+    Interleaved,
+    /// First half with second half (llama.cpp "neox"; qwen2/qwen3/gemma/qwen35).
+    Neox,
+}
+
+/// Rotary frequencies of one table. With `rot_dim < head_dim` (partial
+/// rotary) only the first `rot_dim` dimensions of each head rotate.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f64>,
+    pos_scale: f64,
+    rot_dim: usize,
+}
+
+impl Rope {
+    /// `freq_factors`: llama.cpp's optional `rope_freqs.weight` (divides each frequency).
+    pub fn new(head_dim: usize, base: f32, pos_scale: f32, freq_factors: Option<&[f32]>) -> Self {
+        Self::partial(head_dim, head_dim, base, pos_scale, freq_factors)
+    }
+
+    /// A table rotating the first `rot_dim` dimensions, with frequencies
+    /// `base^(-2i / freq_dim)`: `freq_dim` is `rot_dim` for ordinary partial
+    /// rotary and the head size for Gemma 4's "proportional" rotary.
+    pub fn partial(
+        rot_dim: usize,
+        freq_dim: usize,
+        base: f32,
+        pos_scale: f32,
+        freq_factors: Option<&[f32]>,
+    ) -> Self {
+        let half = rot_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| {
+                let f = 1.0 / (base as f64).powf(2.0 * i as f64 / freq_dim as f64);
+                match freq_factors.and_then(|ff| ff.get(i)) {
+                    Some(&d) => f / d as f64,
+                    None => f,
+                }
+            })
+            .collect();
+        Self {
+            inv_freq,
+            pos_scale: pos_scale as f64,
+            rot_dim,
+        }
+    }
+
+    pub fn rot_dim(&self) -> usize {
+        self.rot_dim
+    }
+
+    /// `cos`, `sin` tables `[t, rot_dim/2]` for positions `start..start+t`.
+    pub fn tables(
+        &self,
+        start: usize,
+        t: usize,
+        device: &Device,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(t * half);
+        let mut sin = Vec::with_capacity(t * half);
+        for p in start..start + t {
+            let p = p as f64 * self.pos_scale;
+            for f in &self.inv_freq {
+                let a = (p * f) as f32;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Ok((
+            Tensor::from_vec(cos, (t, half), device)?,
+            Tensor::from_vec(sin, (t, half), device)?,
+        ))
+    }
+}
+
+/// Apply rotary tables (from [`Rope::tables`]) to `x` = `[heads, t, head_dim]`;
+/// only the first `rot_dim` dimensions rotate when the table is partial.
+pub fn apply_rope(
+    x: &Tensor,
+    (cos, sin): &(Tensor, Tensor),
+    style: RopeStyle,
+) -> candle_core::Result<Tensor> {
+    let hd = x.dim(2)?;
+    let rot = cos.dim(1)? * 2;
+    let rotate = |y: &Tensor| -> candle_core::Result<Tensor> {
+        let y = y.unsqueeze(0)?;
+        let y = match style {
+            RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&y, cos, sin)?,
+            RopeStyle::Neox => candle_nn::rotary_emb::rope(&y, cos, sin)?,
+        };
+        y.squeeze(0)
+    };
+    if rot == hd {
+        return rotate(&x.contiguous()?);
+    }
+    let head = x.narrow(2, 0, rot)?.contiguous()?;
+    let tail = x.narrow(2, rot, hd - rot)?;
+    Tensor::cat(&[rotate(&head)?, tail], 2)
+}
+
+/// RMSNorm over the last dimension (`x / rms(x) * w`). GGUF files store the
+/// effective weight (llama.cpp's converters add gemma's and Qwen3.5's `1 +`).
+#[derive(Debug, Clone)]
+pub struct RmsNorm {
+    weight: Tensor,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub fn new(weight: Tensor, eps: f32) -> Self {
+        Self { weight, eps }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
+    }
+}
+
+/// RMS normalisation without a weight (Gemma 4's value norm).
+pub fn rms_norm_plain(x: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
+    let x = x.contiguous()?;
+    let ones = Tensor::ones(x.dim(x.rank() - 1)?, x.dtype(), x.device())?;
+    candle_nn::ops::rms_norm(&x, &ones, eps)
+}
+
+/// Set to any value to run every projection through candle's own kernels
+/// (for comparing speed and numerics with Joule's CPU kernels).
+pub const CANDLE_ONLY_ENV: &str = "JOULE_CANDLE_KERNELS_ONLY";
+
+/// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
+/// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q8_0,
+/// Q4_K, Q5_K, Q6_K, ...), or on the CPU for `Q4_1` (which candle runs with
+/// a scalar loop) Joule's own SIMD kernel.
+#[derive(Debug, Clone)]
+pub enum Proj {
+    Candle(QMatMul),
+    CpuQ41(Arc<Q41Matrix>),
+}
+
+impl Proj {
+    pub fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
+        let dims = q.shape().dims().to_vec();
+        if device.is_cpu()
+            && q.dtype() == GgmlDType::Q4_1
+            && dims.len() == 2
+            && std::env::var_os(CANDLE_ONLY_ENV).is_none()
+        {
+            let m = Q41Matrix::from_gguf_bytes(&q.data()?, dims[0], dims[1])
+                .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+            return Ok(Proj::CpuQ41(Arc::new(m)));
+        }
+        QMatMul::from_arc(q).map(Proj::Candle)
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Proj::Candle(m) => m.forward(&x.contiguous()?),
+            Proj::CpuQ41(w) => {
+                let mut dims = x.dims().to_vec();
+                let flat = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let y = w
+                    .matmul(&flat)
+                    .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+                if let Some(last) = dims.last_mut() {
+                    *last = w.n();
+                }
+                Tensor::from_vec(y, dims, x.device())
+            }
+        }
+    }
+}
+
+/// A projection `x @ W^T (+ b)`.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    w: Proj,
+    b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = self.w.forward(x)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// The gate activation of a gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU with the tanh approximation (gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+impl Activation {
+    pub fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Activation::Silu => candle_nn::ops::silu(x),
+            Activation::GeluTanh => x.gelu(),
+        }
+    }
+}
+
+/// `down(act(gate(x)) ⊙ up(x))` (`blk.N.ffn_{gate,up,down}.weight`).
+#[derive(Debug, Clone)]
+pub struct GatedMlp {
+    gate: Proj,
+    up: Proj,
+    down: Proj,
+    act: Activation,
+}
+
+impl GatedMlp {
+    /// Load `{prefix}.ffn_gate/up/down.weight` for `n_embd → n_ff → n_embd`.
+    pub fn load(
+        ld: &mut Loader<'_>,
+        prefix: &str,
+        n_embd: usize,
+        n_ff: usize,
+        act: Activation,
+    ) -> Result<Self, LoadError> {
+        Ok(Self {
+            gate: ld.matmul(&format!("{prefix}.ffn_gate.weight"), &[n_ff, n_embd])?,
+            up: ld.matmul(&format!("{prefix}.ffn_up.weight"), &[n_ff, n_embd])?,
+            down: ld.matmul(&format!("{prefix}.ffn_down.weight"), &[n_embd, n_ff])?,
+            act,
+        })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let g = self.act.apply(&self.gate.forward(x)?)?;
+        let u = self.up.forward(x)?;
+        self.down.forward(&(g * u)?)
+    }
+}
+
+/// Loads tensors of one file, checking each shape (candle order: `[rows,
+/// cols]` for a matrix applied as `x @ W^T`) and naming the file and tensor
+/// in every error.
+pub struct Loader<'a> {
+    pub g: &'a mut GgufFile,
+    pub device: &'a Device,
+    pub eps: f32,
+}
+
+impl Loader<'_> {
+    fn bad(&self, name: &str, e: impl std::fmt::Display) -> LoadError {
+        LoadError::BadTensor {
+            path: self.g.path().to_path_buf(),
+            name: name.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.g.has_tensor(name)
+    }
+
+    pub fn q(&mut self, name: &str, shape: &[usize]) -> Result<QTensor, LoadError> {
+        self.g.tensor(name, shape, self.device)
+    }
+
+    /// A tensor dequantised to f32.
+    pub fn dense(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
+        let q = self.q(name, shape)?;
+        q.dequantize(self.device)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| self.bad(name, e))
+    }
+
+    /// A tensor dequantised to f32 and copied to the host.
+    pub fn host(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, LoadError> {
+        let t = self.dense(name, shape)?;
+        t.flatten_all()
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| self.bad(name, e))
+    }
+
+    pub fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
+        let q = self.q(name, shape)?;
+        Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))
+    }
+
+    pub fn norm(&mut self, name: &str, n: usize) -> Result<RmsNorm, LoadError> {
+        Ok(RmsNorm {
+            weight: self.dense(name, &[n])?,
+            eps: self.eps,
+        })
+    }
+
+    pub fn opt_norm(&mut self, name: &str, n: usize) -> Result<Option<RmsNorm>, LoadError> {
+        if self.has(name) {
+            self.norm(name, n).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `{prefix}.weight` (`[out, inp]`) and, with `bias`, `{prefix}.bias`.
+    pub fn linear(
+        &mut self,
+        prefix: &str,
+        out: usize,
+        inp: usize,
+        bias: bool,
+    ) -> Result<Linear, LoadError> {
+        let w = self.matmul(&format!("{prefix}.weight"), &[out, inp])?;
+        let b = if bias {
+            Some(self.dense(&format!("{prefix}.bias"), &[out])?)
+        } else {
+            None
+        };
+        Ok(Linear { w, b })
+    }
+
+    /// The token embedding table (`token_embd.weight`, `[vocab, n_embd]`);
+    /// returns it with the vocabulary size read from its shape.
+    pub fn embedding(&mut self, n_embd: usize) -> Result<(Arc<QTensor>, usize), LoadError> {
+        let name = "token_embd.weight";
+        let vocab = match self.g.tensor_shape(name) {
+            Some(s) if s.len() == 2 && s[1] == n_embd => s[0],
+            Some(s) => {
+                return Err(LoadError::BadShape {
+                    path: self.g.path().to_path_buf(),
+                    name: name.into(),
+                    got: s,
+                    expected: vec![0, n_embd],
+                })
+            }
+            None => {
+                return Err(LoadError::MissingTensor {
+                    path: self.g.path().to_path_buf(),
+                    name: name.into(),
+                })
+            }
+        };
+        Ok((Arc::new(self.q(name, &[vocab, n_embd])?), vocab))
+    }
+
+    /// `output.weight`, or the embedding table when the output is tied.
+    pub fn output(
+        &mut self,
+        embed: &Arc<QTensor>,
+        vocab: usize,
+        n_embd: usize,
+    ) -> Result<Proj, LoadError> {
+        if self.has("output.weight") {
+            self.matmul("output.weight", &[vocab, n_embd])
+        } else {
+            Proj::new(embed.clone(), self.device)
+                .map_err(|e| self.bad("token_embd.weight (tied output)", e))
+        }
+    }
+}
+
+/// Facts of a model file: name, and parameter count and bytes over the
+/// tensors generation uses (`skip` names prefixes of tensors that it does
+/// not, e.g. vision towers bundled in the same file).
+pub fn model_info(
+    g: &GgufFile,
+    arch: &str,
+    dims: InfoDims,
+    skip: &[&str],
+) -> Result<ModelInfo, LoadError> {
+    let c = g.content();
+    let mut n_params = 0u64;
+    let mut weight_bytes = 0u64;
+    for (name, info) in &c.tensor_infos {
+        if skip.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        let e = info.shape.elem_count() as u64;
+        n_params += e;
+        weight_bytes +=
+            e / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
+    }
+    let name = g.opt("general.name", GgufFile::string)?.unwrap_or_else(|| {
+        g.path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    Ok(ModelInfo {
+        arch: arch.to_string(),
+        name,
+        path: g.path().to_path_buf(),
+        context_length: dims.context_length,
+        vocab_size: dims.vocab_size,
+        n_layer: dims.n_layer,
+        n_embd: dims.n_embd,
+        n_head: dims.n_head,
+        n_kv_head: dims.n_kv_head,
+        head_dim: dims.head_dim,
+        n_params,
+        weight_bytes,
+    })
+}
+
+/// The dimensions [`model_info`] records.
+#[derive(Debug, Clone, Copy)]
+pub struct InfoDims {
+    pub context_length: usize,
+    pub vocab_size: usize,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+/// Query positions per attention chunk: a long prompt's attention runs in
+/// chunks of this many queries, each against the keys it can see.
+pub const ATTENTION_CHUNK: usize = 128;
+
+/// Causal (and sliding-window) mask `[t, start + t]` of 0 / -inf, or `None`
+/// when every key is visible (one new token, no window cut).
+pub fn causal_mask(
+    start: usize,
+    t: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> candle_core::Result<Option<Tensor>> {
+    let l = start + t;
+    let window_cuts = window.is_some_and(|w| l > w);
+    if t == 1 && !window_cuts {
+        return Ok(None);
+    }
+    let mut m = Vec::with_capacity(t * l);
+    for i in 0..t {
+        let qp = start + i;
+        for kp in 0..l {
+            let hidden = kp > qp || window.is_some_and(|w| qp - kp >= w);
+            m.push(if hidden { f32::NEG_INFINITY } else { 0.0 });
+        }
+    }
+    Tensor::from_vec(m, (t, l), device).map(Some)
+}
+
+/// How attention scores are formed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnParams {
+    pub scale: f32,
+    /// `tanh` soft-capping of the scores.
+    pub softcap: Option<f32>,
+    /// Sliding window (keys at distance `< window` are visible).
+    pub window: Option<usize>,
+}
+
+/// Causal attention of one sequence's `t` new queries `q` (`[n_head, t,
+/// head_dim]`, already normed and rotated) over all its keys and values
+/// `k`, `v` (`[n_kv_head, start + t, head_dim | v_dim]`, this step's
+/// included). Query heads sharing a key/value head are consecutive. Long
+/// steps run in chunks of [`ATTENTION_CHUNK`] queries, each against only
+/// the keys it can see. Returns `[t, n_head · v_dim]`.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_core::Result<Tensor> {
+    let (n_head, t, hd) = q.dims3()?;
+    let (n_kv, l_all, _) = k.dims3()?;
+    let vd = v.dim(2)?;
+    if n_kv == 0 || n_head % n_kv != 0 {
+        return Err(candle_core::Error::Msg(format!(
+            "{n_head} query heads do not group over {n_kv} key/value heads"
+        )));
+    }
+    let rep = n_head / n_kv;
+    let start = l_all - t;
+    let q = q.contiguous()?.reshape((n_kv, rep, t, hd))?;
+    let mut outs = Vec::new();
+    for first in (0..t).step_by(ATTENTION_CHUNK) {
+        let len = ATTENTION_CHUNK.min(t - first);
+        let l = start + first + len;
+        let qc = if len == t {
+            q.reshape((n_kv, rep * t, hd))?
+        } else {
+            q.narrow(2, first, len)?
+                .contiguous()?
+                .reshape((n_kv, rep * len, hd))?
+        };
+        // Keys beyond the window of the chunk's first query are never seen.
+        let k0 = match p.window {
+            Some(w) => (start + first + 1).saturating_sub(w),
+            None => 0,
+        };
+        let kc = k.narrow(1, k0, l - k0)?;
+        let vc = v.narrow(1, k0, l - k0)?;
+        let mut scores = (qc.matmul(&kc.t()?)? * p.scale as f64)?;
+        if let Some(cap) = p.softcap {
+            scores = ((scores / cap as f64)?.tanh()? * cap as f64)?;
+        }
+        if let Some(m) = causal_mask(start + first, len, p.window, q.device())? {
+            let m = m.narrow(1, k0, l - k0)?;
+            scores = scores
+                .reshape((n_kv, rep, len, l - k0))?
+                .broadcast_add(&m)?
+                .reshape((n_kv, rep * len, l - k0))?;
+        }
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out = probs.matmul(&vc.contiguous()?)?; // [n_kv, rep*len, vd]
+        outs.push(
+            out.reshape((n_head, len, vd))?
+                .transpose(0, 1)?
+                .reshape((len, n_head * vd))?,
+        );
+    }
+    if outs.len() == 1 {
+        Ok(outs.remove(0))
+    } else {
+        Tensor::cat(&outs, 0)
+    }
+}
+
+/// `[t, n·d]` rows → `[n, t, d]` heads (contiguous), optionally RMS-normed per head.
+pub fn to_heads(
+    y: &Tensor,
+    n: usize,
+    d: usize,
+    norm: Option<&RmsNorm>,
+) -> candle_core::Result<Tensor> {
+    let t = y.dim(0)?;
+    let y = y.contiguous()?.reshape((t, n, d))?;
+    let y = match norm {
+        Some(nm) => nm.forward(&y)?,
+        None => y,
+    };
+    y.transpose(0, 1)?.contiguous()
+}
+
+/// The rows of each sequence of a batch (`[Σt, ...]` stacked in batch order).
+#[derive(Debug, Clone, Copy)]
+pub struct Rows {
+    pub off: usize,
+    pub t: usize,
+}
+
+/// Stack the batch's rows of interest for the output head: the last row of
+/// each `Logits::Last` sequence, every row of each `Logits::All` one; and
+/// split the logits back per sequence.
+pub fn pick_rows(x: &Tensor, rows: &[(Rows, bool)]) -> candle_core::Result<Tensor> {
+    let mut pick: Vec<u32> = Vec::new();
+    for (r, all) in rows {
+        if *all {
+            pick.extend((r.off..r.off + r.t).map(|i| i as u32));
+        } else {
+            pick.push((r.off + r.t - 1) as u32);
+        }
+    }
+    if pick.len() == x.dim(0)? {
+        return Ok(x.clone());
+    }
+    x.index_select(&Tensor::new(pick.as_slice(), x.device())?, 0)
+}
+
+/// Split `[Σ picked, vocab]` logits (from [`pick_rows`]) per sequence:
+/// `[vocab]` for a last-row sequence, `[t, vocab]` for an all-rows one.
+pub fn split_logits(logits: &Tensor, rows: &[(Rows, bool)]) -> candle_core::Result<Vec<Tensor>> {
+    let mut out = Vec::with_capacity(rows.len());
+    let mut row = 0;
+    for (r, all) in rows {
+        if *all {
+            out.push(logits.narrow(0, row, r.t)?);
+            row += r.t;
+        } else {
+            out.push(logits.get(row)?);
+            row += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// `tanh` soft-capping: `cap · tanh(x / cap)`.
+pub fn softcap(x: &Tensor, cap: f32) -> candle_core::Result<Tensor> {
+    (x / cap as f64)?.tanh()? * cap as f64
+}
+
+/// The flat f32 contents of a tensor on the host (no copy for contiguous
+/// f32 CPU tensors beyond the one `to_vec1` makes).
+pub fn host_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+/// Below this many state updates (tokens × state elements) a recurrence
+/// runs its heads on the calling thread: waking the worker pool costs more
+/// than a small step's arithmetic.
+const PARALLEL_MIN_WORK: usize = 1 << 18;
+
+/// Run a per-head recurrence over `t` tokens: `state` holds every head's
+/// state (`n_heads` blocks), `head(h, state_h)` updates head `h`'s block and
+/// returns its outputs `[t, out_dim]`. Heads run in parallel on candle's CPU
+/// worker pool when the step is large enough. Returns `[t, n_heads, out_dim]`.
+pub fn run_heads(
+    state: &mut [f32],
+    n_heads: usize,
+    t: usize,
+    out_dim: usize,
+    head: impl Fn(usize, &mut [f32]) -> Vec<f32> + Sync,
+) -> Vec<f32> {
+    let total = state.len();
+    let hs = total / n_heads.max(1);
+    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
+        .chunks_exact_mut(hs.max(1))
+        .map(|s| std::sync::Mutex::new((s, Vec::new())))
+        .collect();
+    let work = |range: std::ops::Range<usize>| {
+        for h in range {
+            if let Ok(mut g) = heads[h].lock() {
+                let (s, out) = &mut *g;
+                *out = head(h, s);
+            }
+        }
+    };
+    if t * total >= PARALLEL_MIN_WORK {
+        candle_core::utils::barrier_pool().execute_chunked(heads.len(), work);
+    } else {
+        work(0..heads.len());
+    }
+    let mut out = vec![0f32; t * n_heads * out_dim];
+    for (h, m) in heads.into_iter().enumerate() {
+        let (_, o) = m.into_inner().unwrap_or_else(|e| e.into_inner());
+        for ti in 0..t.min(o.len() / out_dim.max(1)) {
+            let dst = (ti * n_heads + h) * out_dim;
+            out[dst..dst + out_dim].copy_from_slice(&o[ti * out_dim..(ti + 1) * out_dim]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::GgmlDType;
+
+    /// Every weight type of the roster's real files (Ollama's Q4_K_M mixes
+    /// Q4_K and Q6_K; HF repos ship Q8_0, Q5_K_M, Q6_K, F16, BF16) runs
+    /// through `Proj` and gives the product with its dequantised weights.
+    #[test]
+    fn projections_run_for_the_real_files_weight_types() {
+        let dev = Device::Cpu;
+        let w = Tensor::randn(0f32, 0.5, (48, 256), &dev).unwrap();
+        let x = Tensor::randn(0f32, 1.0, (3, 256), &dev).unwrap();
+        for dt in [
+            GgmlDType::F32,
+            GgmlDType::F16,
+            GgmlDType::BF16,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&w, dt).unwrap();
+            let wd = q.dequantize(&dev).unwrap();
+            let want = x.matmul(&wd.t().unwrap()).unwrap();
+            let got = Proj::new(Arc::new(q), &dev).unwrap().forward(&x).unwrap();
+            assert_eq!(got.dims(), &[3, 48], "{dt:?}");
+            let err = (got - &want).unwrap().sqr().unwrap().sum_all().unwrap();
+            let norm = want.sqr().unwrap().sum_all().unwrap();
+            let rel = (err.to_scalar::<f32>().unwrap() / norm.to_scalar::<f32>().unwrap()).sqrt();
+            // Activations are quantised to 8 bits for the integer dot products.
+            assert!(rel < 0.02, "{dt:?}: relative error {rel}");
+        }
+    }
+
+    #[test]
+    fn partial_rope_rotates_only_the_first_dimensions() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f32, 1.0, (2, 3, 8), &dev).unwrap();
+        let r = Rope::partial(4, 4, 10_000.0, 1.0, None);
+        let tb = r.tables(5, 3, &dev).unwrap();
+        let y = apply_rope(&x, &tb, RopeStyle::Neox).unwrap();
+        let tail = |t: &Tensor| {
+            t.narrow(2, 4, 4)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        assert_eq!(tail(&x), tail(&y));
+        let full = Rope::new(4, 10_000.0, 1.0, None);
+        let head = x.narrow(2, 0, 4).unwrap().contiguous().unwrap();
+        let want = apply_rope(&head, &full.tables(5, 3, &dev).unwrap(), RopeStyle::Neox).unwrap();
+        let got = y.narrow(2, 0, 4).unwrap();
+        let d = (want - got)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(d < 1e-6);
+    }
+}

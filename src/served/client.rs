@@ -1,0 +1,300 @@
+//! HTTP to an OpenAI-compatible server (ureq, blocking): `GET /models`,
+//! `POST /chat/completions`, and the retry policy. Refused connections,
+//! timeouts, HTTP 5xx (and 408/429) and malformed JSON are retried with
+//! exponential backoff up to `retries` times; other HTTP errors (a 4xx such
+//! as an unknown model) and responses without exact counts are final at once.
+//! A failure carries the server's own message, and whether the server itself
+//! is unreachable (the backend then stops the run, see `Backend::unavailable`).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::api::{self, Answer, BadResponse};
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    /// Worth another try (connection, timeout, 5xx, malformed JSON).
+    pub retry: bool,
+    /// The server could not be reached at all (connection refused or reset, timeout).
+    pub unreachable: bool,
+}
+
+impl Failure {
+    fn final_(message: String) -> Self {
+        Failure {
+            message,
+            retry: false,
+            unreachable: false,
+        }
+    }
+}
+
+/// How requests are sent and retried.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub backoff: Duration,
+}
+
+/// A connection pool to one server.
+pub struct Client {
+    agent: ureq::Agent,
+    opts: ClientOptions,
+}
+
+/// The longest wait between two tries.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl Client {
+    pub fn new(mut opts: ClientOptions) -> Self {
+        opts.base_url = opts.base_url.trim().trim_end_matches('/').to_string();
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_secs(10).min(opts.timeout))
+            .timeout(opts.timeout)
+            .build();
+        Client { agent, opts }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.opts.base_url
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.opts.base_url)
+    }
+
+    /// One HTTP exchange: the body of a 2xx response, or a classified failure.
+    fn exchange(&self, method: &str, path: &str, body: Option<&str>) -> Result<String, Failure> {
+        let url = self.url(path);
+        let mut req = self.agent.request(method, &url);
+        if let Some(key) = &self.opts.api_key {
+            req = req.set("Authorization", &format!("Bearer {key}"));
+        }
+        let res = match body {
+            Some(b) => req.set("Content-Type", "application/json").send_string(b),
+            None => req.call(),
+        };
+        match res {
+            Ok(r) => r.into_string().map_err(|e| Failure {
+                message: format!("{method} {url}: reading the response failed: {e}"),
+                retry: true,
+                unreachable: true,
+            }),
+            Err(ureq::Error::Status(code, r)) => {
+                let text = r.into_string().unwrap_or_default();
+                let retry = code >= 500 || code == 408 || code == 429;
+                Err(Failure {
+                    message: format!(
+                        "{method} {url}: HTTP {code}: {}",
+                        api::server_message(&text)
+                    ),
+                    retry,
+                    unreachable: false,
+                })
+            }
+            Err(ureq::Error::Transport(t)) => Err(Failure {
+                message: format!("{method} {url}: {t}"),
+                retry: true,
+                unreachable: true,
+            }),
+        }
+    }
+
+    /// Run `attempt` until it succeeds, fails for good, or the retries are spent.
+    fn with_retries<T>(
+        &self,
+        mut attempt: impl FnMut() -> Result<T, Failure>,
+    ) -> Result<T, Failure> {
+        let mut tries = 0u32;
+        loop {
+            match attempt() {
+                Ok(v) => return Ok(v),
+                Err(f) if f.retry && tries < self.opts.retries => {
+                    let wait = self
+                        .opts
+                        .backoff
+                        .saturating_mul(1u32 << tries.min(16))
+                        .min(MAX_BACKOFF);
+                    std::thread::sleep(wait);
+                    tries += 1;
+                }
+                Err(mut f) => {
+                    if tries > 0 {
+                        f.message = format!("{} (after {} tries)", f.message, tries + 1);
+                    }
+                    return Err(f);
+                }
+            }
+        }
+    }
+
+    /// The names the server serves (`GET /models`).
+    pub fn models(&self) -> Result<Vec<String>, Failure> {
+        self.with_retries(|| {
+            let body = self.exchange("GET", "models", None)?;
+            api::parse_models(&body).map_err(|m| Failure {
+                message: format!("GET {}: {m}", self.url("models")),
+                retry: true,
+                unreachable: false,
+            })
+        })
+    }
+
+    /// One chat completion, read into an [`Answer`].
+    pub fn chat(&self, body: &Value, counted_by: &str) -> Result<Answer, Failure> {
+        let text = body.to_string();
+        self.with_retries(|| {
+            let resp = self.exchange("POST", "chat/completions", Some(&text))?;
+            api::parse_response(&resp, counted_by).map_err(|e| match e {
+                BadResponse::Malformed(m) => Failure {
+                    message: m,
+                    retry: true,
+                    unreachable: false,
+                },
+                BadResponse::NoUsage(m) => Failure::final_(m),
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The retry policy against a loopback responder that answers canned
+    //! HTTP responses in order (one connection each).
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    fn serve(responses: Vec<(u16, &'static str)>) -> (String, std::thread::JoinHandle<usize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let handle = std::thread::spawn(move || {
+            let mut served = 0;
+            for (code, body) in responses {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut buf = [0u8; 65536];
+                let mut got = Vec::new();
+                // Read the head and the body the Content-Length announces.
+                loop {
+                    let n = s.read(&mut buf).unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                    if n == 0 {
+                        break;
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(reply.as_bytes()).unwrap();
+                served += 1;
+            }
+            served
+        });
+        (format!("http://{addr}/v1"), handle)
+    }
+
+    fn client(url: String, retries: u32) -> Client {
+        Client::new(ClientOptions {
+            base_url: url,
+            api_key: Some("k".into()),
+            timeout: Duration::from_secs(10),
+            retries,
+            backoff: Duration::from_millis(1),
+        })
+    }
+
+    const OK: &str = r#"{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#;
+
+    #[test]
+    fn server_errors_and_malformed_json_are_retried() {
+        let (url, h) = serve(vec![
+            (503, r#"{"error":{"message":"loading model"}}"#),
+            (200, "{\"choices\": [tru"),
+            (200, OK),
+        ]);
+        let a = client(url, 3)
+            .chat(&serde_json::json!({"model": "m"}), "server x")
+            .unwrap();
+        assert_eq!(a.text, "hi");
+        assert_eq!(a.usage.charged_tokens, 2);
+        assert_eq!(h.join().unwrap(), 3);
+    }
+
+    #[test]
+    fn retries_end_with_the_servers_message() {
+        let (url, h) = serve(vec![
+            (500, r#"{"error":{"message":"out of memory"}}"#),
+            (500, r#"{"error":{"message":"out of memory"}}"#),
+        ]);
+        let f = client(url, 1)
+            .chat(&serde_json::json!({}), "s")
+            .unwrap_err();
+        assert!(
+            f.message.contains("HTTP 500: out of memory"),
+            "{}",
+            f.message
+        );
+        assert!(f.message.contains("after 2 tries"), "{}", f.message);
+        assert!(!f.unreachable);
+        assert_eq!(h.join().unwrap(), 2);
+    }
+
+    #[test]
+    fn client_errors_and_missing_usage_are_not_retried() {
+        let (url, h) = serve(vec![(
+            404,
+            r#"{"error":"model \"qwen3:8b\" not found, try pulling it first"}"#,
+        )]);
+        let f = client(url, 5)
+            .chat(&serde_json::json!({}), "s")
+            .unwrap_err();
+        assert!(
+            f.message.contains("HTTP 404: model \"qwen3:8b\" not found"),
+            "{}",
+            f.message
+        );
+        assert_eq!(h.join().unwrap(), 1);
+        let (url, h) = serve(vec![(200, r#"{"choices":[{"message":{"content":"x"}}]}"#)]);
+        let f = client(url, 5)
+            .chat(&serde_json::json!({}), "s")
+            .unwrap_err();
+        assert!(f.message.contains("no `usage`"), "{}", f.message);
+        assert_eq!(h.join().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_refused_connection_is_unreachable_after_its_retries() {
+        // A port that was just free: nothing listens there.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let f = client(format!("http://127.0.0.1:{port}/v1"), 2)
+            .models()
+            .unwrap_err();
+        assert!(f.unreachable);
+        assert!(f.message.contains("after 3 tries"), "{}", f.message);
+    }
+}
