@@ -218,6 +218,39 @@ mod gguf {
         }
     }
 
+    /// The model loader reads headers through the same reader: every cut of
+    /// a real model's header and random flips are errors naming the file.
+    #[test]
+    fn the_model_loader_on_cut_and_flipped_headers() {
+        use joule::inference::model::load_model;
+        let dir = tempfile::tempdir().unwrap();
+        let path = root().join("tests/fixtures/golden/llama.gguf");
+        let clean = std::fs::read(&path).unwrap();
+        let header = check(&path, &clean, ALL).unwrap().data_offset as usize;
+        let p = dir.path().join("model.gguf");
+        let mut r = rng(4);
+        let step = if scale() > 1 { 1 } else { 7 };
+        let mut cases: Vec<Vec<u8>> = (0..header)
+            .step_by(step)
+            .map(|c| clean[..c].to_vec())
+            .collect();
+        for _ in 0..100 * scale() {
+            let mut b = clean.clone();
+            for _ in 0..r.gen_range(1..=4) {
+                let i = r.gen_range(0..header);
+                b[i] ^= 1 << r.gen_range(0..8);
+            }
+            cases.push(b);
+        }
+        for bytes in cases {
+            std::fs::write(&p, &bytes).unwrap();
+            if let Err(e) = load_model(&p, &candle_core::Device::Cpu) {
+                let s = format!("{e:#}");
+                assert!(s.contains("model.gguf") && s.len() > 40, "{s}");
+            }
+        }
+    }
+
     #[test]
     fn random_files_are_errors() {
         let mut r = rng(3);

@@ -599,6 +599,16 @@ fn read_file(path: &Path, opts: ReadOptions) -> Result<GgufInfo, GgufProblem> {
     read_from(BufReader::with_capacity(1 << 16, file), len, path, opts)
 }
 
+thread_local! {
+    static HEADER_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many GGUF headers this thread has parsed so far (every read goes
+/// through this reader): tests check that a model load parses its file once.
+pub fn header_reads() -> u64 {
+    HEADER_READS.with(|c| c.get())
+}
+
 /// Parse a header from `inner`, which holds `len` bytes.
 fn read_from<R: Read + Seek>(
     inner: R,
@@ -606,6 +616,7 @@ fn read_from<R: Read + Seek>(
     path: &Path,
     opts: ReadOptions,
 ) -> Result<GgufInfo, GgufProblem> {
+    HEADER_READS.with(|c| c.set(c.get() + 1));
     let mut r = Reader {
         inner,
         pos: 0,
