@@ -3,7 +3,7 @@
 //! audited, resumed and re-analysed from these files alone.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -60,24 +60,31 @@ impl EventLog {
 }
 
 /// Read every complete line of a JSONL file. A torn last line (from an
-/// interrupted write) is ignored; a corrupt line elsewhere is an error that
+/// interrupted write, possibly cut inside a multi-byte character) is
+/// ignored; a corrupt line elsewhere (not UTF-8, not JSON) is an error that
 /// names the file and line.
 pub fn read_jsonl(path: impl AsRef<Path>) -> anyhow::Result<Vec<serde_json::Value>> {
     let path = path.as_ref();
-    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let lines: Vec<String> = BufReader::new(file)
-        .lines()
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", path.display()))?;
-    let n = lines.len();
-    let mut out = Vec::with_capacity(n);
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    // The last non-empty line is the only one an interrupted write can tear.
+    let last = lines
+        .iter()
+        .rposition(|l| !l.iter().all(u8::is_ascii_whitespace));
+    let mut out = Vec::with_capacity(lines.len());
     for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_str(line) {
+        let torn = Some(i) == last;
+        let text = match std::str::from_utf8(line) {
+            Ok(t) => t,
+            Err(_) if torn => break,
+            Err(e) => anyhow::bail!("{}: line {} is not UTF-8: {e}", path.display(), i + 1),
+        };
+        match serde_json::from_str(text) {
             Ok(v) => out.push(v),
-            Err(_) if i + 1 == n => break,
+            Err(_) if torn => break,
             Err(e) => anyhow::bail!("{}: line {} is not valid JSON: {e}", path.display(), i + 1),
         }
     }

@@ -6,11 +6,12 @@ use crate::backend::GenParams;
 use crate::inference::chat_template::ChatTemplate;
 use crate::inference::device::select_device;
 use crate::inference::generate::{generate, GenOptions, GenSeq};
-use crate::inference::model::load_model;
+use crate::inference::gguf::GgufFile;
+use crate::inference::model::load_model_from;
 use crate::inference::tokenizer::Tokenizer;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -56,16 +57,18 @@ pub struct GenerateArgs {
 
 pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     let device = select_device(&args.device)?;
-    let model = load_model(&args.gguf, &device)?;
+    // One parse of the header for the weights, the tokenizer and the template.
+    let mut gguf = GgufFile::open(&args.gguf)?;
+    let model = load_model_from(&mut gguf, &device)?;
     let mut tokenizer = None;
     let prompt: Vec<u32> = match (&args.ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
-            let tok = Tokenizer::for_model_file(&args.gguf)?;
+            let tok = Tokenizer::for_gguf(&gguf)?;
             let ids = if args.no_chat {
                 tok.encode(text, true, false)?
             } else {
-                let rendered = render_chat(&args.gguf, &tok, text)?;
+                let rendered = render_chat(&gguf, &tok, text)?;
                 tok.encode(&rendered, false, true)?
             };
             tokenizer = Some(tok);
@@ -117,15 +120,11 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
 }
 
 /// Render `text` as one user message with the GGUF's own chat template.
-fn render_chat(gguf: &Path, tok: &Tokenizer, text: &str) -> Result<String> {
-    let mut file =
-        std::fs::File::open(gguf).with_context(|| format!("opening {}", gguf.display()))?;
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file)
-        .map_err(|e| anyhow!("{}: not a readable GGUF file: {e}", gguf.display()))?;
-    let template = ChatTemplate::from_gguf_content(&content, tok)?.ok_or_else(|| {
+fn render_chat(gguf: &GgufFile, tok: &Tokenizer, text: &str) -> Result<String> {
+    let template = ChatTemplate::from_gguf_content(gguf.content(), tok)?.ok_or_else(|| {
         anyhow!(
             "{}: the GGUF file has no tokenizer.chat_template; use --no-chat",
-            gguf.display()
+            gguf.path().display()
         )
     })?;
     template.render(&[ChatMessage::user(text)], true, None)

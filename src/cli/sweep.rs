@@ -60,6 +60,18 @@ pub struct SweepFile {
     pub out: Option<PathBuf>,
 }
 
+impl SweepFile {
+    /// Parse a sweep file's text; `file` names it in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> anyhow::Result<SweepFile> {
+        toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{file}: {}",
+                crate::energy_society::config::toml_message(&e, text)
+            )
+        })
+    }
+}
+
 /// One cell of the grid.
 #[derive(Debug, Clone)]
 pub struct Cell {
@@ -70,7 +82,7 @@ pub struct Cell {
 fn read_sweep(file: &Path) -> anyhow::Result<SweepFile> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.message()))
+    SweepFile::from_toml_str(&text, &file.display().to_string())
 }
 
 fn sweep_out(file: &Path, sweep: &SweepFile, out_override: Option<&Path>) -> PathBuf {

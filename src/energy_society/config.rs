@@ -241,7 +241,7 @@ impl SocietyConfig {
             ConfigError {
                 file: file.into(),
                 key,
-                message: e.message().trim().to_string(),
+                message: toml_message(&e, text),
             }
         })?;
         cfg.validate(file)?;
@@ -360,6 +360,39 @@ impl SocietyConfig {
                 "expected at least 1, got 0".into(),
             ));
         }
+        let g = &self.generation;
+        if !(g.temperature >= 0.0 && g.temperature.is_finite()) {
+            return Err(err(
+                "generation.temperature".into(),
+                format!("expected a number >= 0, got {}", g.temperature),
+            ));
+        }
+        if g.top_k == Some(0) {
+            return Err(err(
+                "generation.top_k".into(),
+                "expected at least 1, got 0".into(),
+            ));
+        }
+        for (key, v, lo_open) in [("top_p", g.top_p, true), ("min_p", g.min_p, false)] {
+            if let Some(v) = v {
+                let ok = if lo_open { v > 0.0 } else { v >= 0.0 } && v <= 1.0;
+                if !ok {
+                    let range = if lo_open { "(0, 1]" } else { "[0, 1]" };
+                    return Err(err(
+                        format!("generation.{key}"),
+                        format!("expected a number in {range}, got {v}"),
+                    ));
+                }
+            }
+        }
+        if let Some(v) = g.repeat_penalty {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(err(
+                    "generation.repeat_penalty".into(),
+                    format!("expected a positive number, got {v}"),
+                ));
+            }
+        }
         crate::served::config::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
         if let JobsConfig::Mmlu { path } = &self.jobs {
             if path.trim().is_empty() {
@@ -396,6 +429,29 @@ impl SocietyConfig {
                 .map(|s| s.to_string_lossy().to_string())
                 .unwrap_or_else(|| "run".into()),
         )
+    }
+}
+
+/// What a TOML error says, never empty: the TOML parser gives no message
+/// for some characters it refuses (a control character in a comment), so
+/// those are described here with the line and column.
+pub fn toml_message(e: &toml::de::Error, text: &str) -> String {
+    let m = e.message().trim();
+    if !m.is_empty() {
+        return m.to_string();
+    }
+    match e.span() {
+        Some(span) => {
+            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+            let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+            let found = text
+                .get(span.start..)
+                .and_then(|t| t.chars().next())
+                .map_or("the end of the text".to_string(), |c| format!("{c:?}"));
+            format!("line {line}, column {col}: TOML does not allow {found} here")
+        }
+        None => "not valid TOML".into(),
     }
 }
 
@@ -509,6 +565,23 @@ init_energy = 100
             .unwrap_err()
             .to_string();
         assert!(s.contains("key `max_rounds`"), "{s}");
+        for (value, key) in [
+            ("temperature = nan", "generation.temperature"),
+            ("temperature = -1.0", "generation.temperature"),
+            ("top_p = 0.0", "generation.top_p"),
+            ("min_p = 1.5", "generation.min_p"),
+            ("repeat_penalty = inf", "generation.repeat_penalty"),
+            ("top_k = 0", "generation.top_k"),
+        ] {
+            let bad = format!("{GOOD}\n[generation]\n{value}\n");
+            let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                s.starts_with(&format!("c.toml: key `{key}`: expected")),
+                "{s}"
+            );
+        }
         let bad = GOOD.replace("max_rounds = 3", "max_rounds = 0");
         let s = SocietyConfig::from_toml_str(&bad, "c.toml")
             .unwrap_err()

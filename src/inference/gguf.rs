@@ -1,16 +1,25 @@
-//! Reading GGUF files: the header, typed metadata look-ups and tensors with
-//! their shapes checked, every error naming the file and what was wrong.
+//! Reading GGUF files for a model load: the header, typed metadata look-ups
+//! and tensors with their shapes checked, every error naming the file and
+//! what was wrong.
 //!
-//! candle's reader (`candle_core::quantized::gguf_file`) bounds-checks the
-//! header against the file size; this module adds the checks a model loader
-//! needs (tensor data inside the file, expected shapes, required keys) so a
-//! truncated or foreign file is an error, never a panic.
+//! A load parses the header once, with Joule's safe reader
+//! ([`crate::inference::gguf_info`], which holds every count and length
+//! against the bytes left before it allocates), and converts it into the
+//! `gguf_file::Content` candle's tensor code reads from. The weights
+//! ([`GgufFile::tensor`]), the tokenizer (`Tokenizer::for_gguf`) and the chat
+//! template (`ChatTemplate::from_gguf_content`) all take that one parse; a
+//! bad header gives the reader's messages (truncated at byte N, implausible
+//! count, tensor data past the end, ...).
 
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::gguf_file::{self, Content, Value, VersionedMagic};
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::Device;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
+
+use super::gguf_info::{GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions};
 
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]
@@ -73,68 +82,25 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Open and parse the header of `path`.
+    /// Open `path` and parse its header, once, with Joule's safe reader.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let path = path.as_ref().to_path_buf();
+        let (content, file_len) = read_header(&path)?;
         let file = File::open(&path).map_err(|source| LoadError::Open {
             path: path.clone(),
             source,
         })?;
-        let file_len = file
-            .metadata()
-            .map_err(|source| LoadError::Open {
-                path: path.clone(),
-                source,
-            })?
-            .len();
-        let mut reader = BufReader::new(file);
-        let content = gguf_file::Content::read(&mut reader).map_err(|e| LoadError::Corrupt {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let this = Self {
+        Ok(Self {
             path,
             content,
-            reader,
+            reader: BufReader::new(file),
             file_len,
-        };
-        this.check_tensor_extents()?;
-        Ok(this)
+        })
     }
 
-    /// Every tensor's data must lie inside the file: a truncated download is
-    /// reported at open time, naming the first tensor that is cut off.
-    fn check_tensor_extents(&self) -> Result<(), LoadError> {
-        let mut names: Vec<&String> = self.content.tensor_infos.keys().collect();
-        names.sort();
-        for name in names {
-            let info = &self.content.tensor_infos[name];
-            let elems = info.shape.elem_count();
-            let block = info.ggml_dtype.block_size();
-            if elems % block != 0 {
-                return Err(LoadError::BadTensor {
-                    path: self.path.clone(),
-                    name: name.clone(),
-                    message: format!(
-                        "{elems} elements is not a multiple of the {:?} block size {block}",
-                        info.ggml_dtype
-                    ),
-                });
-            }
-            let bytes = (elems / block) as u64 * info.ggml_dtype.type_size() as u64;
-            let start = self.content.tensor_data_offset.saturating_add(info.offset);
-            let end = start.saturating_add(bytes);
-            if end > self.file_len {
-                return Err(LoadError::Corrupt {
-                    path: self.path.clone(),
-                    message: format!(
-                        "tensor `{name}` needs bytes {start}..{end} but the file has {} bytes (truncated file?)",
-                        self.file_len
-                    ),
-                });
-            }
-        }
-        Ok(())
+    /// The file's size in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
     }
 
     pub fn path(&self) -> &Path {
@@ -290,4 +256,149 @@ impl GgufFile {
             message: message.into(),
         }
     }
+}
+
+/// The header of `path` as candle's `Content` (every metadata array whole),
+/// read once by Joule's safe reader, and the file's size.
+fn read_header(path: &Path) -> Result<(Content, u64), LoadError> {
+    let info = GgufInfo::read(
+        path,
+        ReadOptions {
+            max_array_items: u64::MAX,
+        },
+    )
+    .map_err(load_error)?;
+    let len = info.file_size;
+    Ok((content_of(info)?, len))
+}
+
+/// The metadata and tensor descriptions of a GGUF file (no tensor data), as
+/// candle's `Content`, for code that needs only the metadata (a tokenizer of
+/// a vocabulary-only file).
+pub fn read_content(path: impl AsRef<Path>) -> Result<Content, LoadError> {
+    read_header(path.as_ref()).map(|(c, _)| c)
+}
+
+fn load_error(e: GgufError) -> LoadError {
+    match e.problem {
+        GgufProblem::Io(source) => LoadError::Open {
+            path: e.path,
+            source,
+        },
+        problem => LoadError::Corrupt {
+            path: e.path,
+            message: problem.to_string(),
+        },
+    }
+}
+
+/// candle's type for a ggml type code, where candle can read it.
+fn candle_dtype(code: u32) -> Option<GgmlDType> {
+    Some(match code {
+        0 => GgmlDType::F32,
+        1 => GgmlDType::F16,
+        2 => GgmlDType::Q4_0,
+        3 => GgmlDType::Q4_1,
+        6 => GgmlDType::Q5_0,
+        7 => GgmlDType::Q5_1,
+        8 => GgmlDType::Q8_0,
+        9 => GgmlDType::Q8_1,
+        10 => GgmlDType::Q2K,
+        11 => GgmlDType::Q3K,
+        12 => GgmlDType::Q4K,
+        13 => GgmlDType::Q5K,
+        14 => GgmlDType::Q6K,
+        15 => GgmlDType::Q8K,
+        30 => GgmlDType::BF16,
+        _ => return None,
+    })
+}
+
+/// A string as candle's reader returns it: without trailing NUL bytes (some
+/// converters write them).
+fn candle_string(mut s: String) -> String {
+    while s.ends_with('\0') {
+        s.pop();
+    }
+    s
+}
+
+fn candle_value(v: GgufValue, key: &str, path: &Path) -> Result<Value, LoadError> {
+    Ok(match v {
+        GgufValue::U8(x) => Value::U8(x),
+        GgufValue::I8(x) => Value::I8(x),
+        GgufValue::U16(x) => Value::U16(x),
+        GgufValue::I16(x) => Value::I16(x),
+        GgufValue::U32(x) => Value::U32(x),
+        GgufValue::I32(x) => Value::I32(x),
+        GgufValue::U64(x) => Value::U64(x),
+        GgufValue::I64(x) => Value::I64(x),
+        GgufValue::F32(x) => Value::F32(x),
+        GgufValue::F64(x) => Value::F64(x),
+        GgufValue::Bool(x) => Value::Bool(x),
+        GgufValue::String(s) => Value::String(candle_string(s)),
+        GgufValue::Array {
+            items: Some(items), ..
+        } => Value::Array(
+            items
+                .into_iter()
+                .map(|x| candle_value(x, key, path))
+                .collect::<Result<_, _>>()?,
+        ),
+        GgufValue::Array { items: None, .. } => {
+            return Err(LoadError::Invalid {
+                path: path.to_path_buf(),
+                message: format!("metadata key `{key}`: array was not read"),
+            })
+        }
+    })
+}
+
+/// Convert a header read by [`GgufInfo`] into candle's `Content`.
+fn content_of(info: GgufInfo) -> Result<Content, LoadError> {
+    let path = info.path;
+    let magic = match info.version {
+        1 => VersionedMagic::GgufV1,
+        2 => VersionedMagic::GgufV2,
+        _ => VersionedMagic::GgufV3,
+    };
+    let mut metadata = HashMap::with_capacity(info.metadata.len());
+    for (key, value) in info.metadata {
+        let value = candle_value(value, &key, &path)?;
+        metadata.insert(candle_string(key), value);
+    }
+    let mut tensor_infos = HashMap::with_capacity(info.tensors.len());
+    for t in info.tensors {
+        let ggml_dtype = candle_dtype(t.type_code).ok_or_else(|| LoadError::BadTensor {
+            path: path.clone(),
+            name: t.name.clone(),
+            message: format!("ggml type {} cannot be read by this loader", t.type_name()),
+        })?;
+        // ggml lists dimensions fastest-varying first; candle outermost first.
+        let dims = t
+            .dims
+            .iter()
+            .rev()
+            .map(|&d| usize::try_from(d))
+            .collect::<Result<Vec<usize>, _>>()
+            .map_err(|_| LoadError::BadTensor {
+                path: path.clone(),
+                name: t.name.clone(),
+                message: format!("dimensions {:?} do not fit in memory", t.dims),
+            })?;
+        tensor_infos.insert(
+            candle_string(t.name),
+            gguf_file::TensorInfo {
+                ggml_dtype,
+                shape: candle_core::Shape::from(dims),
+                offset: t.offset,
+            },
+        );
+    }
+    Ok(Content {
+        magic,
+        metadata,
+        tensor_infos,
+        tensor_data_offset: info.data_offset,
+    })
 }

@@ -382,6 +382,16 @@ impl GgufInfo {
         })
     }
 
+    /// Read and check a header held in memory; `path` names it in errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8], opts: ReadOptions) -> Result<GgufInfo, GgufError> {
+        read_from(std::io::Cursor::new(bytes), bytes.len() as u64, path, opts).map_err(|problem| {
+            GgufError {
+                path: path.to_path_buf(),
+                problem,
+            }
+        })
+    }
+
     /// Check a file before handing it to candle: the same reads with every array skipped.
     pub fn validate(path: &Path) -> Result<GgufInfo, GgufError> {
         GgufInfo::read(path, ReadOptions { max_array_items: 0 })
@@ -586,8 +596,29 @@ impl<R: Read + Seek> Reader<R> {
 fn read_file(path: &Path, opts: ReadOptions) -> Result<GgufInfo, GgufProblem> {
     let file = File::open(path)?;
     let len = file.metadata()?.len();
+    read_from(BufReader::with_capacity(1 << 16, file), len, path, opts)
+}
+
+thread_local! {
+    static HEADER_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many GGUF headers this thread has parsed so far (every read goes
+/// through this reader): tests check that a model load parses its file once.
+pub fn header_reads() -> u64 {
+    HEADER_READS.with(|c| c.get())
+}
+
+/// Parse a header from `inner`, which holds `len` bytes.
+fn read_from<R: Read + Seek>(
+    inner: R,
+    len: u64,
+    path: &Path,
+    opts: ReadOptions,
+) -> Result<GgufInfo, GgufProblem> {
+    HEADER_READS.with(|c| c.set(c.get() + 1));
     let mut r = Reader {
-        inner: BufReader::with_capacity(1 << 16, file),
+        inner,
         pos: 0,
         len,
         version: 3,

@@ -23,7 +23,8 @@ use crate::backend::{
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
 use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
-use crate::inference::model::{load_model, SeqState, SharedModel};
+use crate::inference::gguf::GgufFile;
+use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
 
@@ -143,18 +144,17 @@ impl LlmBackend {
             None => crate::inference::sources::resolve_model(key)
                 .with_context(|| format!("locating model `{key}`"))?,
         };
-        let model = load_model(&path, &self.device)?;
-        let tokenizer = Tokenizer::for_model_file(&path)?;
-        let mut file =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let content = candle_core::quantized::gguf_file::Content::read(&mut file)
-            .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file: {e}", path.display()))?;
-        let template = ChatTemplate::from_gguf_content(&content, &tokenizer)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}: the GGUF file has no tokenizer.chat_template",
-                path.display()
-            )
-        })?;
+        // One parse of the header for the weights, the tokenizer and the template.
+        let mut gguf = GgufFile::open(&path)?;
+        let model = load_model_from(&mut gguf, &self.device)?;
+        let tokenizer = Tokenizer::for_gguf(&gguf)?;
+        let template =
+            ChatTemplate::from_gguf_content(gguf.content(), &tokenizer)?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}: the GGUF file has no tokenizer.chat_template",
+                    path.display()
+                )
+            })?;
         let thinking = match template.thinking() {
             Some(s) => ThinkingMarkers::resolve(&s, &tokenizer)
                 .ok()

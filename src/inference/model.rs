@@ -119,16 +119,21 @@ pub const ARCHITECTURES: &[&str] = &[
 
 /// Load the GGUF model at `path` onto `device`.
 pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel> {
-    let mut gguf = GgufFile::open(path)?;
+    load_model_from(&mut GgufFile::open(path)?, device)
+}
+
+/// Load the model of an already opened (and parsed) GGUF file onto `device`;
+/// the caller can build the tokenizer and chat template from the same parse.
+pub fn load_model_from(gguf: &mut GgufFile, device: &Device) -> Result<SharedModel> {
     let arch = gguf.architecture()?;
     let model: SharedModel = match arch.as_str() {
-        "llama" => Arc::new(models::llama::load(&mut gguf, device)?),
-        "nemotron_h" => Arc::new(models::nemotron_h::load(&mut gguf, device)?),
-        "qwen2" => Arc::new(models::qwen2::load(&mut gguf, device)?),
-        "qwen3" => Arc::new(models::qwen3::load(&mut gguf, device)?),
-        "gemma3" => Arc::new(models::gemma3::load(&mut gguf, device)?),
-        "gemma4" => Arc::new(models::gemma4::load(&mut gguf, device)?),
-        "qwen35" => Arc::new(models::qwen35::load(&mut gguf, device)?),
+        "llama" => Arc::new(models::llama::load(gguf, device)?),
+        "nemotron_h" => Arc::new(models::nemotron_h::load(gguf, device)?),
+        "qwen2" => Arc::new(models::qwen2::load(gguf, device)?),
+        "qwen3" => Arc::new(models::qwen3::load(gguf, device)?),
+        "gemma3" => Arc::new(models::gemma3::load(gguf, device)?),
+        "gemma4" => Arc::new(models::gemma4::load(gguf, device)?),
+        "qwen35" => Arc::new(models::qwen35::load(gguf, device)?),
         _ => {
             return Err(LoadError::UnsupportedArchitecture {
                 path: gguf.path().to_path_buf(),

@@ -107,10 +107,15 @@ impl ExperimentConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading race config {}", path.display()))?;
-        let cfg: Self = toml::from_str(&text)
-            .with_context(|| format!("parsing race config {}", path.display()))?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// Parse and validate TOML text; `file` names the source in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> anyhow::Result<Self> {
+        let cfg: Self =
+            toml::from_str(text).with_context(|| format!("parsing race config {file}"))?;
         cfg.validate()
-            .with_context(|| format!("invalid race config {}", path.display()))?;
+            .with_context(|| format!("invalid race config {file}"))?;
         Ok(cfg)
     }
 
@@ -138,6 +143,11 @@ impl ExperimentConfig {
             );
         }
         anyhow::ensure!(self.repetitions > 0, "`repetitions` must be at least 1");
+        anyhow::ensure!(
+            self.temperature >= 0.0 && self.temperature.is_finite(),
+            "`temperature` must be a number >= 0, got {}",
+            self.temperature
+        );
         for pc in &self.personas {
             for id in &pc.seats {
                 persona(id).with_context(|| format!("persona condition `{}`", pc.name))?;

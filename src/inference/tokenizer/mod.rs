@@ -258,13 +258,11 @@ enum Fragment<'t> {
 }
 
 impl Tokenizer {
-    /// Read the tokenizer of a GGUF file (metadata only; tensors are not loaded).
+    /// Read the tokenizer of a GGUF file (metadata only; tensors are not
+    /// loaded), through Joule's safe GGUF reader.
     pub fn from_gguf_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
-        let mut file = std::fs::File::open(path)
-            .with_context(|| format!("opening GGUF file {}", path.display()))?;
-        let content = Content::read(&mut file)
-            .with_context(|| format!("reading GGUF metadata of {}", path.display()))?;
+        let content = crate::inference::gguf::read_content(path)?;
         Self::from_gguf_content(&content, path)
     }
 
@@ -592,7 +590,19 @@ impl Tokenizer {
     /// [`hf_json`]).
     pub fn for_model_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
-        let tok = Self::from_gguf_file(path)?;
+        Self::beside(Self::from_gguf_file(path)?, path)
+    }
+
+    /// [`Tokenizer::for_model_file`] from a model file already opened (and
+    /// its header parsed) for loading the weights.
+    pub fn for_gguf(gguf: &crate::inference::gguf::GgufFile) -> Result<Tokenizer> {
+        Self::beside(
+            Self::from_gguf_content(gguf.content(), gguf.path())?,
+            gguf.path(),
+        )
+    }
+
+    fn beside(tok: Tokenizer, path: &Path) -> Result<Tokenizer> {
         match hf_json::HfEncoder::beside(path) {
             Some(json) => tok.with_tokenizer_json(&json),
             None => Ok(tok),
