@@ -76,7 +76,6 @@ fn free_port() -> u16 {
 /// A llama-server child process on 127.0.0.1, killed on drop.
 struct LlamaServer {
     child: Option<Child>,
-    port: u16,
     log: PathBuf,
 }
 
@@ -99,7 +98,6 @@ impl LlamaServer {
             .expect("starting llama-server");
         let mut s = LlamaServer {
             child: Some(child),
-            port,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
