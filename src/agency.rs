@@ -26,6 +26,8 @@ struct Inbox {
     answered: BTreeMap<u64, (ModelRequest, ModelResult)>,
     /// Ids sent to a backend and not yet answered.
     in_flight: usize,
+    /// Why the backend stopped answering while this scenario was running.
+    stopped: Option<String>,
 }
 
 /// A scenario's handle for asking model calls. Cheap to clone; all clones of
@@ -59,6 +61,14 @@ impl Agency {
     /// them. Answers come back in the order of `requests`.
     pub async fn call_all(&self, requests: Vec<ModelRequest>) -> Vec<ModelResult> {
         futures::future::join_all(requests.into_iter().map(|r| self.call(r))).await
+    }
+
+    /// `Some(reason)` when the backend stopped answering (its server went
+    /// away) while this scenario ran: some of its calls failed for that
+    /// reason, so a scenario that records runs should stop, incomplete,
+    /// rather than mark its records complete.
+    pub fn stopped(&self) -> Option<String> {
+        self.inbox.borrow().stopped.clone()
     }
 
     fn take_queued(&self) -> Vec<(u64, ModelRequest)> {
@@ -253,6 +263,13 @@ impl<'a, T> Driver<'a, T> {
                     });
                     self.scenarios[i].0.deliver(id, req, result);
                 }
+                if let Some(why) = backend.unavailable() {
+                    for (agency, slot) in &self.scenarios {
+                        if slot.is_some() {
+                            agency.inbox.borrow_mut().stopped.get_or_insert(why.clone());
+                        }
+                    }
+                }
                 on_batch(n);
             }
         }
@@ -433,8 +450,11 @@ mod tests {
                         .call(req("m", &format!("a{s}"), &format!("r{round}")))
                         .await;
                     // What a scenario records after each call.
-                    seen.borrow_mut()
-                        .push(format!("a{s} r{round} ok={}", r.is_ok()));
+                    seen.borrow_mut().push(format!(
+                        "a{s} r{round} ok={} stopped={}",
+                        r.is_ok(),
+                        agency.stopped().is_some()
+                    ));
                 }
                 Ok(())
             });
@@ -445,7 +465,10 @@ mod tests {
             backend.batches, 1,
             "nothing is sent once the backend is unavailable"
         );
-        assert_eq!(*seen.borrow(), vec!["a0 r0 ok=false", "a1 r0 ok=false"]);
+        assert_eq!(
+            *seen.borrow(),
+            vec!["a0 r0 ok=false stopped=true", "a1 r0 ok=false stopped=true"]
+        );
         for r in results {
             let e = r.expect_err("an unfinished scenario is an error");
             assert!(format!("{e}").contains("the server is gone"), "{e}");

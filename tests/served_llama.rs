@@ -4,8 +4,8 @@
 //! - a 2-agent, 1-round Energy Society completes, and the charged count of every
 //!   call equals the usage the server reported for it (read from the server's own
 //!   responses by a byte-copying loopback proxy in front of it);
-//! - with a fixed seed and one server slot, two runs (each on a fresh server) give
-//!   identical records (wall-clock latencies aside);
+//! - with a fixed seed, one server slot and one request at a time, two runs (each on a
+//!   fresh server) give identical records (wall-clock latencies aside);
 //! - a server killed during a sweep leaves recorded INVOKE_ERRORs and an incomplete
 //!   cell, not a crash, and the same sweep resumes and completes once it is back;
 //! - `joule models serve-check` lists the served model, and the paper's Ollama config
@@ -76,7 +76,6 @@ fn free_port() -> u16 {
 /// A llama-server child process on 127.0.0.1, killed on drop.
 struct LlamaServer {
     child: Option<Child>,
-    port: u16,
     log: PathBuf,
 }
 
@@ -99,7 +98,6 @@ impl LlamaServer {
             .expect("starting llama-server");
         let mut s = LlamaServer {
             child: Some(child),
-            port,
             log,
         };
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -257,7 +255,10 @@ fn http_bodies(mut bytes: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
-fn config(base_url: &str, rounds: u32) -> String {
+/// `concurrency`: requests in flight at once. Runs repeat exactly only with 1: with
+/// one server slot, concurrent requests reach it in no fixed order, and the server's
+/// prompt cache makes each answer depend on the request served before it.
+fn config(base_url: &str, rounds: u32, concurrency: usize) -> String {
     format!(
         r#"
 name = "served-e2e"
@@ -285,7 +286,7 @@ thinking = false
 backend = "openai"
 base_url = "{base_url}"
 model = "smollm2"
-max_concurrency = 2
+max_concurrency = {concurrency}
 timeout_s = 900
 retries = 2
 retry_backoff_s = 0.2
@@ -349,7 +350,7 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
     let proxy = Proxy::start(port);
-    let cfg_text = config(&proxy.url(), 1);
+    let cfg_text = config(&proxy.url(), 1, 1);
     let cost = CostModel {
         k: 0.015,
         alpha: 0.5,
@@ -419,7 +420,7 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
         "the second run's server usage is the first's"
     );
 
-    // Fixed seed, one slot, fresh servers: the same records.
+    // Fixed seed, one slot, one request at a time, fresh servers: the same records.
     assert_eq!(
         events_without_latency(&runs[0]),
         events_without_latency(&runs[1])
@@ -448,7 +449,7 @@ fn a_killed_server_leaves_invoke_errors_and_a_resumable_sweep() {
     let tmp = tempfile::tempdir().unwrap();
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}/v1");
-    std::fs::write(tmp.path().join("served.toml"), config(&url, 2)).unwrap();
+    std::fs::write(tmp.path().join("served.toml"), config(&url, 2, 2)).unwrap();
     let sweep = tmp.path().join("sweep.toml");
     std::fs::write(
         &sweep,
@@ -560,7 +561,7 @@ fn serve_check_lists_models_and_a_missing_model_stops_before_any_round() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society/ollama-paper-comp.toml");
 
     let ok_cfg = tmp.path().join("ok.toml");
-    std::fs::write(&ok_cfg, config(&url, 1)).unwrap();
+    std::fs::write(&ok_cfg, config(&url, 1, 2)).unwrap();
     let out = Command::new(joule)
         .args(["models", "serve-check", &url, "--config"])
         .arg(&ok_cfg)

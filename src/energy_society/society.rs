@@ -269,6 +269,11 @@ impl Society {
         let mut round: u32 = 1;
         let played = loop {
             self.play_round(&agency, round).await?;
+            // The model server stopped answering during the round: its failed
+            // calls are recorded; the run ends here, incomplete, to be rerun.
+            if let Some(why) = agency.stopped() {
+                anyhow::bail!("stopped after round {round}: {why}");
+            }
             let played = round;
             if let Some(f) = &mut self.on_round {
                 f(round);

@@ -40,6 +40,8 @@ pub struct ClientOptions {
     pub timeout: Duration,
     pub retries: u32,
     pub backoff: Duration,
+    /// Connections kept open for reuse (the most requests in flight at once).
+    pub pool: usize,
 }
 
 /// A connection pool to one server.
@@ -57,6 +59,7 @@ impl Client {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(10).min(opts.timeout))
             .timeout(opts.timeout)
+            .max_idle_connections_per_host(opts.pool.max(1))
             .build();
         Client { agent, opts }
     }
@@ -221,6 +224,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             retries,
             backoff: Duration::from_millis(1),
+            pool: 1,
         })
     }
 

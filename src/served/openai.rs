@@ -60,6 +60,7 @@ pub fn client_for(llm: &LlmConfig) -> anyhow::Result<Client> {
         timeout: Duration::from_secs_f64(llm.timeout_s),
         retries: llm.retries,
         backoff: Duration::from_secs_f64(llm.retry_backoff_s),
+        pool: llm.max_concurrency,
     }))
 }
 
