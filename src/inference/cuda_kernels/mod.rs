@@ -8,7 +8,8 @@
 //! - [`delta_net`]: Qwen3.5's gated delta-net (conv + SiLU, recurrent and
 //!   chunked delta rule) for a whole batch of sequences;
 //! - [`attention`]: decode attention over many sequences with their own
-//!   lengths and K/V buffers.
+//!   lengths and K/V buffers;
+//! - [`mamba2`]: Nemotron-H's Mamba-2 selective scan for a whole batch.
 //!
 //! Every kernel has a test against its CPU version (`tests` of each
 //! module); the tests run where a CUDA device opens and print a note and
@@ -16,11 +17,11 @@
 
 pub mod attention;
 pub mod delta_net;
+pub mod mamba2;
 
 use anyhow::{anyhow, bail, Context, Result};
-use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchArgs,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, DeviceId};
@@ -37,6 +38,10 @@ pub(crate) const DELTA_NET: (&str, &[u8]) = (
 pub(crate) const ATTENTION: (&str, &[u8]) = (
     "attention",
     include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin")),
+);
+pub(crate) const MAMBA2: (&str, &[u8]) = (
+    "mamba2",
+    include_bytes!(concat!(env!("OUT_DIR"), "/mamba2.fatbin")),
 );
 
 type ModuleKey = (DeviceId, &'static str);
@@ -147,19 +152,6 @@ pub(crate) fn upload<T: DeviceRepr>(stream: &CudaStream, v: &[T]) -> Result<Cuda
 pub(crate) fn tensor(dev: &CudaDevice, s: CudaSlice<f32>, shape: impl Into<Shape>) -> Tensor {
     let st = CudaStorage::wrap_cuda_slice(s, dev.clone());
     Tensor::from_storage(Storage::Cuda(st), shape, BackpropOp::none(), false)
-}
-
-/// Push kernel arguments given by value.
-pub(crate) fn push<'a, T: DeviceRepr>(b: &mut LaunchArgs<'a>, v: &'a T) {
-    use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-    b.arg(v);
-}
-
-/// A `CudaStorage` to test dtype plumbing without a device (compile-time
-/// check that candle's API still has what the kernels need).
-#[allow(dead_code)]
-fn _api_check(s: &CudaStorage) -> DType {
-    s.dtype()
 }
 
 /// Open CUDA device 0 for a kernel test, or print why the test is skipped.
