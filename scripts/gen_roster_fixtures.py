@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""Golden fixtures for the roster architectures: qwen35, nemotron_h, gemma4.
+"""Golden fixtures for the roster architectures: qwen35, nemotron_h, gemma4, qwen3.
 
 For each architecture this script
 
-  1. trains a tiny tokenizer (byte-level BPE for qwen35 / nemotron_h, an
-     SPM-style "▁" BPE with <0xXX> byte fallback for gemma4) on a fixed text,
-     with the special tokens the real chat templates use, and writes the real
-     chat template (../shared/data/chat-templates/) into tokenizer_config.json;
+  1. trains a tiny tokenizer (byte-level BPE for qwen35 / nemotron_h / qwen3,
+     an SPM-style "▁" BPE with <0xXX> byte fallback for gemma4) on a fixed
+     text, with the special tokens the real chat templates use, and writes the
+     real chat template (../shared/data/chat-templates/) into
+     tokenizer_config.json;
   2. builds a tiny random-weight model from the transformers 5.x classes
      (Qwen3_5ForCausalLM / qwen3_5_text, NemotronHForCausalLM (dense),
-     Gemma4ForCausalLM / gemma4_text), seeded, and saves it as an HF
-     checkpoint in a temporary directory;
+     Gemma4ForCausalLM / gemma4_text, Qwen3ForCausalLM), seeded, and saves it
+     as an HF checkpoint in a temporary directory;
   3. converts that checkpoint with llama.cpp's own convert_hf_to_gguf.py (the
      tree given by --llama-cpp, its gguf-py on sys.path) to f32 and q8_0;
   4. writes transformers' reference logits (float32, eval mode, no cache) at
@@ -42,6 +43,8 @@ THE CONVERTER WRAPPER
        calls the original and, only when it raises, returns the name the real
        model's GGUF carries:
          qwen35     -> "qwen35"   (our tokenizer uses Qwen3.5's split regex)
+         qwen3      -> "qwen2"    (what llama.cpp writes for Qwen3's tokenizer;
+                                   ours uses the same Qwen2 split regex)
          nemotron_h -> "pixtral"  (what llama.cpp writes for the Nemotron-3
                                    tokenizer; llama.cpp treats it as the
                                    Llama-3 regex, which our tokenizer uses)
@@ -74,6 +77,7 @@ CONVERTER-FACING CONFIG EDITS (config.json after save_pretrained)
                 entries as FFN layers, so a dense list would give an all-zero
                 feed_forward_length array).
     gemma4:     none.
+    qwen3:      none.
 
 CHECKS
     The script asserts: the saved checkpoint reloads to identical logits; a
@@ -196,6 +200,8 @@ SEQ_LENS = {"main": 100, "b37": 37, "b53": 53}
 # Pre-tokenizer regexes, as in the real tokenizer.json files.
 QWEN35_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
                 r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # Qwen2 / Qwen2.5 / Qwen3
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -416,7 +422,7 @@ def random_state(shapes, gen, norm_plus_one_style):
 
 
 # ---------------------------------------------------------------------------
-# the three models
+# the four models
 
 
 def qwen35_spec():
@@ -453,6 +459,17 @@ GEMMA4_SPECIALS = [("<pad>", True), ("<eos>", True), ("<bos>", True), ("<unk>", 
                    ("<tool_call|>", True), ("<|tool_response>", True), ("<tool_response|>", True),
                    ('<|"|>', True), ("<|image|>", True), ("<|audio|>", True), ("<|video|>", True),
                    ("<|image>", True), ("<|audio>", True), ("<image|>", True), ("<audio|>", True)]
+
+# Qwen3's added tokens in the real order (ids 151643-151668 there, the last 26 ids here)
+QWEN3_BACK = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+              ("<|object_ref_start|>", True), ("<|object_ref_end|>", True), ("<|box_start|>", True),
+              ("<|box_end|>", True), ("<|quad_start|>", True), ("<|quad_end|>", True),
+              ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
+              ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False),
+              ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False),
+              ("<|fim_suffix|>", False), ("<|fim_pad|>", False), ("<|repo_name|>", False),
+              ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
+              ("<think>", False), ("</think>", False)]
 
 NEMOTRON_PATTERN = "M-M*-MM*-M-"
 
@@ -493,6 +510,20 @@ def gemma4_spec():
     return cfg
 
 
+def qwen3_spec():
+    n_back = len(QWEN3_BACK)
+    cfg = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, rms_norm_eps=1e-6,
+        max_position_embeddings=4096, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+        attention_bias=False, use_sliding_window=False, hidden_act="silu",
+        bos_token_id=VOCAB - n_back, eos_token_id=VOCAB - n_back + 2, pad_token_id=None,
+    )
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    return cfg
+
+
 def qwen35_mtp_shapes(cfg):
     """The MTP block of a Qwen3.5 checkpoint (one full-attention layer + fusion)."""
     h, hd, nh, nkv, ff = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.intermediate_size
@@ -527,6 +558,10 @@ ARCHS = {
     "gemma4": {
         "spec": gemma4_spec, "cls": "Gemma4ForCausalLM", "pre": "gemma4", "template": "google-gemma-4-31B-it.jinja",
     },
+    "qwen3": {
+        # the Qwen3 chat template (the same for the whole Qwen3 family, Qwen3-8B included)
+        "spec": qwen3_spec, "cls": "Qwen3ForCausalLM", "pre": "qwen2", "template": "Qwen-Qwen3-0.6B.jinja",
+    },
 }
 
 
@@ -543,6 +578,15 @@ def make_tokenizer(arch, d):
         write_tokenizer(d, j, {"bos_token": "<s>", "eos_token": "<|im_end|>", "unk_token": "<unk>",
                                "pad_token": "<unk>", "chat_template": template(ARCHS[arch]["template"])})
         gen_cfg = {"bos_token_id": 1, "eos_token_id": [2, 4], "pad_token_id": 0}
+    elif arch == "qwen3":
+        j = bytelevel_tokenizer(QWEN2_SPLIT, [], QWEN3_BACK)
+        write_tokenizer(d, j, {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                               "unk_token": None, "add_bos_token": False, "add_prefix_space": False,
+                               "errors": "replace", "split_special_tokens": False,
+                               "chat_template": template(ARCHS[arch]["template"])})
+        ids = {t["content"]: t["id"] for t in j["added_tokens"]}
+        gen_cfg = {"bos_token_id": ids["<|endoftext|>"], "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+                   "pad_token_id": ids["<|endoftext|>"]}
     else:
         j = gemma4_tokenizer(GEMMA4_SPECIALS)
         extra = [c for c, _ in GEMMA4_SPECIALS[5:]]
@@ -682,6 +726,25 @@ GEMMA4_MAP = [
 ]]
 
 
+QWEN3_MAP = [
+    (r"model\.embed_tokens\.weight", "token_embd.weight"),
+    (r"model\.norm\.weight", "output_norm.weight"),
+    (r"lm_head\.weight", "output.weight"),
+] + [(rf"model\.layers\.(\d+)\.{hf}", rf"blk.\1.{gg}") for hf, gg in [
+    (r"input_layernorm\.weight", "attn_norm.weight"),
+    (r"post_attention_layernorm\.weight", "ffn_norm.weight"),
+    (r"self_attn\.q_proj\.weight", "attn_q.weight"),
+    (r"self_attn\.k_proj\.weight", "attn_k.weight"),
+    (r"self_attn\.v_proj\.weight", "attn_v.weight"),
+    (r"self_attn\.o_proj\.weight", "attn_output.weight"),
+    (r"self_attn\.q_norm\.weight", "attn_q_norm.weight"),
+    (r"self_attn\.k_norm\.weight", "attn_k_norm.weight"),
+    (r"mlp\.gate_proj\.weight", "ffn_gate.weight"),
+    (r"mlp\.up_proj\.weight", "ffn_up.weight"),
+    (r"mlp\.down_proj\.weight", "ffn_down.weight"),
+]]
+
+
 QWEN35_MTP_MAP = [  # llama.cpp: the MTP block becomes layer n_layer ("blk.8" here)
     (r"mtp\.fc\.weight", "nextn.eh_proj.weight"),
     (r"mtp\.pre_fc_norm_embedding\.weight", "nextn.enorm.weight"),
@@ -709,7 +772,7 @@ def to_gguf(arch, hf_name, x, cfg):
             return name, (x + 1 if name.endswith("norm.weight") else x)
         (name, t), = ollama_tensors({hf_name: x}, cfg).items()  # same values as llama.cpp's
         return (name + ".bias" if name.endswith(".ssm_dt") else name), t
-    table = NEMOTRON_MAP if arch == "nemotron_h" else GEMMA4_MAP
+    table = {"nemotron_h": NEMOTRON_MAP, "gemma4": GEMMA4_MAP, "qwen3": QWEN3_MAP}[arch]
     for pat, rep in table:
         if re.fullmatch(pat, hf_name):
             name = re.sub(pat, rep, hf_name)

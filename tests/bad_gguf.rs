@@ -100,7 +100,7 @@ fn unknown_architecture_names_file_and_architecture() {
     rewrite(&p, |meta, _| {
         for (k, v) in meta.iter_mut() {
             if k == "general.architecture" {
-                *v = gguf_file::Value::String("qwen35".into());
+                *v = gguf_file::Value::String("rwkv7".into());
             }
         }
     });
@@ -108,11 +108,11 @@ fn unknown_architecture_names_file_and_architecture() {
     match err.downcast_ref::<LoadError>() {
         Some(LoadError::UnsupportedArchitecture { path, arch, .. }) => {
             assert_eq!(path, &p);
-            assert_eq!(arch, "qwen35");
+            assert_eq!(arch, "rwkv7");
         }
         other => panic!("unexpected error {other:?}: {err:#}"),
     }
-    assert!(format!("{err:#}").contains("`qwen35` is not implemented"));
+    assert!(format!("{err:#}").contains("`rwkv7` is not implemented"));
 }
 
 #[test]

@@ -751,7 +751,7 @@ tag = "mini:1b"
                 (
                     "nemotron-3-nano-4b",
                     "nemotron_h",
-                    false,
+                    true,
                     4.0,
                     Some("nemotron-3-nano:4b")
                 ),
@@ -786,6 +786,22 @@ tag = "mini:1b"
         assert!(q3.thinking.supported && q3.thinking.default_on);
         assert_eq!(q3.thinking.start.as_deref(), Some("<think>"));
         assert_eq!(q3.thinking.end.as_deref(), Some("</think>"));
+        let n = c.get("nemotron-3-nano:4b").unwrap();
+        n.ensure_implemented().unwrap();
+        assert!(n.thinking.supported && n.thinking.default_on);
+        assert_eq!(
+            n.thinking.template_switch.as_deref(),
+            Some("enable_thinking")
+        );
+        assert_eq!(
+            n.sources[1],
+            Source::Hf {
+                repo: "nvidia/NVIDIA-Nemotron-3-Nano-4B-GGUF".into(),
+                file: "NVIDIA-Nemotron3-Nano-4B-Q4_K_M.gguf".into(),
+                revision: "main".into(),
+                sha256: None,
+            }
+        );
         let g = c.get("gemma4-e4b").unwrap();
         assert!(g.thinking.supported && !g.thinking.default_on);
         assert_eq!(g.thinking.start.as_deref(), Some("<|channel>thought\n"));

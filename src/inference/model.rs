@@ -107,7 +107,7 @@ pub trait CausalLm: Send + Sync {
 pub type SharedModel = Arc<dyn CausalLm>;
 
 /// Architectures [`load_model`] implements.
-pub const ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen35"];
+pub const ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3", "qwen35", "nemotron_h"];
 
 /// Load the GGUF model at `path` onto `device`.
 pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel> {
@@ -115,6 +115,7 @@ pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel
     let arch = gguf.architecture()?;
     let model: SharedModel = match arch.as_str() {
         "llama" => Arc::new(models::llama::load(&mut gguf, device)?),
+        "nemotron_h" => Arc::new(models::nemotron_h::load(&mut gguf, device)?),
         "qwen2" => Arc::new(models::qwen2::load(&mut gguf, device)?),
         "qwen3" => Arc::new(models::qwen3::load(&mut gguf, device)?),
         "gemma3" => Arc::new(models::gemma3::load(&mut gguf, device)?),

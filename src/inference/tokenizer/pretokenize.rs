@@ -40,7 +40,8 @@ impl PreKind {
     pub fn from_gguf_name(name: &str) -> Option<PreKind> {
         Some(match name {
             "gpt-2" => PreKind::Gpt2,
-            "llama3" | "llama-v3" | "llama-bpe" => PreKind::Llama3,
+            // llama.cpp reads Nemotron 3's `pixtral` as Llama 3's rule too.
+            "llama3" | "llama-v3" | "llama-bpe" | "pixtral" => PreKind::Llama3,
             "qwen2" | "deepseek-r1-qwen" => PreKind::Qwen2,
             "qwen35" => PreKind::Qwen35,
             "smollm" => PreKind::SmolLm,
@@ -51,7 +52,7 @@ impl PreKind {
 
     /// The `tokenizer.ggml.pre` values accepted, for error messages.
     pub fn supported_names() -> &'static str {
-        "gpt-2, llama3, llama-v3, llama-bpe, qwen2, deepseek-r1-qwen, qwen35, smollm, gemma4"
+        "gpt-2, llama3, llama-v3, llama-bpe, pixtral, qwen2, deepseek-r1-qwen, qwen35, smollm, gemma4"
     }
 
     fn patterns(self) -> &'static [&'static str] {

@@ -1,0 +1,370 @@
+//! The Mamba-2 selective state-space scan (Nemotron-H's recurrent layers),
+//! on the host in f32: a recurrent form that takes one token at a time
+//! (decoding) and a chunked form (the SSD "state-space duality" form) that
+//! takes a whole prompt in chunks of [`CHUNK`] tokens, both from and to the
+//! same per-head state. They compute the same function; the chunked form
+//! replaces the per-token state update inside a chunk by an
+//! attention-like product over the chunk's positions, and touches the state
+//! once per chunk.
+//!
+//! Per head `h` (head size `p`, state size `n`, state `S` `[p, n]`), for each
+//! token with inputs `x` (`[p]`), `B`, `C` (`[n]`, shared by the heads of a
+//! group), step size `dt > 0` (already `softplus(dt + dt_bias)`), `A < 0`
+//! and skip weight `D` (transformers' `mamba2_selective_state_update`,
+//! llama.cpp's `ggml_ssm_scan`):
+//! ```text
+//! S ← S · exp(dt·A) + (dt · x) ⊗ B
+//! y = S · C + D · x
+//! ```
+//! The chunked form (transformers' `mamba2_chunk_scan`): with `a_t = dt_t·A`
+//! and `c_t` the running sum of `a` inside the chunk,
+//! ```text
+//! y_i = e^{c_i} S₀·C_i + Σ_{j≤i} (C_i·B_j) e^{c_i − c_j} dt_j x_j + D x_i
+//! S   ← e^{c_last} S₀ + Σ_j e^{c_last − c_j} (dt_j x_j) ⊗ B_j
+//! ```
+//! Every exponent is ≤ 0, so nothing overflows. Heads map to groups in
+//! blocks (`repeat_interleave`): head `h` reads group `h / (n_head / n_group)`.
+
+/// Tokens per chunk of the chunked form. The result does not depend on it
+/// (beyond rounding); transformers uses the config's `chunk_size`, which the
+/// GGUF file does not keep.
+pub const CHUNK: usize = 64;
+
+/// Sizes of one Mamba-2 layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub d_state: usize,
+    pub n_group: usize,
+}
+
+impl Dims {
+    /// The group (of `B` and `C`) that head `h` reads.
+    pub fn group(&self, h: usize) -> usize {
+        h / (self.n_head / self.n_group)
+    }
+
+    /// `n_head · head_dim` (the inner size).
+    pub fn inner(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Elements of one sequence's state, `[n_head, head_dim, d_state]`.
+    pub fn state_len(&self) -> usize {
+        self.n_head * self.head_dim * self.d_state
+    }
+}
+
+/// One sequence's inputs to a Mamba-2 scan for `t` tokens: `x` `[t, n_head,
+/// head_dim]`, `b` and `c` `[t, n_group, d_state]`, `dt` `[t, n_head]` (after
+/// bias and softplus).
+pub struct Inputs<'a> {
+    pub x: &'a [f32],
+    pub b: &'a [f32],
+    pub c: &'a [f32],
+    pub dt: &'a [f32],
+}
+
+/// The per-head constants of a layer: `a` (`A`, negative: llama.cpp's
+/// converter stores `−exp(A_log)`) and `d` (the skip weight), `[n_head]`.
+pub struct Params<'a> {
+    pub a: &'a [f32],
+    pub d: &'a [f32],
+}
+
+impl Inputs<'_> {
+    fn tokens(&self, d: &Dims) -> usize {
+        self.dt.len() / d.n_head
+    }
+
+    /// `x`, `B`, `C` and `dt` of token `ti` for head `h`.
+    fn at(&self, d: &Dims, ti: usize, h: usize) -> (&[f32], &[f32], &[f32], f32) {
+        let xo = (ti * d.n_head + h) * d.head_dim;
+        let go = (ti * d.n_group + d.group(h)) * d.d_state;
+        (
+            &self.x[xo..xo + d.head_dim],
+            &self.b[go..go + d.d_state],
+            &self.c[go..go + d.d_state],
+            self.dt[ti * d.n_head + h],
+        )
+    }
+}
+
+/// Run the scan over the inputs from `state` (`[n_head, head_dim, d_state]`,
+/// updated in place), in the chunked form when `chunked`, else one token at
+/// a time. Returns `y` `[t, n_head, head_dim]`, the `D` skip included. Heads
+/// run in parallel on candle's CPU worker pool.
+pub fn run(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f32> {
+    let t = x.tokens(d);
+    let hs = d.head_dim * d.d_state;
+    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
+        .chunks_exact_mut(hs)
+        .map(|s| std::sync::Mutex::new((s, Vec::new())))
+        .collect();
+    candle_core::utils::barrier_pool().execute_chunked(d.n_head, |range| {
+        for h in range {
+            if let Ok(mut g) = heads[h].lock() {
+                let (s, out) = &mut *g;
+                *out = if chunked {
+                    head_chunked(d, p, x, h, s)
+                } else {
+                    head_recurrent(d, p, x, h, s)
+                };
+            }
+        }
+    });
+    let pd = d.head_dim;
+    let mut out = vec![0f32; t * d.n_head * pd];
+    for (h, m) in heads.into_iter().enumerate() {
+        let (_, o) = m.into_inner().unwrap_or_else(|e| e.into_inner());
+        for ti in 0..t {
+            let dst = (ti * d.n_head + h) * pd;
+            out[dst..dst + pd].copy_from_slice(&o[ti * pd..(ti + 1) * pd]);
+        }
+    }
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// The recurrent form for one head; returns `[t, head_dim]`.
+fn head_recurrent(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
+    let t = x.tokens(d);
+    let (pd, n) = (d.head_dim, d.d_state);
+    let (a, skip) = (p.a[h], p.d[h]);
+    let mut out = vec![0f32; t * pd];
+    for ti in 0..t {
+        let (xt, bt, ct, dt) = x.at(d, ti, h);
+        let decay = (dt * a).exp();
+        let o = &mut out[ti * pd..(ti + 1) * pd];
+        for ((row, &xi), oi) in s.chunks_exact_mut(n).zip(xt).zip(o.iter_mut()) {
+            let u = dt * xi;
+            let mut acc = 0f32;
+            for ((sv, &bv), &cv) in row.iter_mut().zip(bt).zip(ct) {
+                *sv = *sv * decay + u * bv;
+                acc += *sv * cv;
+            }
+            *oi = acc + skip * xi;
+        }
+    }
+    out
+}
+
+/// The chunked form for one head; returns `[t, head_dim]`.
+fn head_chunked(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
+    let t = x.tokens(d);
+    let (pd, n) = (d.head_dim, d.d_state);
+    let (a, skip) = (p.a[h], p.d[h]);
+    let mut out = vec![0f32; t * pd];
+    let mut cum = Vec::with_capacity(CHUNK);
+    let mut w = vec![0f32; CHUNK];
+    for c0 in (0..t).step_by(CHUNK) {
+        let l = CHUNK.min(t - c0);
+        let tok = |i: usize| x.at(d, c0 + i, h);
+        cum.clear();
+        let mut acc = 0f32;
+        for i in 0..l {
+            acc += tok(i).3 * a;
+            cum.push(acc);
+        }
+        for i in 0..l {
+            let (xi, _, ci, _) = tok(i);
+            let o = &mut out[(c0 + i) * pd..(c0 + i + 1) * pd];
+            // What the state at the chunk's start contributes, and the skip.
+            let e = cum[i].exp();
+            for ((oj, row), &xv) in o.iter_mut().zip(s.chunks_exact(n)).zip(xi) {
+                *oj = e * dot(row, ci) + skip * xv;
+            }
+            // The chunk's own tokens up to this one.
+            for (j, wj) in w.iter_mut().enumerate().take(i + 1) {
+                let (_, bj, _, dtj) = tok(j);
+                *wj = dot(ci, bj) * (cum[i] - cum[j]).exp() * dtj;
+            }
+            for (j, &wj) in w.iter().enumerate().take(i + 1) {
+                let xj = tok(j).0;
+                o.iter_mut().zip(xj).for_each(|(oj, &xv)| *oj += wj * xv);
+            }
+        }
+        // The state at the chunk's end.
+        let last = cum[l - 1];
+        let el = last.exp();
+        s.iter_mut().for_each(|v| *v *= el);
+        for (j, &cj) in cum.iter().enumerate() {
+            let (xj, bj, _, dtj) = tok(j);
+            let f = (last - cj).exp() * dtj;
+            for (row, &xv) in s.chunks_exact_mut(n).zip(xj) {
+                let u = f * xv;
+                row.iter_mut().zip(bj).for_each(|(sv, &bv)| *sv += u * bv);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    type Case = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+    fn random(n: usize, rng: &mut rand_chacha::ChaCha8Rng, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| rng.gen_range(lo..hi)).collect()
+    }
+
+    /// `x`, `B`, `C`, `dt`, `A`, `D` for `t` tokens.
+    fn case(t: usize, d: &Dims, seed: u64) -> Case {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let x = random(t * d.inner(), &mut rng, -1.0, 1.0);
+        let b = random(t * d.n_group * d.d_state, &mut rng, -1.0, 1.0);
+        let c = random(t * d.n_group * d.d_state, &mut rng, -1.0, 1.0);
+        let dt = random(t * d.n_head, &mut rng, 0.001, 0.5);
+        let a = random(d.n_head, &mut rng, -8.0, -0.5);
+        let dd = random(d.n_head, &mut rng, 0.5, 1.5);
+        (x, b, c, dt, a, dd)
+    }
+
+    fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max)
+    }
+
+    const DIMS: Dims = Dims {
+        n_head: 6,
+        head_dim: 5,
+        d_state: 7,
+        n_group: 3,
+    };
+
+    #[test]
+    fn chunked_equals_recurrent_across_chunks_and_states() {
+        let d = DIMS;
+        let t = 2 * CHUNK + 22; // three chunks, the last one partial
+        let (xs, b, c, dt, a, dd) = case(t, &d, 11);
+        let x = Inputs {
+            x: &xs,
+            b: &b,
+            c: &c,
+            dt: &dt,
+        };
+        let p = Params { a: &a, d: &dd };
+        let mut s0: Vec<f32> = (0..d.state_len())
+            .map(|i| (i as f32 * 0.29).cos())
+            .collect();
+        let mut s1 = s0.clone();
+        let y_rec = run(&d, &p, &x, &mut s0, false);
+        let y_chk = run(&d, &p, &x, &mut s1, true);
+        let scale = y_rec.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert!(scale > 0.1, "degenerate case");
+        assert!(max_diff(&y_rec, &y_chk) < 1e-4 * scale, "outputs differ");
+        assert!(max_diff(&s0, &s1) < 1e-4, "final states differ");
+    }
+
+    /// Both forms against the recurrence written out index by index in f64,
+    /// from a zero state.
+    #[test]
+    fn both_forms_are_the_textbook_recurrence() {
+        let d = DIMS;
+        let t = CHUNK + 9;
+        let (xs, b, c, dt, a, dd) = case(t, &d, 5);
+        let x = Inputs {
+            x: &xs,
+            b: &b,
+            c: &c,
+            dt: &dt,
+        };
+        for chunked in [false, true] {
+            let mut s = vec![0f32; d.state_len()];
+            let y = run(&d, &Params { a: &a, d: &dd }, &x, &mut s, chunked);
+            check_textbook(&d, t, (&xs, &b, &c, &dt, &a, &dd), &y);
+        }
+    }
+
+    type Refs<'a> = (
+        &'a [f32],
+        &'a [f32],
+        &'a [f32],
+        &'a [f32],
+        &'a [f32],
+        &'a [f32],
+    );
+
+    fn check_textbook(d: &Dims, t: usize, (xs, b, c, dt, a, dd): Refs<'_>, y: &[f32]) {
+        for h in 0..d.n_head {
+            let g = d.group(h);
+            let mut st = vec![vec![0f64; d.d_state]; d.head_dim];
+            for ti in 0..t {
+                let dtv = dt[ti * d.n_head + h] as f64;
+                let decay = (dtv * a[h] as f64).exp();
+                for (pi, row) in st.iter_mut().enumerate() {
+                    let xv = xs[(ti * d.n_head + h) * d.head_dim + pi] as f64;
+                    let mut yv = dd[h] as f64 * xv;
+                    for (ni, sv) in row.iter_mut().enumerate() {
+                        let k = (ti * d.n_group + g) * d.d_state + ni;
+                        *sv = *sv * decay + dtv * xv * b[k] as f64;
+                        yv += *sv * c[k] as f64;
+                    }
+                    let got = y[(ti * d.n_head + h) * d.head_dim + pi] as f64;
+                    assert!(
+                        (got - yv).abs() < 1e-4,
+                        "head {h} token {ti}: {got} vs {yv}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn splitting_a_sequence_gives_the_same_result() {
+        let d = DIMS;
+        let t = CHUNK + 30;
+        let (xs, b, c, dt, a, dd) = case(t, &d, 3);
+        let p = Params { a: &a, d: &dd };
+        let whole = Inputs {
+            x: &xs,
+            b: &b,
+            c: &c,
+            dt: &dt,
+        };
+        let mut s = vec![0f32; d.state_len()];
+        let y = run(&d, &p, &whole, &mut s, true);
+        let part = |v: &[f32], per: usize, r: &std::ops::Range<usize>| {
+            v[r.start * per..r.end * per].to_vec()
+        };
+        let gs = d.n_group * d.d_state;
+        // A prompt cut in two chunked pieces, then single decoded tokens.
+        let cut = CHUNK + 3;
+        let mut s2 = vec![0f32; d.state_len()];
+        let mut y2 = Vec::new();
+        let mut pieces = vec![0..cut, cut..t - 2];
+        pieces.extend((t - 2..t).map(|i| i..i + 1));
+        for r in pieces {
+            let (xp, bp, cp, dp) = (
+                part(&xs, d.inner(), &r),
+                part(&b, gs, &r),
+                part(&c, gs, &r),
+                part(&dt, d.n_head, &r),
+            );
+            let x = Inputs {
+                x: &xp,
+                b: &bp,
+                c: &cp,
+                dt: &dp,
+            };
+            y2.extend(run(&d, &p, &x, &mut s2, r.len() > 1));
+        }
+        assert!(max_diff(&y, &y2) < 1e-4);
+        assert!(max_diff(&s, &s2) < 1e-4);
+    }
+
+    #[test]
+    fn heads_read_their_groups_in_blocks() {
+        let g: Vec<usize> = (0..6).map(|h| DIMS.group(h)).collect();
+        assert_eq!(g, vec![0, 0, 1, 1, 2, 2]);
+    }
+}
