@@ -65,7 +65,10 @@ fn main() {
     sources.sort();
     for src in &sources {
         println!("cargo:rerun-if-changed={}", src.display());
-        let stem = src.file_stem().and_then(|s| s.to_str()).expect("kernel file name");
+        let stem = src
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("kernel file name");
         let out = out_dir.join(format!("{stem}.fatbin"));
         let mut cmd = Command::new(&nvcc);
         cmd.arg("--fatbin")

@@ -15,7 +15,8 @@ root=$(./scripts/fetch-cuda-toolkit.sh | tail -n1)
 cache=${JOULE_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/joule}
 export CUDA_ROOT=$root CUDA_PATH=$root CUDA_HOME=$root PATH=$root/bin:$PATH
 export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
-target=${JOULE_CUDA_TARGET:-$cache/target-cuda}
+export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
+target=${JOULE_CUDA_TARGET:-$cache/target-cuda-$CUDA_COMPUTE_CAP}
 out=${JOULE_GPU_BUNDLE:-$repo/.gpu-bundle}
 part_mb=${JOULE_GPU_PART_MB:-40}
 

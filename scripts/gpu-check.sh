@@ -46,7 +46,7 @@ say() { echo "gpu-check [$(($(date +%s) - start))s]: $*"; }
 left() { echo $((deadline - $(date +%s))); }
 
 # One JSON line per step: name, status (pass/fail/skip/timeout), seconds, note, and the path of
-# an output file (relative to $OUT) where there is one.
+# an output file (in the logs) where there is one.
 record() {
   python3 - "$steps" "$@" <<'EOF'
 import json, sys
@@ -136,7 +136,11 @@ step() {
   [[ $status == pass ]]
 }
 
-trap 'summary; say "done; summary in $OUT/summary.md"' EXIT
+# A last resort past the per-step limits: end the script (the EXIT trap still writes the summary).
+(sleep $((budget + 20)) && kill -TERM $$ 2>/dev/null) &
+watchdog=$!
+trap 'kill $watchdog 2>/dev/null; summary; say "done; summary in $OUT/summary.md"' EXIT
+trap 'exit 143' TERM INT
 
 # ---- The machine.
 if ! command -v nvidia-smi >/dev/null; then
@@ -220,7 +224,7 @@ elif command -v cargo >/dev/null; then
   fi
   root=$(dirname "$(dirname "$nvcc_bin")")
   export CUDA_ROOT=$root CUDA_PATH=$root CUDA_HOME=$root PATH=$root/bin:$PATH
-  export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-$cap_num}
+  export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-$cap_num} CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$jobs}
   target=${JOULE_CUDA_TARGET:-$repo/target-cuda}
   step build build.log cargo build --release --offline -j "$jobs" --features cuda --target-dir "$target" --bin joule || exit 1
   step build-tests build-tests.log cargo test --release --offline -j "$jobs" --features cuda --target-dir "$target" --no-run --message-format=json || exit 1

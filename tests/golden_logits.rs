@@ -41,7 +41,6 @@ fn fixture(arch: &str) -> (PathBuf, Golden) {
     (dir.join(format!("{arch}.gguf")), Golden { tokens, logits })
 }
 
-
 /// The device the golden tests run on: `JOULE_TEST_DEVICE` (`cpu`, `cuda`,
 /// `cuda:N`, `metal`; default cpu), so `scripts/gpu-check.sh` can run them
 /// on a GPU build.

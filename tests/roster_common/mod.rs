@@ -80,7 +80,6 @@ pub fn mean_cos(a: &[f32], r: &[f32], vocab: usize) -> f32 {
     rows.iter().sum::<f32>() / rows.len() as f32
 }
 
-
 /// The device the golden tests run on: `JOULE_TEST_DEVICE` (`cpu`, `cuda`,
 /// `cuda:N`, `metal`; default cpu), so `scripts/gpu-check.sh` can run them
 /// on a GPU build.

@@ -7,7 +7,9 @@
 use super::{cuda_device, function, tensor, upload, zeros, DevF32, ATTENTION};
 use crate::inference::models::nn::AttnParams;
 use anyhow::{bail, Result};
-use candle_core::cuda_backend::cudarc::driver::{CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
 use candle_core::{DType, Storage, Tensor};
 
 /// Warps per block and value elements per lane (`AW`, `MAXV` in the kernel).
@@ -25,7 +27,10 @@ pub struct SeqKv<'a> {
 /// f32 `[n, len, d]` tensor whose `[len, d]` part is contiguous.
 fn head_view(t: &Tensor, stream: &CudaStream) -> Result<(u64, i64)> {
     if t.dtype() != DType::F32 {
-        bail!("decode attention needs f32 keys and values, got {:?}", t.dtype());
+        bail!(
+            "decode attention needs f32 keys and values, got {:?}",
+            t.dtype()
+        );
     }
     let (_, _, d) = t.dims3()?;
     let (guard, layout) = t.storage_and_layout();
@@ -57,7 +62,10 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
     let stream = dev.cuda_stream();
     let (n_seq, n_head, hd) = q.dims3()?;
     if kv.len() != n_seq || n_seq == 0 {
-        bail!("decode attention: {n_seq} queries for {} sequences", kv.len());
+        bail!(
+            "decode attention: {n_seq} queries for {} sequences",
+            kv.len()
+        );
     }
     let (n_kv, _, khd) = kv[0].k.dims3()?;
     let vd = kv[0].v.dim(2)?;
@@ -164,14 +172,23 @@ mod tests {
                 let q = Tensor::randn(0f32, 1.0, (n_head, 1, hd), &Device::Cpu).unwrap();
                 let (k, v) = (kc.narrow(1, 0, len).unwrap(), vc.narrow(1, 0, len).unwrap());
                 host_out.push(attention(&q, &k, &v, p).unwrap());
-                caches.push((kc.to_device(&gpu).unwrap(), vc.to_device(&gpu).unwrap(), len));
+                caches.push((
+                    kc.to_device(&gpu).unwrap(),
+                    vc.to_device(&gpu).unwrap(),
+                    len,
+                ));
                 qs.push(q.reshape((1, n_head, hd)).unwrap());
                 let _ = i;
             }
             let q = Tensor::cat(&qs, 0).unwrap().to_device(&gpu).unwrap();
             let views: Vec<(Tensor, Tensor)> = caches
                 .iter()
-                .map(|(kc, vc, len)| (kc.narrow(1, 0, *len).unwrap(), vc.narrow(1, 0, *len).unwrap()))
+                .map(|(kc, vc, len)| {
+                    (
+                        kc.narrow(1, 0, *len).unwrap(),
+                        vc.narrow(1, 0, *len).unwrap(),
+                    )
+                })
                 .collect();
             let kv: Vec<SeqKv> = views.iter().map(|(k, v)| SeqKv { k, v }).collect();
             let got = decode(&q, &kv, p).unwrap().to_device(&Device::Cpu).unwrap();

@@ -99,8 +99,16 @@ pub fn forward(
     let qkv = qkv.contiguous()?;
     let alpha = alpha.contiguous()?;
     let beta = beta.contiguous()?;
-    let (x_in, al, be) = (DevF32::new(&qkv)?, DevF32::new(&alpha)?, DevF32::new(&beta)?);
-    let (cw, aw, dtb) = (DevF32::new(w.conv)?, DevF32::new(w.a)?, DevF32::new(w.dt_bias)?);
+    let (x_in, al, be) = (
+        DevF32::new(&qkv)?,
+        DevF32::new(&alpha)?,
+        DevF32::new(&beta)?,
+    );
+    let (cw, aw, dtb) = (
+        DevF32::new(w.conv)?,
+        DevF32::new(w.a)?,
+        DevF32::new(w.dt_bias)?,
+    );
     if x_in.len() != n_total * c
         || al.len() != n_total * d.n_v
         || be.len() != n_total * d.n_v
@@ -214,15 +222,16 @@ pub fn forward(
     let dims_i = [d.n_k, d.n_v, d.d_k, d.d_v].map(|x| x as i32);
     let tiled = d.tiled as i32;
     for chunked in [false, true] {
-        let group: Vec<usize> = (0..n_seq)
-            .filter(|&i| (seqs[i].t > 1) == chunked)
-            .collect();
+        let group: Vec<usize> = (0..n_seq).filter(|&i| (seqs[i].t > 1) == chunked).collect();
         if group.is_empty() {
             continue;
         }
         let rows = upload(&stream, &i32s(group.iter().map(|&i| offs[i]))?)?;
         let lens = upload(&stream, &i32s(group.iter().map(|&i| seqs[i].t))?)?;
-        let s_in = upload(&stream, &group.iter().map(|&i| ssm_in_p[i]).collect::<Vec<_>>())?;
+        let s_in = upload(
+            &stream,
+            &group.iter().map(|&i| ssm_in_p[i]).collect::<Vec<_>>(),
+        )?;
         let s_out = upload(
             &stream,
             &group.iter().map(|&i| ssm_out_p[i]).collect::<Vec<_>>(),
@@ -340,7 +349,11 @@ mod tests {
                 .collect();
 
             let up = |v: &[f32], shape: &[usize]| Tensor::from_slice(v, shape, &gpu).unwrap();
-            let (conv_t, a_t, dt_t) = (up(&conv, &[c, kc]), up(&a, &[d.n_v]), up(&dt_bias, &[d.n_v]));
+            let (conv_t, a_t, dt_t) = (
+                up(&conv, &[c, kc]),
+                up(&a, &[d.n_v]),
+                up(&dt_bias, &[d.n_v]),
+            );
             let w = Weights {
                 conv: &conv_t,
                 a: &a_t,
@@ -398,8 +411,16 @@ mod tests {
                 let vd = d.n_v * d.d_v;
                 let got = &core[off * vd..(off + t) * vd];
                 let e = max_rel(got, &o);
-                assert!(e < 1e-4, "seq {i} ({t} tokens, tiled {tiled}): outputs differ by {e}");
-                let gc = outs[i].conv.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                assert!(
+                    e < 1e-4,
+                    "seq {i} ({t} tokens, tiled {tiled}): outputs differ by {e}"
+                );
+                let gc = outs[i]
+                    .conv
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
                 assert_eq!(gc, new_conv, "seq {i}: conv state");
                 let gs = outs[i].ssm.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let e = max_rel(&gs, &ss);

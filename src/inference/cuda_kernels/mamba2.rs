@@ -187,7 +187,10 @@ mod tests {
             c: pad + d.inner() + gs,
         };
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
-        let a: Vec<f32> = random(d.n_head, &mut rng, 0.1, 3.0).iter().map(|v| -v).collect();
+        let a: Vec<f32> = random(d.n_head, &mut rng, 0.1, 3.0)
+            .iter()
+            .map(|v| -v)
+            .collect();
         let dsk = random(d.n_head, &mut rng, -1.0, 1.0);
         let shape = [(1, true), (150, false), (3, true), (1, false), (64, true)];
         let n_total: usize = shape.iter().map(|s| s.0).sum();
@@ -200,7 +203,10 @@ mod tests {
         let up = |v: &[f32], s: &[usize]| Tensor::from_slice(v, s, &gpu).unwrap();
         let st_t: Vec<Option<Tensor>> = states
             .iter()
-            .map(|s| s.as_ref().map(|v| up(v, &[d.n_head, d.head_dim, d.d_state])))
+            .map(|s| {
+                s.as_ref()
+                    .map(|v| up(v, &[d.n_head, d.head_dim, d.d_state]))
+            })
             .collect();
         let seqs: Vec<SeqIn> = shape
             .iter()
@@ -227,7 +233,9 @@ mod tests {
             };
             let (x, b, c) = (pick(cols.x, d.inner()), pick(cols.b, gs), pick(cols.c, gs));
             let dts = dt[off * d.n_head..(off + t) * d.n_head].to_vec();
-            let mut s = states[i].clone().unwrap_or_else(|| vec![0f32; d.state_len()]);
+            let mut s = states[i]
+                .clone()
+                .unwrap_or_else(|| vec![0f32; d.state_len()]);
             let want = run(
                 &d,
                 &Params { a: &a, d: &dsk },
