@@ -4,6 +4,7 @@
 # scripts/fetch-cuda-toolkit.sh), and writes into .gpu-bundle/ (ignored by git):
 #   bin/joule.xz, bin/<test>.xz   joule and the test executables gpu-check runs (the lib's unit
 #                                 tests with the kernel tests, golden_logits, roster_*), stripped
+#   lib/                          system libraries joule links that a GPU image may lack
 #   manifest-dir                  the folder they were built in (the tests read fixtures there;
 #                                 gpu-check links it to the working tree)
 #   model/smollm2.part-*, sha256  the default model in parts of at most $JOULE_GPU_PART_MB MiB
@@ -43,6 +44,17 @@ for line in open(sys.argv[1]):
     elif name == "golden_logits" or (name.startswith("roster_") and name != "roster_society"):
         print(f"{name}\t{m['executable']}")
 EOF
+# System libraries joule links besides glibc, the C++ runtime and CUDA's (fontconfig and
+# freetype for the report's plots): gpu-check falls back to these copies where the machine lacks
+# them.
+mkdir -p "$out/lib"
+ldd "$out/bin/joule" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+  case $name in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+    libcuda.so*|libcudart.so*|libcublas*|libcurand.so*|libnvrtc*) ;;
+    *) cp -L "$path" "$out/lib/$name" ;;
+  esac
+done
 for f in "$out"/bin/*; do
   strip --strip-debug "$f" 2>/dev/null || true
   xz -T0 -6 "$f"

@@ -172,6 +172,8 @@ for r in roots:
 EOF
 )
 export LD_LIBRARY_PATH="$(IFS=:; echo "${libdirs[*]:-}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The bundle's copies of system libraries (fontconfig, freetype, ...) come last: the machine's own win.
+[[ -d $bundle/lib ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$bundle/lib"
 
 # ---- The model.
 model=${JOULE_GPU_MODEL:-}

@@ -88,7 +88,7 @@ pub(crate) fn function(
 /// A contiguous f32 tensor on a CUDA device, read-locked while its device
 /// pointer is in use.
 pub(crate) struct DevF32<'a> {
-    guard: candle_core::storage::StorageRef<'a>,
+    guard: candle_core::StorageRef<'a>,
     start: usize,
     len: usize,
 }
@@ -144,7 +144,7 @@ pub(crate) fn slice_ptr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> u64 {
 }
 
 /// Upload a small host array (pointers, offsets) for one launch.
-pub(crate) fn upload<T: DeviceRepr>(stream: &CudaStream, v: &[T]) -> Result<CudaSlice<T>> {
+pub(crate) fn upload<T: DeviceRepr>(stream: &Arc<CudaStream>, v: &[T]) -> Result<CudaSlice<T>> {
     Ok(stream.clone_htod(v)?)
 }
 
