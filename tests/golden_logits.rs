@@ -41,6 +41,17 @@ fn fixture(arch: &str) -> (PathBuf, Golden) {
     (dir.join(format!("{arch}.gguf")), Golden { tokens, logits })
 }
 
+/// The device the golden tests run on: `JOULE_TEST_DEVICE` (`cpu`, `cuda`,
+/// `cuda:N`, `metal`; default cpu), so `scripts/gpu-check.sh` can run them
+/// on a GPU build.
+fn test_device() -> Device {
+    match std::env::var("JOULE_TEST_DEVICE") {
+        Ok(name) if !name.is_empty() => joule::inference::device::select_device(&name)
+            .unwrap_or_else(|e| panic!("JOULE_TEST_DEVICE={name}: {e:#}")),
+        _ => Device::Cpu,
+    }
+}
+
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -53,7 +64,7 @@ const TOL: f32 = 1e-4;
 
 fn check_arch(arch: &str) {
     let (path, g) = fixture(arch);
-    let model = load_model(&path, &Device::Cpu).unwrap();
+    let model = load_model(&path, &test_device()).unwrap();
     assert_eq!(model.info().arch, arch);
     let vocab = model.info().vocab_size;
     let n = g.tokens.len();
@@ -136,7 +147,7 @@ fn gemma3_matches_transformers() {
 /// a batch of a long and a short sequence gives each its own logits.
 fn check_long_prompt(arch: &str) {
     let (path, _) = fixture(arch);
-    let model = load_model(&path, &Device::Cpu).unwrap();
+    let model = load_model(&path, &test_device()).unwrap();
     let vocab = model.info().vocab_size;
     let n = 250.min(model.info().context_length - 1);
     let tokens: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % vocab as u32).collect();

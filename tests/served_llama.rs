@@ -341,7 +341,6 @@ fn events_without_latency(dir: &Path) -> Vec<Value> {
 }
 
 #[test]
-#[ignore = "fails after the merge with the ledger/record changes (second run's server usage differs); see the session note"]
 fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
     let Some((bin, model)) = requirements() else {
         return;
@@ -440,7 +439,6 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
 }
 
 #[test]
-#[ignore = "fails after the merge with the ledger/record changes (the run does not fail when its server dies); see the session note"]
 fn a_killed_server_leaves_invoke_errors_and_a_resumable_sweep() {
     let Some((bin, model)) = requirements() else {
         return;

@@ -10,9 +10,12 @@
 //! - [`sampler`], [`generate`]: seeded sampling and batched generation with exact counts.
 //! - [`llm_backend`]: the `Backend` that answers scenario requests with these models.
 //! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
+//! - `cuda_kernels` (with the `cuda` feature): Joule's own CUDA kernels (`kernels/*.cu`).
 
 pub mod chat_template;
 pub mod constrain;
+#[cfg(feature = "cuda")]
+pub mod cuda_kernels;
 pub mod device;
 pub mod generate;
 pub mod gguf;

@@ -80,8 +80,19 @@ pub fn mean_cos(a: &[f32], r: &[f32], vocab: usize) -> f32 {
     rows.iter().sum::<f32>() / rows.len() as f32
 }
 
+/// The device the golden tests run on: `JOULE_TEST_DEVICE` (`cpu`, `cuda`,
+/// `cuda:N`, `metal`; default cpu), so `scripts/gpu-check.sh` can run them
+/// on a GPU build.
+pub fn test_device() -> Device {
+    match std::env::var("JOULE_TEST_DEVICE") {
+        Ok(name) if !name.is_empty() => joule::inference::device::select_device(&name)
+            .unwrap_or_else(|e| panic!("JOULE_TEST_DEVICE={name}: {e:#}")),
+        _ => Device::Cpu,
+    }
+}
+
 pub fn load(file: &str) -> SharedModel {
-    load_model(fixture(file), &Device::Cpu).expect("fixture loads")
+    load_model(fixture(file), &test_device()).expect("fixture loads")
 }
 
 pub const F32_TOL: f32 = 1e-3;

@@ -332,6 +332,62 @@ impl DecoderModel {
         )
     }
 
+    /// Decode attention for a batch of one-token steps on a CUDA device in
+    /// one launch of Joule's kernel (`cuda_kernels::attention`), each
+    /// sequence against its own cache; `None` (the caller runs [`Self::attend`]
+    /// per sequence) for prompts, single sequences and other devices.
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::type_complexity)]
+    fn decode_attention_cuda(
+        &self,
+        layer: &Layer,
+        li: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        rows: &[(Rows, bool)],
+        tables: &[Vec<(Tensor, Tensor)>],
+        batch: &mut [SeqStep<'_>],
+    ) -> candle_core::Result<Option<Tensor>> {
+        use crate::inference::cuda_kernels::attention as gpu;
+        let HyperParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            ..
+        } = self.hp;
+        if !self.device.is_cuda()
+            || rows.len() < 2
+            || rows.iter().any(|(r, _)| r.t != 1)
+            || !gpu::supported(head_dim)
+        {
+            return Ok(None);
+        }
+        let mut qs = Vec::with_capacity(rows.len());
+        let mut kv = Vec::with_capacity(rows.len());
+        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            let sel = |y: &Tensor| y.narrow(0, r.off, 1);
+            let cs = &tb[layer.kind.rope];
+            let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
+            let kh = to_heads(&sel(k)?, n_kv_head, head_dim, layer.k_norm.as_ref())?;
+            let vh = to_heads(&sel(v)?, n_kv_head, head_dim, None)?;
+            qs.push(apply_rope(&qh, cs, self.spec.rope_style)?.reshape((1, n_head, head_dim))?);
+            let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
+            kv.push(step.state.append_kv(li, &kr, &vh)?);
+        }
+        let q = Tensor::cat(&qs, 0)?;
+        let seqs: Vec<gpu::SeqKv<'_>> = kv.iter().map(|(k, v)| gpu::SeqKv { k, v }).collect();
+        let params = AttnParams {
+            scale: self
+                .spec
+                .attn_scale
+                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
+            softcap: self.spec.attn_softcap,
+            window: layer.kind.window,
+        };
+        gpu::decode(&q, &seqs, params)
+            .map(Some)
+            .map_err(|e| candle_core::Error::Msg(format!("CUDA decode attention: {e:#}")))
+    }
+
     /// The batched forward pass. Every sequence's new tokens are stacked
     /// into one `[Σt, n_embd]` matrix, so each projection and MLP reads its
     /// weights once for the whole batch; only attention (own positions, own
@@ -364,21 +420,31 @@ impl DecoderModel {
             let q = layer.wq.forward(&h)?;
             let k = layer.wk.forward(&h)?;
             let v = layer.wv.forward(&h)?;
-            let mut outs = Vec::with_capacity(rows.len());
-            for (((r, _), tb), step) in rows.iter().zip(&tables).zip(batch.iter_mut()) {
-                let sel = |y: &Tensor| y.narrow(0, r.off, r.t);
-                outs.push(self.attend(
-                    layer,
-                    li,
-                    (sel(&q)?, sel(&k)?, sel(&v)?),
-                    step.state,
-                    &tb[layer.kind.rope],
-                )?);
-            }
-            let att = if outs.len() == 1 {
-                outs.remove(0)
-            } else {
-                Tensor::cat(&outs, 0)?
+            #[cfg(feature = "cuda")]
+            let fused =
+                self.decode_attention_cuda(layer, li, (&q, &k, &v), &rows, &tables, batch)?;
+            #[cfg(not(feature = "cuda"))]
+            let fused: Option<Tensor> = None;
+            let att = match fused {
+                Some(att) => att,
+                None => {
+                    let mut outs = Vec::with_capacity(rows.len());
+                    for (((r, _), tb), step) in rows.iter().zip(&tables).zip(batch.iter_mut()) {
+                        let sel = |y: &Tensor| y.narrow(0, r.off, r.t);
+                        outs.push(self.attend(
+                            layer,
+                            li,
+                            (sel(&q)?, sel(&k)?, sel(&v)?),
+                            step.state,
+                            &tb[layer.kind.rope],
+                        )?);
+                    }
+                    if outs.len() == 1 {
+                        outs.remove(0)
+                    } else {
+                        Tensor::cat(&outs, 0)?
+                    }
+                }
             };
             let mut a = layer.wo.forward(&att)?;
             if let Some(n) = &layer.post_attn_norm {

@@ -109,6 +109,10 @@ struct DeltaNet {
     a: Vec<f32>,
     norm: RmsNorm,
     out: Proj,
+    /// `conv`, `a`, `dt_bias` on the device, for Joule's CUDA kernels
+    /// (`None` on other devices).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    on_device: Option<[Tensor; 3]>,
 }
 
 /// The gated full-attention mixer of one layer.
@@ -265,16 +269,28 @@ pub fn load(g: &mut GgufFile, device: &Device) -> Result<Qwen35> {
             } else {
                 format!("{p}.ssm_dt")
             };
+            let dt_bias = ld.host(&dt_name, &[n_v])?;
+            let a = ld.host(&format!("{p}.ssm_a"), &[n_v])?;
+            let on_device = if device.is_cuda() {
+                Some([
+                    Tensor::from_slice(&conv, (conv_dim, conv_kernel), device)?,
+                    Tensor::from_slice(&a, n_v, device)?,
+                    Tensor::from_slice(&dt_bias, n_v, device)?,
+                ])
+            } else {
+                None
+            };
             Mixer::Delta(DeltaNet {
                 qkv: ld.matmul(&format!("{p}.attn_qkv.weight"), &[conv_dim, n_embd])?,
                 gate: ld.matmul(&format!("{p}.attn_gate.weight"), &[n_v * d_v, n_embd])?,
                 beta: ld.matmul(&format!("{p}.ssm_beta.weight"), &[n_v, n_embd])?,
                 alpha: ld.matmul(&format!("{p}.ssm_alpha.weight"), &[n_v, n_embd])?,
                 conv,
-                dt_bias: ld.host(&dt_name, &[n_v])?,
-                a: ld.host(&format!("{p}.ssm_a"), &[n_v])?,
+                dt_bias,
+                a,
                 norm: ld.norm(&format!("{p}.ssm_norm.weight"), d_v)?,
                 out: ld.matmul(&format!("{p}.ssm_out.weight"), &[n_embd, n_v * d_v])?,
+                on_device,
             })
         } else {
             let n_kv = kv_heads[i];
@@ -355,6 +371,81 @@ fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
+/// A delta-net layer's host-side weights, for [`host_core`].
+pub(crate) struct HostMixer<'a> {
+    /// `[conv_dim · kernel]`, channel-major.
+    pub conv: &'a [f32],
+    pub a: &'a [f32],
+    pub dt_bias: &'a [f32],
+    pub kc: usize,
+    pub dims: Dims,
+}
+
+/// One sequence's delta-net core on the host, for its `t` rows: causal
+/// depthwise conv + SiLU over the conv state (`[kernel − 1, conv_dim]`,
+/// oldest first) and `qkv` (`[t, conv_dim]`), q/k split and normalised,
+/// decay `g` and `β` from `alpha`/`beta` (`[t, n_v]`), the delta rule from
+/// `ssm` (updated in place). Returns the outputs `[t, n_v, d_v]` and the new
+/// conv state. The CUDA kernels (`cuda_kernels::delta_net`) are tested
+/// against this.
+pub(crate) fn host_core(
+    m: &HostMixer<'_>,
+    qkv: &[f32],
+    alpha: &[f32],
+    beta: &[f32],
+    conv_state: &[f32],
+    ssm: &mut [f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let d = &m.dims;
+    let kc = m.kc;
+    let conv_dim = 2 * d.n_k * d.d_k + d.n_v * d.d_v;
+    let t = qkv.len() / conv_dim;
+    let mut ext = Vec::with_capacity(conv_state.len() + qkv.len());
+    ext.extend_from_slice(conv_state);
+    ext.extend_from_slice(qkv);
+    let mut conv_out = vec![0f32; t * conv_dim];
+    for ti in 0..t {
+        let o = &mut conv_out[ti * conv_dim..(ti + 1) * conv_dim];
+        for (c, oc) in o.iter_mut().enumerate() {
+            let w = &m.conv[c * kc..(c + 1) * kc];
+            let mut acc = 0f32;
+            for (j, &wj) in w.iter().enumerate() {
+                acc += wj * ext[(ti + j) * conv_dim + c];
+            }
+            *oc = silu(acc);
+        }
+    }
+    let new_conv = ext[t * conv_dim..].to_vec();
+    let (kd, vd) = (d.n_k * d.d_k, d.n_v * d.d_v);
+    let mut q = Vec::with_capacity(t * kd);
+    let mut k = Vec::with_capacity(t * kd);
+    let mut v = Vec::with_capacity(t * vd);
+    for row in conv_out.chunks_exact(conv_dim) {
+        q.extend_from_slice(&row[..kd]);
+        k.extend_from_slice(&row[kd..2 * kd]);
+        v.extend_from_slice(&row[2 * kd..]);
+    }
+    delta_net::normalize_qk(&mut q, &mut k, d.d_k);
+    let mut g = Vec::with_capacity(t * d.n_v);
+    let mut b = Vec::with_capacity(t * d.n_v);
+    for ti in 0..t {
+        for hh in 0..d.n_v {
+            let idx = ti * d.n_v + hh;
+            g.push(m.a[hh] * softplus(alpha[idx] + m.dt_bias[hh]));
+            b.push(sigmoid(beta[idx]));
+        }
+    }
+    let x = delta_net::Inputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        g: &g,
+        beta: &b,
+    };
+    let o = delta_net::run(d, &x, ssm, t > 1);
+    (o, new_conv)
+}
+
 impl Qwen35 {
     /// Delta-net mixer over the batch: projections for all rows at once,
     /// then conv and delta rule per sequence from its own state.
@@ -366,6 +457,12 @@ impl Qwen35 {
         rows: &[(Rows, bool)],
         batch: &mut [SeqStep<'_>],
     ) -> Result<Tensor> {
+        #[cfg(feature = "cuda")]
+        if let Some(w) = &m.on_device {
+            if crate::inference::cuda_kernels::delta_net::supported(&self.dims, self.conv_kernel) {
+                return self.delta_net_cuda(li, m, w, h, rows, batch);
+            }
+        }
         let d = &self.dims;
         let conv_dim = self.conv_dim();
         let kc = self.conv_kernel;
@@ -375,6 +472,13 @@ impl Qwen35 {
         let alpha = super::nn::host_f32(&m.alpha.forward(h)?)?;
         let n_total = rows.iter().map(|(r, _)| r.t).sum::<usize>();
         let mut core = vec![0f32; n_total * d.n_v * d.d_v];
+        let hm = HostMixer {
+            conv: &m.conv,
+            a: &m.a,
+            dt_bias: &m.dt_bias,
+            kc,
+            dims: *d,
+        };
         for ((r, _), step) in rows.iter().zip(batch.iter_mut()) {
             let t = r.t;
             // Conv state: the previous `kc − 1` inputs, oldest first.
@@ -384,59 +488,77 @@ impl Qwen35 {
                 }
                 _ => (vec![0f32; keep * conv_dim], vec![0f32; d.state_len()]),
             };
-            let input = &qkv[r.off * conv_dim..(r.off + t) * conv_dim];
-            let mut ext = Vec::with_capacity((keep + t) * conv_dim);
-            ext.extend_from_slice(&conv_state);
-            ext.extend_from_slice(input);
-            let mut conv_out = vec![0f32; t * conv_dim];
-            for ti in 0..t {
-                let o = &mut conv_out[ti * conv_dim..(ti + 1) * conv_dim];
-                for (c, oc) in o.iter_mut().enumerate() {
-                    let w = &m.conv[c * kc..(c + 1) * kc];
-                    let mut acc = 0f32;
-                    for (j, &wj) in w.iter().enumerate() {
-                        acc += wj * ext[(ti + j) * conv_dim + c];
-                    }
-                    *oc = silu(acc);
-                }
-            }
-            let new_conv = ext[t * conv_dim..].to_vec();
-            let (kd, vd) = (d.n_k * d.d_k, d.n_v * d.d_v);
-            let mut q = Vec::with_capacity(t * kd);
-            let mut k = Vec::with_capacity(t * kd);
-            let mut v = Vec::with_capacity(t * vd);
-            for row in conv_out.chunks_exact(conv_dim) {
-                q.extend_from_slice(&row[..kd]);
-                k.extend_from_slice(&row[kd..2 * kd]);
-                v.extend_from_slice(&row[2 * kd..]);
-            }
-            delta_net::normalize_qk(&mut q, &mut k, d.d_k);
-            let mut g = Vec::with_capacity(t * d.n_v);
-            let mut b = Vec::with_capacity(t * d.n_v);
-            for ti in 0..t {
-                for hh in 0..d.n_v {
-                    let idx = (r.off + ti) * d.n_v + hh;
-                    g.push(m.a[hh] * softplus(alpha[idx] + m.dt_bias[hh]));
-                    b.push(sigmoid(beta[idx]));
-                }
-            }
-            let x = delta_net::Inputs {
-                q: &q,
-                k: &k,
-                v: &v,
-                g: &g,
-                beta: &b,
-            };
-            let o = delta_net::run(d, &x, &mut ssm, t > 1);
+            let (o, new_conv) = host_core(
+                &hm,
+                &qkv[r.off * conv_dim..(r.off + t) * conv_dim],
+                &alpha[r.off * d.n_v..(r.off + t) * d.n_v],
+                &beta[r.off * d.n_v..(r.off + t) * d.n_v],
+                &conv_state,
+                &mut ssm,
+            );
+            let vd = d.n_v * d.d_v;
             core[r.off * vd..(r.off + t) * vd].copy_from_slice(&o);
             let conv_t = Tensor::from_vec(new_conv, (keep, conv_dim), &self.device)?;
             let ssm_t = Tensor::from_vec(ssm, (d.n_v, d.d_k, d.d_v), &self.device)?;
             step.state.stage_recurrent(li, vec![conv_t, ssm_t])?;
         }
         let core = Tensor::from_vec(core, (n_total, d.n_v, d.d_v), &self.device)?;
+        self.delta_out(m, h, &core)
+    }
+
+    /// The mixer's output from the core `[n_total, n_v, d_v]`: per-head RMS
+    /// norm, SiLU gate, `ssm_out`.
+    fn delta_out(&self, m: &DeltaNet, h: &Tensor, core: &Tensor) -> Result<Tensor> {
+        let d = &self.dims;
+        let n_total = core.dim(0)?;
         let z = m.gate.forward(h)?.reshape((n_total, d.n_v, d.d_v))?;
-        let y = (m.norm.forward(&core)? * candle_nn::ops::silu(&z)?)?;
+        let y = (m.norm.forward(core)? * candle_nn::ops::silu(&z)?)?;
         Ok(m.out.forward(&y.reshape((n_total, d.n_v * d.d_v))?)?)
+    }
+
+    /// The delta-net mixer on a CUDA device: conv and delta rule for the
+    /// whole batch in Joule's kernels, states kept on the device.
+    #[cfg(feature = "cuda")]
+    fn delta_net_cuda(
+        &self,
+        li: usize,
+        m: &DeltaNet,
+        w: &[Tensor; 3],
+        h: &Tensor,
+        rows: &[(Rows, bool)],
+        batch: &mut [SeqStep<'_>],
+    ) -> Result<Tensor> {
+        use crate::inference::cuda_kernels::delta_net as gpu;
+        let qkv = m.qkv.forward(h)?.to_dtype(DType::F32)?;
+        let alpha = m.alpha.forward(h)?.to_dtype(DType::F32)?;
+        let beta = m.beta.forward(h)?.to_dtype(DType::F32)?;
+        let mut committed: Vec<Option<[Tensor; 2]>> = Vec::with_capacity(batch.len());
+        for step in batch.iter() {
+            committed.push(match step.state.recurrent(li)? {
+                Some([c, s]) => Some([c.to_device(&self.device)?, s.to_device(&self.device)?]),
+                _ => None,
+            });
+        }
+        let seqs: Vec<gpu::SeqIn<'_>> = rows
+            .iter()
+            .zip(&committed)
+            .map(|((r, _), c)| gpu::SeqIn {
+                t: r.t,
+                conv: c.as_ref().map(|[c, _]| c),
+                ssm: c.as_ref().map(|[_, s]| s),
+            })
+            .collect();
+        let weights = gpu::Weights {
+            conv: &w[0],
+            a: &w[1],
+            dt_bias: &w[2],
+            conv_kernel: self.conv_kernel,
+        };
+        let (core, outs) = gpu::forward(&self.dims, &weights, &qkv, &alpha, &beta, &seqs)?;
+        for (step, o) in batch.iter_mut().zip(outs) {
+            step.state.stage_recurrent(li, vec![o.conv, o.ssm])?;
+        }
+        self.delta_out(m, h, &core)
     }
 
     /// Gated full attention over the batch.

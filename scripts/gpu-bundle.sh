@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Prepare what scripts/gpu-check.sh needs on a GPU machine that has no Rust toolchain and no
+# network: builds `--features cuda` here (no GPU needed; toolkit from
+# scripts/fetch-cuda-toolkit.sh), and writes into .gpu-bundle/ (ignored by git):
+#   bin/joule.xz, bin/<test>.xz   joule and the test executables gpu-check runs (the lib's unit
+#                                 tests with the kernel tests, golden_logits, roster_*), stripped
+#   lib/                          system libraries joule links that a GPU image may lack
+#   manifest-dir                  the folder they were built in (the tests read fixtures there;
+#                                 gpu-check links it to the working tree)
+#   model/smollm2.part-*, sha256  the default model in parts of at most $JOULE_GPU_PART_MB MiB
+# CUDA_COMPUTE_CAP (default 90: H100/H200) is the one target candle's own kernels are built for.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+root=$(./scripts/fetch-cuda-toolkit.sh | tail -n1)
+cache=${JOULE_CUDA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/joule}
+export CUDA_ROOT=$root CUDA_PATH=$root CUDA_HOME=$root PATH=$root/bin:$PATH
+export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
+export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
+target=${JOULE_CUDA_TARGET:-$cache/target-cuda-$CUDA_COMPUTE_CAP}
+out=${JOULE_GPU_BUNDLE:-$repo/.gpu-bundle}
+part_mb=${JOULE_GPU_PART_MB:-40}
+
+model=$(./scripts/fetch-default-model.sh | tail -n1)
+cargo build --release --features cuda --target-dir "$target" --bin joule
+cargo test --release --features cuda --target-dir "$target" --no-run --message-format=json \
+  >"$target/gpu-bundle-tests.json"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/model"
+cp "$target/release/joule" "$out/bin/joule"
+python3 - "$target/gpu-bundle-tests.json" <<'EOF' | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bin/$name"; done
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except Exception:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"].get("test"):
+        continue
+    kind, name = m["target"]["kind"][0], m["target"]["name"]
+    if kind == "lib":
+        print(f"lib\t{m['executable']}")
+    elif name == "golden_logits" or (name.startswith("roster_") and name != "roster_society"):
+        print(f"{name}\t{m['executable']}")
+EOF
+# System libraries joule links besides glibc, the C++ runtime and CUDA's (fontconfig and
+# freetype for the report's plots): gpu-check falls back to these copies where the machine lacks
+# them.
+mkdir -p "$out/lib"
+ldd "$out/bin/joule" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+  case $name in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+    libcuda.so*|libcudart.so*|libcublas*|libcurand.so*|libnvrtc*) ;;
+    *) cp -L "$path" "$out/lib/$name" ;;
+  esac
+done
+for f in "$out"/bin/*; do
+  strip --strip-debug "$f" 2>/dev/null || true
+  xz -T0 -6 "$f"
+done
+echo "$repo" >"$out/manifest-dir"
+split -b "${part_mb}M" -d "$model" "$out/model/smollm2.part-"
+sha256sum "$model" | cut -d' ' -f1 >"$out/model/sha256"
+du -ah "$out" | sort -k2 >&2
+echo "$out"
