@@ -229,4 +229,33 @@ pub trait Backend {
     fn unavailable(&self) -> Option<String> {
         None
     }
+    /// The memory `demand` needs on this backend's device, for backends that
+    /// hold models themselves (`None`: nothing to plan — scripted policies, a
+    /// model server). May load the models it plans for.
+    fn plan_memory(
+        &mut self,
+        _demand: &MemoryDemand,
+    ) -> anyhow::Result<Option<crate::inference::memory_plan::MemoryPlan>> {
+        Ok(None)
+    }
+}
+
+/// The sequences a set of concurrent runs keeps alive: per model name, the
+/// model-backed agents of every run together.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemoryDemand {
+    pub runs: usize,
+    pub sequences: std::collections::BTreeMap<String, usize>,
+}
+
+impl MemoryDemand {
+    /// Add one run whose model-backed agents use `models` (scripted ones are skipped).
+    pub fn add_run<'a>(&mut self, models: impl IntoIterator<Item = &'a str>) {
+        self.runs += 1;
+        for m in models {
+            if !m.starts_with(crate::scripted::SCRIPTED_PREFIX) {
+                *self.sequences.entry(m.to_string()).or_default() += 1;
+            }
+        }
+    }
 }

@@ -2,6 +2,9 @@
 //! never a panic: truncated data, a corrupted header, an unknown
 //! architecture, a missing tensor, a tensor of the wrong shape.
 
+mod gguf_edit;
+use gguf_edit::load_err;
+
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::{Device, Tensor};
 use joule::inference::gguf::LoadError;
@@ -12,39 +15,12 @@ fn llama_fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/llama.gguf")
 }
 
-fn load_err(path: &Path) -> String {
-    match load_model(path, &Device::Cpu) {
-        Ok(_) => panic!("{} loaded", path.display()),
-        Err(e) => format!("{e:#}"),
-    }
-}
-
 /// Rewrite the llama fixture with `edit` applied to its metadata and tensors.
 fn rewrite(
     out: &Path,
     edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),
 ) {
-    let src = llama_fixture();
-    let mut f = std::fs::File::open(&src).unwrap();
-    let c = gguf_file::Content::read(&mut f).unwrap();
-    let mut meta: Vec<(String, gguf_file::Value)> = c
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    meta.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut names: Vec<&String> = c.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = names
-        .into_iter()
-        .map(|n| (n.clone(), c.tensor(&mut f, n, &Device::Cpu).unwrap()))
-        .collect();
-    edit(&mut meta, &mut tensors);
-    let meta_refs: Vec<(&str, &gguf_file::Value)> =
-        meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut w = std::fs::File::create(out).unwrap();
-    gguf_file::write(&mut w, &meta_refs, &t_refs).unwrap();
+    gguf_edit::rewrite(&llama_fixture(), out, edit)
 }
 
 #[test]

@@ -5,7 +5,10 @@
 //! `joule logits` binary; vision/audio towers in the same file; bad files;
 //! the manifest and its chat template with thinking on and off.
 
+mod gguf_edit;
 mod roster_common;
+use gguf_edit::{load_err, rewrite};
+
 use roster_common::*;
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
@@ -16,7 +19,6 @@ use joule::inference::chat_template::ChatTemplate;
 use joule::inference::manifest::{Catalog, ChatTemplate as TemplateSource, Source};
 use joule::inference::model::{load_model, logits_to_vec, Logits, SeqStep, SlotKind};
 use joule::inference::tokenizer::Tokenizer;
-use std::path::Path;
 
 const ARCH: &str = "gemma4";
 const F32: &str = "gemma4.f32.gguf";
@@ -137,33 +139,6 @@ fn logits_binary_writes_the_reference() {
     assert!(e < F32_TOL, "rel err {e}");
 }
 
-/// Rewrite `src` with `edit` applied to its metadata and tensors.
-fn rewrite(
-    src: &Path,
-    out: &Path,
-    edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),
-) {
-    let mut f = std::fs::File::open(src).unwrap();
-    let c = gguf_file::Content::read(&mut f).unwrap();
-    let mut meta: Vec<(String, gguf_file::Value)> = c
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    meta.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut names: Vec<&String> = c.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = names
-        .into_iter()
-        .map(|n| (n.clone(), c.tensor(&mut f, n, &Device::Cpu).unwrap()))
-        .collect();
-    edit(&mut meta, &mut tensors);
-    let mut w = std::fs::File::create(out).unwrap();
-    let m: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut w, &m, &t).unwrap();
-}
-
 fn f32_tensor(shape: &[usize]) -> QTensor {
     let t = Tensor::ones(shape, DType::F32, &Device::Cpu).unwrap();
     QTensor::quantize(&t, GgmlDType::F32).unwrap()
@@ -191,13 +166,6 @@ fn bundled_towers_are_skipped() {
     let (_, s) = sequences(ARCH).remove(1);
     let got = compute(m.as_ref(), &s.ids, None).unwrap();
     assert!(rel_err(&got, &s.logits) < F32_TOL);
-}
-
-fn load_err(p: &Path) -> String {
-    format!(
-        "{:#}",
-        load_model(p, &Device::Cpu).err().expect("should not load")
-    )
 }
 
 #[test]

@@ -11,6 +11,9 @@
 //! to a recompute, the `joule logits` binary, bad files, and the tokenizer
 //! and chat template read from the fixture's metadata.
 
+mod gguf_edit;
+use gguf_edit::load_err;
+
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::Device;
 use joule::backend::{ChatMessage, Role};
@@ -255,33 +258,7 @@ fn rewrite(
     out: &Path,
     edit: impl FnOnce(&mut Vec<(String, gguf_file::Value)>, &mut Vec<(String, QTensor)>),
 ) {
-    let mut f = std::fs::File::open(gguf("f32")).unwrap();
-    let c = gguf_file::Content::read(&mut f).unwrap();
-    let mut meta: Vec<(String, gguf_file::Value)> = c
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    meta.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut names: Vec<&String> = c.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = names
-        .into_iter()
-        .map(|n| (n.clone(), c.tensor(&mut f, n, &Device::Cpu).unwrap()))
-        .collect();
-    edit(&mut meta, &mut tensors);
-    let meta_refs: Vec<(&str, &gguf_file::Value)> =
-        meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let mut w = std::fs::File::create(out).unwrap();
-    gguf_file::write(&mut w, &meta_refs, &t_refs).unwrap();
-}
-
-fn load_err(p: &Path) -> String {
-    match load_model(p, &Device::Cpu) {
-        Ok(_) => panic!("{} loaded", p.display()),
-        Err(e) => format!("{e:#}"),
-    }
+    gguf_edit::rewrite(&gguf("f32"), out, edit)
 }
 
 #[test]

@@ -4,10 +4,11 @@
 //! sequences of different lengths, snapshot restore; generation reusing a
 //! snapshot; an Energy Society round on the fixture; bad files.
 
+mod gguf_edit;
 mod roster_common;
 use roster_common::*;
 
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::QTensor;
 use candle_core::Device;
 use joule::backend::GenParams;
 use joule::inference::generate::{generate, GenOptions, GenSeq};
@@ -103,25 +104,9 @@ fn generation_resumes_from_a_snapshot() {
     assert_eq!(run(&mut fresh).tokens, first.tokens);
 }
 
+/// Rewrite `src` into `out` with `edit` applied to its tensors.
 fn rewrite(src: &Path, out: &Path, edit: impl FnOnce(&mut Vec<(String, QTensor)>)) {
-    let mut f = std::fs::File::open(src).unwrap();
-    let c = gguf_file::Content::read(&mut f).unwrap();
-    let meta: Vec<(String, gguf_file::Value)> = c
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let mut names: Vec<&String> = c.tensor_infos.keys().collect();
-    names.sort();
-    let mut tensors: Vec<(String, QTensor)> = names
-        .into_iter()
-        .map(|n| (n.clone(), c.tensor(&mut f, n, &Device::Cpu).unwrap()))
-        .collect();
-    edit(&mut tensors);
-    let mut w = std::fs::File::create(out).unwrap();
-    let m: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let t: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut w, &m, &t).unwrap();
+    gguf_edit::rewrite(src, out, |_, t| edit(t))
 }
 
 #[test]

@@ -73,6 +73,21 @@ pub struct InspectArgs {
     /// Also list every tensor.
     #[arg(long)]
     pub tensors: bool,
+    /// Also print the memory the model needs on a device: its weights as
+    /// loaded, one sequence's state at `--context` tokens (measured by
+    /// loading the model and running one token), `--sequences` of them, and
+    /// the device's free memory.
+    #[arg(long)]
+    pub memory: bool,
+    /// With --memory: the device (`cpu`, `cuda[:N]`, `metal[:N]`).
+    #[arg(long, default_value = "cpu", requires = "memory")]
+    pub device: String,
+    /// With --memory: tokens per sequence.
+    #[arg(long, default_value_t = crate::inference::llm_backend::DEFAULT_PLAN_CONTEXT, requires = "memory")]
+    pub context: usize,
+    /// With --memory: sequences alive at once (e.g. agents × concurrent runs).
+    #[arg(long, default_value_t = 5, requires = "memory")]
+    pub sequences: usize,
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -209,6 +224,9 @@ fn inspect(path: &Path, args: &InspectArgs, out: &mut dyn Write) -> anyhow::Resu
             t.tensors, t.elements, t.bytes
         )?;
     }
+    if args.memory {
+        memory(path, &info, args, out)?;
+    }
     if args.tensors {
         for t in &info.tensors {
             writeln!(
@@ -221,6 +239,38 @@ fn inspect(path: &Path, args: &InspectArgs, out: &mut dyn Write) -> anyhow::Resu
             )?;
         }
     }
+    Ok(())
+}
+
+/// `inspect --memory`: the memory plan of `--sequences` sequences of this model.
+fn memory(
+    path: &Path,
+    info: &GgufInfo,
+    args: &InspectArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    use crate::inference::memory_plan::{
+        device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
+    };
+    let device = crate::inference::device::select_device(&args.device)?;
+    let model = crate::inference::model::load_model(path, &device)?;
+    let state = StateFootprint::probe(model.as_ref())?;
+    let plan = MemoryPlan {
+        device: crate::inference::device::device_name(&device).to_string(),
+        runs: 1,
+        context: args.context,
+        models: vec![ModelNeed {
+            model: path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            weights: WeightEstimate::from_info(info),
+            state,
+            sequences: args.sequences,
+        }],
+        memory: device_memory(&device)?,
+    };
+    write!(out, "{}", plan.render())?;
     Ok(())
 }
 

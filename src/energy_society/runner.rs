@@ -94,6 +94,27 @@ pub fn society(
     Ok(Society::new(cfg, jobs, rec))
 }
 
+/// Check, before anything is played, that the models of these concurrent
+/// runs and every model-backed agent's sequence state fit the backend's
+/// device (`inference::memory_plan`): an error on a GPU where they do not,
+/// with the number of runs that would fit; a warning on stderr on the CPU.
+pub fn check_memory(backend: &mut dyn Backend, cfgs: &[&SocietyConfig]) -> anyhow::Result<()> {
+    let mut demand = crate::backend::MemoryDemand::default();
+    for c in cfgs {
+        demand.add_run(c.roster.iter().map(|a| a.model.as_str()));
+    }
+    let Some(plan) = backend.plan_memory(&demand)? else {
+        return Ok(());
+    };
+    if plan.device != "cpu" {
+        eprint!("{}", plan.render());
+    }
+    if let Some(warning) = plan.check()? {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
 /// Run one society to the end on `backend`.
 pub fn run_society(
     cfg: SocietyConfig,
@@ -101,6 +122,7 @@ pub fn run_society(
     out: Option<&Path>,
     on_round: impl FnMut(u32) + 'static,
 ) -> anyhow::Result<SocietyResult> {
+    check_memory(backend, &[&cfg])?;
     let s = society(cfg, out, &job_source)?.on_round(on_round);
     run_one(backend, |agency| s.run(agency))
 }
@@ -113,6 +135,13 @@ pub fn run_many(
     make_jobs: MakeJobs,
     mut on_batch: impl FnMut(usize),
 ) -> Vec<anyhow::Result<SocietyResult>> {
+    if let Err(e) = check_memory(backend, &cells.iter().map(|(c, _)| c).collect::<Vec<_>>()) {
+        let msg = format!("{e:#}");
+        return cells
+            .iter()
+            .map(|_| Err(anyhow::anyhow!("{msg}")))
+            .collect();
+    }
     let mut driver = Driver::new();
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
     for (cfg, dir) in cells {

@@ -18,12 +18,15 @@ use anyhow::Context;
 use candle_core::Device;
 
 use crate::backend::{
-    Backend, BackendError, ModelRequest, ModelResponse, ModelResult, OutputFormat,
+    Backend, BackendError, MemoryDemand, ModelRequest, ModelResponse, ModelResult, OutputFormat,
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
 use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
 use crate::inference::gguf::GgufFile;
+use crate::inference::memory_plan::{
+    device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
+};
 use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
@@ -56,6 +59,8 @@ pub struct LlmOptions {
     pub max_string_chars: Option<usize>,
     /// Which of a request's schemas constrained decoding enforces.
     pub schema: SchemaChoice,
+    /// Tokens a sequence's state is planned for (`memory_plan`).
+    pub plan_context: usize,
 }
 
 impl Default for LlmOptions {
@@ -68,9 +73,14 @@ impl Default for LlmOptions {
             stand_ins: Default::default(),
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
+            plan_context: DEFAULT_PLAN_CONTEXT,
         }
     }
 }
+
+/// Tokens per sequence a memory plan reserves unless `[llm] plan_context`
+/// says otherwise (the Energy Society's prompts and answers stay under 2,000).
+pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
 
 /// Which schema of a JSON request constrained decoding enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
@@ -93,6 +103,10 @@ struct Loaded {
     vocab: Arc<TokenVocab>,
     mask_len: usize,
     options: GenOptions,
+    /// The weights as the header describes them (for memory plans).
+    weights: WeightEstimate,
+    /// One sequence's state, measured on first use by a memory plan.
+    footprint: Option<StateFootprint>,
 }
 
 /// The decoding constraint of one structured request.
@@ -146,6 +160,7 @@ impl LlmBackend {
         };
         // One parse of the header for the weights, the tokenizer and the template.
         let mut gguf = GgufFile::open(&path)?;
+        let weights = WeightEstimate::from_content(gguf.content());
         let model = load_model_from(&mut gguf, &self.device)?;
         let tokenizer = Tokenizer::for_gguf(&gguf)?;
         let template =
@@ -194,9 +209,51 @@ impl LlmBackend {
                 vocab,
                 mask_len,
                 options,
+                weights,
+                footprint: None,
             },
         );
         Ok(())
+    }
+
+    /// The memory plan of `demand` on this backend's device: loads each
+    /// model (requests' models share the loads), measures one sequence's state,
+    /// and reads the device's free memory.
+    pub fn memory_plan(&mut self, demand: &MemoryDemand) -> anyhow::Result<MemoryPlan> {
+        let mut per_key: std::collections::BTreeMap<String, usize> = Default::default();
+        for (model, n) in &demand.sequences {
+            *per_key.entry(self.model_key(model)).or_default() += n;
+        }
+        let mut models = Vec::new();
+        for (key, sequences) in per_key {
+            self.load(&key)?;
+            let loaded = self
+                .loaded
+                .get_mut(&key)
+                .ok_or_else(|| anyhow::anyhow!("model `{key}` not loaded"))?;
+            let state = match loaded.footprint {
+                Some(f) => f,
+                None => {
+                    let f = StateFootprint::probe(loaded.model.as_ref())
+                        .with_context(|| format!("measuring a sequence state of `{key}`"))?;
+                    loaded.footprint = Some(f);
+                    f
+                }
+            };
+            models.push(ModelNeed {
+                model: key.strip_prefix("stand-in:").unwrap_or(&key).to_string(),
+                weights: loaded.weights,
+                state,
+                sequences,
+            });
+        }
+        Ok(MemoryPlan {
+            device: crate::inference::device::device_name(&self.device).to_string(),
+            runs: demand.runs,
+            context: self.options.plan_context,
+            models,
+            memory: device_memory(&self.device)?,
+        })
     }
 
     /// The key a request's model is loaded and batched under: its own
@@ -369,6 +426,13 @@ impl LlmBackend {
 }
 
 impl Backend for LlmBackend {
+    fn plan_memory(&mut self, demand: &MemoryDemand) -> anyhow::Result<Option<MemoryPlan>> {
+        if demand.sequences.is_empty() {
+            return Ok(None);
+        }
+        self.memory_plan(demand).map(Some)
+    }
+
     fn name(&self) -> String {
         format!(
             "candle-{}",
@@ -435,6 +499,10 @@ impl<L: Backend> Backend for MixedBackend<L> {
     fn unavailable(&self) -> Option<String> {
         self.llm.unavailable()
     }
+
+    fn plan_memory(&mut self, demand: &MemoryDemand) -> anyhow::Result<Option<MemoryPlan>> {
+        self.llm.plan_memory(demand)
+    }
 }
 
 /// The `[llm]` section of an experiment config: how model-backed agents run.
@@ -482,6 +550,9 @@ pub struct LlmConfig {
     pub retry_backoff_s: f64,
     /// openai: how a request turns thinking on or off.
     pub thinking_switch: crate::served::config::ThinkingSwitch,
+    /// local: tokens each sequence's state is planned for when Joule checks,
+    /// before round 1, that the models and every agent's state fit the device.
+    pub plan_context: usize,
 }
 
 impl Default for LlmConfig {
@@ -504,6 +575,7 @@ impl Default for LlmConfig {
             retries: 4,
             retry_backoff_s: 1.0,
             thinking_switch: Default::default(),
+            plan_context: DEFAULT_PLAN_CONTEXT,
         }
     }
 }
@@ -535,6 +607,7 @@ impl LlmConfig {
                 stand_ins,
                 max_string_chars: self.max_string_chars,
                 schema: self.schema,
+                plan_context: self.plan_context,
             },
         ))
     }

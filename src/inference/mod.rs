@@ -22,6 +22,7 @@ pub mod gguf;
 pub mod gguf_info;
 pub mod llm_backend;
 pub mod manifest;
+pub mod memory_plan;
 pub mod model;
 pub mod models;
 pub mod quant_matmul;

@@ -356,7 +356,7 @@ impl SeqState {
         };
         let cap = slot.as_ref().map(|(kc, _)| kc.dims()[1]).unwrap_or(0);
         if needed > cap {
-            let new_cap = needed.max(cap * 2).max(64);
+            let new_cap = Self::kv_capacity(needed);
             let grow = |old: Option<&Tensor>, d: usize| -> candle_core::Result<Tensor> {
                 let fresh = Tensor::zeros((n_kv, new_cap, d), k.dtype(), k.device())?;
                 if let Some(old) = old {
@@ -423,6 +423,44 @@ impl SeqState {
             }
         }
         self.tokens.extend_from_slice(tokens);
+    }
+
+    /// Positions a key/value cache holds once it has grown to `len`: the
+    /// next power of two, at least 64 (the memory plan reserves this much).
+    pub fn kv_capacity(len: usize) -> usize {
+        len.max(1).next_power_of_two().max(64)
+    }
+
+    /// Key and value bytes per cached position, over every attention layer
+    /// that has cached at least one position.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Kv(Some((k, v))) => {
+                    let dims = |t: &Tensor| {
+                        let d = t.dims();
+                        let per_pos =
+                            d.first().copied().unwrap_or(0) * d.get(2).copied().unwrap_or(0);
+                        per_pos * t.dtype().size_in_bytes()
+                    };
+                    dims(k) + dims(v)
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// Bytes of the live recurrent states (not counting snapshots).
+    pub fn recurrent_bytes(&self) -> usize {
+        let size = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        self.slots
+            .iter()
+            .map(|slot| match slot {
+                Slot::Recurrent { live: Some(ts), .. } => ts.iter().map(size).sum(),
+                _ => 0,
+            })
+            .sum()
     }
 
     /// Bytes held by the state's tensors (keys/values at capacity, live

@@ -1,0 +1,454 @@
+//! Memory planning: what a run or a sweep will hold on its device — the weights of
+//! every distinct model once, plus one sequence state per model-backed agent of
+//! every concurrent run — against what the device has free, before anything is
+//! played.
+//!
+//! The rules, so a reader can check a plan by hand:
+//! - **Weights** (from the GGUF header, no weights read): quantised tensors stay
+//!   as stored (candle's quantised matmul and Joule's Q4_1 kernel read them in
+//!   place); float *matrices* (F32, F16, BF16, rank ≥ 2) become f32, because
+//!   candle's matmul dequantises float weights; vectors (norms, biases) become
+//!   f32 too. So an F16 file needs about twice its size, a Q4_K_M file its size.
+//! - **Sequence state** (measured on the loaded model, one token through a fresh
+//!   [`SeqState`]): keys and values cost `kv_per_token` bytes per position of the
+//!   cache's capacity, which grows in powers of two from 64
+//!   ([`SeqState::kv_capacity`]), so a plan for a context of `C` tokens reserves
+//!   `kv_capacity(C)` positions; a recurrent state (delta-net, Mamba-2) costs its
+//!   size once, plus one copy per snapshot it keeps for prefix reuse (at most
+//!   [`SnapshotPolicy::keep`], one every [`SnapshotPolicy::every`] tokens and one
+//!   before the last prompt token).
+//! - **Sequences**: one per model-backed agent of every concurrent run (each
+//!   agent keeps its state between calls for prefix reuse).
+//! - **Margin** for activations, logits and the allocator: 10 % of the total
+//!   plus 512 MiB on a GPU, 10 % plus 256 MiB on the CPU.
+//!
+//! On a GPU a plan that does not fit stops the run before round 1 and says how
+//! many concurrent runs would fit; on the CPU it is a warning (the OS can page).
+
+use anyhow::{bail, Result};
+use candle_core::Device;
+
+use super::gguf_info::GgufInfo;
+use super::model::{CausalLm, SeqStep};
+use super::state::{SeqState, SnapshotPolicy};
+
+const MIB: u64 = 1024 * 1024;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Bytes one tensor occupies once loaded, by the rule in the module doc.
+/// `float` is true for F32/F16/BF16 tensors.
+pub fn resident_tensor_bytes(elements: u64, stored_bytes: u64, float: bool) -> u64 {
+    if float {
+        elements * 4
+    } else {
+        stored_bytes
+    }
+}
+
+fn is_float_type(name: &str) -> bool {
+    matches!(name, "F32" | "F16" | "BF16")
+}
+
+/// The weights of a model as stored in its file and as loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WeightEstimate {
+    pub file_bytes: u64,
+    pub resident_bytes: u64,
+}
+
+impl WeightEstimate {
+    /// From a header read by Joule's GGUF reader.
+    pub fn from_info(info: &GgufInfo) -> Self {
+        let mut w = WeightEstimate::default();
+        for t in &info.tensors {
+            let stored = t.n_bytes.unwrap_or(0);
+            w.file_bytes += stored;
+            w.resident_bytes += resident_tensor_bytes(
+                t.n_elements,
+                stored,
+                t.ggml_type.is_some_and(|g| is_float_type(g.name)),
+            );
+        }
+        w
+    }
+
+    /// From the header candle's loader holds (the same numbers as [`Self::from_info`]).
+    pub fn from_content(content: &candle_core::quantized::gguf_file::Content) -> Self {
+        use candle_core::quantized::GgmlDType;
+        let mut w = WeightEstimate::default();
+        for t in content.tensor_infos.values() {
+            let elements = t.shape.elem_count() as u64;
+            let stored =
+                elements / t.ggml_dtype.block_size() as u64 * t.ggml_dtype.type_size() as u64;
+            w.file_bytes += stored;
+            let float = matches!(
+                t.ggml_dtype,
+                GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+            );
+            w.resident_bytes += resident_tensor_bytes(elements, stored, float);
+        }
+        w
+    }
+}
+
+/// What one sequence of a model holds, measured on the loaded model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateFootprint {
+    /// Key and value bytes per cached position, all attention layers together.
+    pub kv_per_token: u64,
+    /// Bytes of the recurrent states of all recurrent layers (0 for attention-only models).
+    pub recurrent: u64,
+    pub snapshots: SnapshotPolicy,
+}
+
+impl StateFootprint {
+    /// Run one token through a fresh state of `model` and read what it holds.
+    pub fn probe(model: &dyn CausalLm) -> Result<Self> {
+        let mut st = model.new_state();
+        let tokens = [0u32];
+        model.forward(&mut [SeqStep::new(&tokens, &mut st)])?;
+        Ok(Self::of_state(&st))
+    }
+
+    /// The footprint of a state that has run at least one token.
+    pub fn of_state(st: &SeqState) -> Self {
+        StateFootprint {
+            kv_per_token: st.kv_bytes_per_token() as u64,
+            recurrent: st.recurrent_bytes() as u64,
+            snapshots: st.policy(),
+        }
+    }
+
+    /// Recurrent snapshots a sequence of `context` tokens can hold at once.
+    pub fn snapshots_at(&self, context: usize) -> u64 {
+        if self.recurrent == 0 {
+            return 0;
+        }
+        let every = self.snapshots.every.max(1);
+        ((context / every + 1) as u64).min(self.snapshots.keep as u64)
+    }
+
+    /// Bytes one sequence of up to `context` tokens holds.
+    pub fn per_sequence(&self, context: usize) -> u64 {
+        SeqState::kv_capacity(context) as u64 * self.kv_per_token
+            + self.recurrent * (1 + self.snapshots_at(context))
+    }
+}
+
+/// One model of a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelNeed {
+    /// The model's key (manifest name or stand-in file).
+    pub model: String,
+    pub weights: WeightEstimate,
+    pub state: StateFootprint,
+    /// Sequences of this model that live at once.
+    pub sequences: usize,
+}
+
+/// Where the free memory came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceMemory {
+    pub free: u64,
+    pub total: u64,
+    /// `cudaMemGetInfo`, `/proc/meminfo MemAvailable`, ...
+    pub source: String,
+}
+
+/// The memory a set of concurrent runs needs on one device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPlan {
+    /// `cpu`, `cuda`, `metal`.
+    pub device: String,
+    /// Concurrent runs the sequences belong to.
+    pub runs: usize,
+    /// Tokens each sequence's state is planned for.
+    pub context: usize,
+    pub models: Vec<ModelNeed>,
+    /// `None` where the device's free memory cannot be read.
+    pub memory: Option<DeviceMemory>,
+}
+
+impl MemoryPlan {
+    pub fn weights(&self) -> u64 {
+        self.models.iter().map(|m| m.weights.resident_bytes).sum()
+    }
+
+    pub fn states(&self) -> u64 {
+        self.models
+            .iter()
+            .map(|m| m.sequences as u64 * m.state.per_sequence(self.context))
+            .sum()
+    }
+
+    fn gpu(&self) -> bool {
+        self.device != "cpu"
+    }
+
+    fn headroom(&self) -> u64 {
+        if self.gpu() {
+            512 * MIB
+        } else {
+            256 * MIB
+        }
+    }
+
+    /// Weights + states + margin (module doc).
+    pub fn required(&self) -> u64 {
+        let sub = self.weights() + self.states();
+        sub + sub / 10 + self.headroom()
+    }
+
+    /// How many runs of this plan's shape fit in the free memory (`None` when it is unknown).
+    pub fn runs_that_fit(&self) -> Option<usize> {
+        let free = self.memory.as_ref()?.free;
+        let w = self.weights();
+        let fixed = w + w / 10 + self.headroom();
+        if free <= fixed {
+            return Some(0);
+        }
+        let per_run = if self.runs == 0 {
+            0
+        } else {
+            let s = self.states() / self.runs as u64;
+            s + s / 10
+        };
+        if per_run == 0 {
+            return Some(usize::MAX);
+        }
+        Some(((free - fixed) / per_run) as usize)
+    }
+
+    /// Whether the plan fits (unknown free memory counts as fitting).
+    pub fn fits(&self) -> bool {
+        self.memory
+            .as_ref()
+            .is_none_or(|m| self.required() <= m.free)
+    }
+
+    /// An error on a GPU where the plan does not fit; `Ok(Some(warning))` on the CPU.
+    pub fn check(&self) -> Result<Option<String>> {
+        if self.fits() {
+            return Ok(None);
+        }
+        let m = self.memory.as_ref().map(|m| m.free).unwrap_or(0);
+        let fit = self.runs_that_fit().unwrap_or(0);
+        let msg = format!(
+            "{} concurrent run(s) need {:.2} GiB on {} (weights {:.2} GiB, sequence states {:.2} GiB at {} tokens each, margin), but it has {:.2} GiB free: {}",
+            self.runs,
+            self.required() as f64 / GIB,
+            self.device,
+            self.weights() as f64 / GIB,
+            self.states() as f64 / GIB,
+            self.context,
+            m as f64 / GIB,
+            if fit == 0 {
+                "not even one run fits (the weights alone are too large); use a smaller quantisation or another device".to_string()
+            } else {
+                format!("at most {fit} concurrent run(s) fit; run fewer at once (`joule sweep --jobs {fit}`) or lower `[llm] plan_context`")
+            }
+        );
+        if self.gpu() {
+            bail!(msg)
+        }
+        Ok(Some(msg))
+    }
+
+    /// A table of the plan for people.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "memory plan on {}: {} run(s), sequences planned for {} tokens\n",
+            self.device, self.runs, self.context
+        ));
+        s.push_str("  model                              weights (file → loaded)   KV/token   recurrent   per sequence   sequences\n");
+        for m in &self.models {
+            s.push_str(&format!(
+                "  {:34} {:>9} → {:>9}   {:>8}   {:>9}   {:>12}   {:>9}\n",
+                m.model,
+                human(m.weights.file_bytes),
+                human(m.weights.resident_bytes),
+                human(m.state.kv_per_token),
+                human(m.state.recurrent),
+                human(m.state.per_sequence(self.context)),
+                m.sequences
+            ));
+        }
+        s.push_str(&format!(
+            "  total: weights {} + states {} + margin = {}",
+            human(self.weights()),
+            human(self.states()),
+            human(self.required())
+        ));
+        match &self.memory {
+            Some(m) => {
+                s.push_str(&format!(
+                    "; free {} of {} ({})\n",
+                    human(m.free),
+                    human(m.total),
+                    m.source
+                ));
+                if let Some(n) = self.runs_that_fit() {
+                    if n == usize::MAX {
+                        s.push_str("  runs that fit: any number (no per-run state)\n");
+                    } else {
+                        s.push_str(&format!("  runs that fit: {n}\n"));
+                    }
+                }
+            }
+            None => s.push_str("; free memory of this device unknown\n"),
+        }
+        s
+    }
+}
+
+/// `1.5 GiB`, `12.0 MiB`, `512 B`.
+pub fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= GIB {
+        format!("{:.2} GiB", b / GIB)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB", b / MIB as f64)
+    } else if bytes >= 1024 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The free and total memory of `device`: `cudaMemGetInfo` on CUDA,
+/// `MemAvailable`/`MemTotal` of `/proc/meminfo` on the CPU (Linux), `None`
+/// elsewhere (Metal, other systems).
+pub fn device_memory(device: &Device) -> Result<Option<DeviceMemory>> {
+    match device {
+        Device::Cpu => Ok(std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|s| parse_meminfo(&s))),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => {
+            use anyhow::Context;
+            let (free, total) = dev
+                .cuda_stream()
+                .context()
+                .mem_get_info()
+                .context("asking the CUDA driver for free memory")?;
+            Ok(Some(DeviceMemory {
+                free: free as u64,
+                total: total as u64,
+                source: "cuMemGetInfo".into(),
+            }))
+        }
+        #[allow(unreachable_patterns)]
+        _ => Ok(None),
+    }
+}
+
+/// `MemAvailable` and `MemTotal` (kB) of a `/proc/meminfo` text.
+pub fn parse_meminfo(text: &str) -> Option<DeviceMemory> {
+    let field = |name: &str| -> Option<u64> {
+        text.lines().find_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+            let kb = rest.trim().strip_suffix("kB")?.trim();
+            kb.parse::<u64>().ok().map(|k| k * 1024)
+        })
+    };
+    Some(DeviceMemory {
+        free: field("MemAvailable")?,
+        total: field("MemTotal")?,
+        source: "/proc/meminfo MemAvailable".into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(kv: u64, rec: u64) -> StateFootprint {
+        StateFootprint {
+            kv_per_token: kv,
+            recurrent: rec,
+            snapshots: SnapshotPolicy::default(),
+        }
+    }
+
+    fn plan(free: Option<u64>, runs: usize, device: &str) -> MemoryPlan {
+        MemoryPlan {
+            device: device.into(),
+            runs,
+            context: 2000,
+            models: vec![ModelNeed {
+                model: "m".into(),
+                weights: WeightEstimate {
+                    file_bytes: 1024 * MIB,
+                    resident_bytes: 1024 * MIB,
+                },
+                state: fp(1024, 0),
+                sequences: 5 * runs,
+            }],
+            memory: free.map(|f| DeviceMemory {
+                free: f,
+                total: f,
+                source: "test".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn float_matrices_load_as_f32_and_quantised_ones_as_stored() {
+        assert_eq!(resident_tensor_bytes(100, 200, true), 400);
+        assert_eq!(resident_tensor_bytes(256, 144, false), 144);
+    }
+
+    #[test]
+    fn per_sequence_uses_the_cache_capacity_and_snapshots() {
+        // 2,000 tokens: capacity 2,048 positions.
+        assert_eq!(fp(10, 0).per_sequence(2000), 20_480);
+        // Recurrent: live + min(keep 8, 2000/256 + 1 = 8) snapshots.
+        assert_eq!(fp(0, 100).per_sequence(2000), 900);
+        assert_eq!(fp(0, 100).per_sequence(100), 200);
+        assert_eq!(fp(0, 100).per_sequence(100_000), 900);
+    }
+
+    #[test]
+    fn a_plan_that_does_not_fit_fails_on_a_gpu_with_the_runs_that_fit() {
+        // Weights 1 GiB; a run: 5 sequences × 2,048 × 1 KiB = 10 MiB.
+        let p = plan(Some(2048 * MIB), 100, "cuda");
+        assert!(!p.fits());
+        let n = p.runs_that_fit().unwrap();
+        // (2048 − 1024·1.1 − 512) / 11 MiB
+        assert_eq!(n, ((2048 - 1126 - 512) as f64 / 11.0).floor() as usize);
+        let err = p.check().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("at most {n} concurrent run(s) fit")),
+            "{err}"
+        );
+        let q = plan(Some(2048 * MIB), n, "cuda");
+        assert!(q.fits(), "{}", q.render());
+        assert!(q.check().unwrap().is_none());
+        // The CPU warns instead.
+        assert!(plan(Some(2048 * MIB), 100, "cpu")
+            .check()
+            .unwrap()
+            .is_some());
+        // Unknown free memory fits.
+        assert!(plan(None, 100, "metal").check().unwrap().is_none());
+        // Weights alone too large.
+        let err = plan(Some(1024 * MIB), 1, "cuda")
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not even one run fits"), "{err}");
+    }
+
+    #[test]
+    fn meminfo_is_parsed() {
+        let m = parse_meminfo(
+            "MemTotal:       24000000 kB\nMemFree:  100 kB\nMemAvailable:   12000000 kB\n",
+        )
+        .unwrap();
+        assert_eq!(m.total, 24_000_000 * 1024);
+        assert_eq!(m.free, 12_000_000 * 1024);
+        assert!(parse_meminfo("MemTotal: 1 kB\n").is_none());
+        assert!(device_memory(&Device::Cpu).unwrap().is_some());
+    }
+}

@@ -1,0 +1,114 @@
+//! The memory plan against what sequence states really hold, on every
+//! architecture's fixture: after a prompt of `n` tokens a state holds exactly
+//! the plan's keys/values at `kv_capacity(n)` positions plus its recurrent
+//! state; the header's weight estimate is the same from Joule's reader and
+//! from candle's; `joule models inspect --memory` prints the plan; a run on a
+//! roster model plans before round 1.
+
+use candle_core::Device;
+use joule::inference::gguf::GgufFile;
+use joule::inference::gguf_info::{GgufInfo, ReadOptions};
+use joule::inference::memory_plan::{StateFootprint, WeightEstimate};
+use joule::inference::model::{load_model, SeqState, SeqStep};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/roster")
+        .join(name)
+}
+
+#[test]
+fn planned_state_equals_what_a_prompt_leaves_on_every_architecture() {
+    for arch in ["qwen3", "qwen35", "nemotron_h", "gemma4"] {
+        let path = fixture(&format!("{arch}.f32.gguf"));
+        let model = load_model(&path, &Device::Cpu).unwrap();
+        let fp = StateFootprint::probe(model.as_ref()).unwrap();
+        assert!(
+            fp.kv_per_token > 0,
+            "{arch}: every roster model has attention layers"
+        );
+        if arch == "qwen35" || arch == "nemotron_h" {
+            assert!(fp.recurrent > 0, "{arch}: recurrent layers");
+        } else {
+            assert_eq!(fp.recurrent, 0, "{arch}");
+        }
+        for n in [1usize, 37, 100] {
+            let mut st = model.new_state();
+            let ids: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % 50).collect();
+            model.forward(&mut [SeqStep::new(&ids, &mut st)]).unwrap();
+            assert_eq!(
+                st.bytes() as u64,
+                SeqState::kv_capacity(n) as u64 * fp.kv_per_token + fp.recurrent,
+                "{arch} after {n} tokens"
+            );
+            assert!(st.bytes() as u64 <= fp.per_sequence(n), "{arch} {n}");
+            // One more token stays inside the plan of n + 1.
+            model.forward(&mut [SeqStep::new(&[1], &mut st)]).unwrap();
+            assert_eq!(
+                st.bytes() as u64,
+                SeqState::kv_capacity(n + 1) as u64 * fp.kv_per_token + fp.recurrent,
+                "{arch} after {} tokens",
+                n + 1
+            );
+        }
+    }
+}
+
+#[test]
+fn weight_estimates_agree_between_readers_and_follow_the_rule() {
+    for name in ["qwen35.f32.gguf", "qwen35.q8_0.gguf", "gemma4.q8_0.gguf"] {
+        let path = fixture(name);
+        let info = GgufInfo::read(&path, ReadOptions::default()).unwrap();
+        let a = WeightEstimate::from_info(&info);
+        let g = GgufFile::open(&path).unwrap();
+        let b = WeightEstimate::from_content(g.content());
+        assert_eq!(a, b, "{name}");
+        let data = info.file_size - info.data_offset;
+        assert!(a.file_bytes <= data, "{name}: {} > {data}", a.file_bytes);
+        // f32 tensors load as stored; F16/BF16 ones (converters fall back to
+        // F16 for rows q8_0 cannot hold) double; quantised ones stay as stored.
+        let expected: u64 = info
+            .tensors
+            .iter()
+            .map(|t| match t.type_name().as_str() {
+                "F16" | "BF16" => t.n_elements * 4,
+                _ => t.n_bytes.unwrap(),
+            })
+            .sum();
+        assert_eq!(a.resident_bytes, expected, "{name}");
+        if name.contains("f32") {
+            assert_eq!(a.resident_bytes, a.file_bytes, "{name}");
+        }
+    }
+}
+
+#[test]
+fn inspect_memory_prints_the_plan() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(["models", "inspect"])
+        .arg(fixture("qwen35.f32.gguf"))
+        .args(["--memory", "--context", "2000", "--sequences", "10"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("memory plan on cpu: 1 run(s), sequences planned for 2000 tokens"),
+        "{text}"
+    );
+    assert!(text.contains("qwen35.f32.gguf"), "{text}");
+    assert!(text.contains("runs that fit:"), "{text}");
+    // --context without --memory is refused by the argument parser.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(["models", "inspect"])
+        .arg(fixture("qwen35.f32.gguf"))
+        .args(["--context", "2000"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
