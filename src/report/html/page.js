@@ -125,6 +125,11 @@
       if (!s.points.length) return;
       var d = s.points.map(function (p, j) { return (j ? 'L' : 'M') + X(p.x).toFixed(1) + ' ' + Y(p.y).toFixed(1); }).join('');
       svg.appendChild(sv('path', { d: d, fill: 'none', stroke: color, 'stroke-width': s.width || 2, 'stroke-dasharray': dash || null, class: 'series' }));
+      s.points.forEach(function (p) {
+        if (!p.mark) return;
+        var mk = sv('text', { x: X(p.x), y: Y(p.y) - 6, class: 'point-mark', 'text-anchor': 'middle', fill: color });
+        mk.textContent = p.mark; svg.appendChild(mk);
+      });
       var last = s.points[s.points.length - 1];
       ends.push({ y: Y(last.y), x: X(last.x), label: s.short || s.label, color: color });
     });
@@ -185,7 +190,7 @@
   // Interval chart: rows [{label, rate, lo, hi, n, note}], horizontal bars with whiskers.
   function intervalChart(host, rows, title) {
     clear(host);
-    var W = Math.max(360, host.clientWidth || 800), rowH = 26, m = { l: 190, r: 150, t: 30, b: 34 };
+    var W = Math.max(360, host.clientWidth || 800), rowH = 26, m = { l: 190, r: 200, t: 30, b: 34 };
     var H = m.t + m.b + rows.length * rowH;
     var X = function (v) { return m.l + v * (W - m.l - m.r); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'img', 'aria-label': title });
@@ -599,11 +604,11 @@
       var series = r.players.map(function (p, pi) {
         var pts = [{ x: 0, y: 0, info: p + ': progress 0 (start)' }];
         r.turns.filter(function (t) { return t.p === pi; }).forEach(function (t) {
-          pts.push({ x: t.r, y: t.after, info: p + ': ' + t.a + ' → progress ' + fmt(t.after) + ' (' + t.pos + ' before' + (t.pf ? ', parse failed' : '') + ')' });
+          pts.push({ x: t.r, y: t.after, mark: t.u ? 'U' : 'S', info: p + ': ' + t.a + ' → progress ' + fmt(t.after) + ' (' + t.pos + ' before' + (t.pf ? ', parse failed' : '') + ')' });
         });
         return { label: p + ' (' + (r.models[pi] || '') + ')', short: p, points: pts };
       });
-      lineChart(chart, series, { title: 'Progress in ' + r.game_id + ' (' + r.result + ')', xLabel: 'round', yLabel: 'progress', integerX: true, yMin: 0 });
+      lineChart(chart, series, { title: 'Progress in ' + r.game_id + ' (' + r.result + '; U = UNSAFE, S = SAFE)', xLabel: 'round', yLabel: 'progress', integerX: true, yMin: 0 });
       var t = el('table', { cls: 'turns' });
       t.appendChild(el('caption', { text: 'Every turn of ' + r.game_id }));
       t.appendChild(el('thead', null, el('tr', null, el('th', { scope: 'col', text: 'Round' }), el('th', { scope: 'col', text: 'Player' }),
