@@ -10,8 +10,9 @@
 //! transcript and for a known prompt line of a Joule run, with the number of
 //! hits the records give; the charts, timeline and race views are drawn; no
 //! console message and no script error; the comparison page shows every row of
-//! `compare.csv`. Screenshots are kept under Cargo's target tmp folder (the
-//! path is printed). Without Chromium the page checks that need no browser
+//! `compare.csv`. A screenshot of the reference page is kept under Cargo's
+//! target tmp folder (`target/tmp/html_report/coop/report.png`; the path is
+//! printed). Without Chromium the page checks that need no browser
 //! still run and the browser part is skipped with a note.
 
 use std::path::{Path, PathBuf};
@@ -106,9 +107,9 @@ fn headless(chrome: &Path, profile: &Path) -> Command {
     c
 }
 
-/// Load `page` with the self-test query and dump the DOM; also write a
-/// screenshot to `shot`.
-fn load(chrome: &Path, page: &Path, query: &str, shot: &Path) -> Loaded {
+/// Load `page` with the self-test query and dump the DOM; with `shot`, also
+/// write a screenshot there.
+fn load(chrome: &Path, page: &Path, query: &str, shot: Option<&Path>) -> Loaded {
     let dir = page.parent().unwrap();
     let out = headless(chrome, &dir.join("profile-dom"))
         .args(["--enable-logging=stderr", "--v=0", "--dump-dom"])
@@ -125,14 +126,16 @@ fn load(chrome: &Path, page: &Path, query: &str, shot: &Path) -> Loaded {
         .filter(|l| l.contains(":CONSOLE"))
         .map(str::to_string)
         .collect();
-    let st = headless(chrome, &dir.join("profile-shot"))
-        .args(["--window-size=1280,1500"])
-        .arg(format!("--screenshot={}", shot.display()))
-        .arg(url(page, query))
-        .output()
-        .expect("running chromium");
-    assert!(st.status.success() && shot.is_file(), "no screenshot");
-    eprintln!("screenshot: {}", shot.display());
+    if let Some(shot) = shot {
+        let st = headless(chrome, &dir.join("profile-shot"))
+            .args(["--window-size=1280,1500"])
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(url(page, query))
+            .output()
+            .expect("running chromium");
+        assert!(st.status.success() && shot.is_file(), "no screenshot");
+        eprintln!("screenshot: {}", shot.display());
+    }
     Loaded {
         dom: String::from_utf8_lossy(&out.stdout).into_owned(),
         console,
@@ -220,8 +223,9 @@ fn reference_condition_numbers_and_transcript_search() {
         eprintln!("note: chromium not found (apt-get install chromium, or set JOULE_CHROMIUM); the browser checks are skipped");
         return;
     };
-    let l = load(&chrome, &page, &query, &dir.join("report.png"));
+    let l = load(&chrome, &page, &query, Some(&dir.join("report.png")));
     let st = selftest(&l);
+    eprintln!("page drawn {} ms after navigation start", st["ready_ms"]);
     let dom = &l.dom;
     let agents = summary["agents"].as_array().unwrap();
     assert_eq!(agents.len(), 5);
@@ -359,7 +363,7 @@ fn joule_run_call_browser_finds_a_known_prompt() {
         eprintln!("note: chromium not found (apt-get install chromium, or set JOULE_CHROMIUM); the browser checks are skipped");
         return;
     };
-    let l = load(&chrome, &page, &query, &dir.join("report.png"));
+    let l = load(&chrome, &page, &query, None);
     let st = selftest(&l);
     assert_eq!(st["hits"].as_u64().unwrap() as usize, want_hits, "{st}");
     let first = &st["first"];
@@ -397,7 +401,7 @@ fn compare_page_shows_every_row() {
         eprintln!("note: chromium not found; the browser checks are skipped");
         return;
     };
-    let l = load(&chrome, &page, "agent_3", &dir.join("report.png"));
+    let l = load(&chrome, &page, "agent_3", None);
     let st = selftest(&l);
     let table_at = l
         .dom
@@ -451,7 +455,7 @@ fn race_page_draws_rates_and_trajectories() {
         eprintln!("note: chromium not found; the browser checks are skipped");
         return;
     };
-    let l = load(&chrome, &page, "", &dir.join("report.png"));
+    let l = load(&chrome, &page, "", None);
     let st = selftest(&l);
     assert_eq!(st["rate_charts"], 2, "{st}");
     assert!(st["races"].as_u64().unwrap() > 0, "{st}");

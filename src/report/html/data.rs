@@ -31,19 +31,31 @@ pub struct LineTable {
 }
 
 impl LineTable {
-    /// The ids of the lines of `text` (split at `\n`), new lines appended.
-    pub fn intern(&mut self, text: &str) -> Vec<u32> {
-        text.split('\n')
-            .map(|line| {
-                if let Some(&id) = self.ids.get(line) {
-                    return id;
+    /// The ids of the lines of `text` (split at `\n`), new lines appended,
+    /// with runs of consecutive ids shortened: `-k` after id `a` stands for
+    /// `a+1, …, a+k` (prompts add their new lines in order, so most ids come
+    /// in such runs). `page.js` expands them.
+    pub fn intern(&mut self, text: &str) -> Vec<i64> {
+        let mut out: Vec<i64> = Vec::new();
+        let mut last: Option<u32> = None;
+        for line in text.split('\n') {
+            let id = match self.ids.get(line) {
+                Some(&id) => id,
+                None => {
+                    let id = self.lines.len() as u32;
+                    self.ids.insert(line.to_string(), id);
+                    self.lines.push(line.to_string());
+                    id
                 }
-                let id = self.lines.len() as u32;
-                self.ids.insert(line.to_string(), id);
-                self.lines.push(line.to_string());
-                id
-            })
-            .collect()
+            };
+            match (last, out.last_mut()) {
+                (Some(prev), Some(tail)) if id == prev + 1 && *tail < 0 => *tail -= 1,
+                (Some(prev), Some(_)) if id == prev + 1 => out.push(-1),
+                _ => out.push(i64::from(id)),
+            }
+            last = Some(id);
+        }
+        out
     }
 }
 
@@ -147,10 +159,10 @@ pub struct Call {
     pub i: Option<u64>,
     /// Messages: role and line ids.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub msgs: Vec<(String, Vec<u32>)>,
+    pub msgs: Vec<(String, Vec<i64>)>,
     /// The rendered prompt (chat template applied), line ids.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rp: Option<Vec<u32>>,
+    pub rp: Option<Vec<i64>>,
     /// Raw output text.
     pub out: String,
     /// Thinking text.
@@ -512,6 +524,17 @@ pub fn build(
         runs.push(r);
         calls.push(c);
     }
+    // Run numbers repeat when runs were made one by one (`joule run --seed`):
+    // then the folder names tell them apart.
+    let mut ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    if ids.windows(2).any(|w| w[0] == w[1]) {
+        for (r, run) in runs.iter_mut().zip(&cond.runs) {
+            if let Some(name) = run.dir.file_name() {
+                r.id = name.to_string_lossy().into_owned();
+            }
+        }
+    }
     Ok(Built {
         data: ConditionData {
             label: cond.label.clone(),
@@ -522,4 +545,48 @@ pub fn build(
         },
         calls,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The inverse of the run encoding, as `page.js` expands it.
+    fn expand(ids: &[i64]) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut prev = 0i64;
+        for &v in ids {
+            if v < 0 {
+                for k in 1..=-v {
+                    out.push((prev + k) as u32);
+                }
+                prev -= v;
+            } else {
+                out.push(v as u32);
+                prev = v;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn interned_texts_come_back_whole_and_runs_are_shortened() {
+        let mut t = LineTable::default();
+        let a = t.intern("one\ntwo\nthree\nfour");
+        assert_eq!(a, vec![0, -3]);
+        let b = t.intern("two\nthree\nfive\n\nsix\none");
+        assert_eq!(b, vec![1, -1, 4, -2, 0]);
+        for (ids, text) in [
+            (&a, "one\ntwo\nthree\nfour"),
+            (&b, "two\nthree\nfive\n\nsix\none"),
+        ] {
+            let back: Vec<&str> = expand(ids)
+                .iter()
+                .map(|&i| t.lines[i as usize].as_str())
+                .collect();
+            assert_eq!(back.join("\n"), text);
+        }
+        assert_eq!(t.intern(""), vec![5]);
+        assert_eq!(t.lines[5], "");
+    }
 }

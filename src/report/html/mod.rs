@@ -10,7 +10,7 @@
 //! the call browser) is drawn by `page.js` from one JSON blob of
 //! [`data::ConditionData`] and, per run, one blob of its calls, parsed only
 //! when that run's calls are browsed. Prompts are line ids into one line
-//! table per page ([`data::LineTable`]).
+//! table per page ([`data::LineTable`]), its own blob, parsed on first use.
 //!
 //! A URL hash `#selftest=<query>` makes the page search every run's calls for
 //! the query and write what it shows (search hits, chart and timeline counts,
@@ -210,7 +210,6 @@ pub fn page(title: &str, nav: &[(&str, &str)], body: &str, blobs: &[(String, Str
 struct PageData<'a> {
     kind: &'static str,
     conditions: Vec<&'a data::ConditionData>,
-    lines: &'a [String],
 }
 
 /// The whole page of `reports` (one condition, or A and B with `compare`).
@@ -252,9 +251,11 @@ pub fn society_page(reports: &[&ConditionReport], compare: bool) -> anyhow::Resu
     let page_data = PageData {
         kind: "society",
         conditions: built.iter().map(|b| &b.data).collect(),
-        lines: &lines.lines,
     };
-    let mut blobs = vec![("joule-data".to_string(), script_json(&page_data)?)];
+    let mut blobs = vec![
+        ("joule-data".to_string(), script_json(&page_data)?),
+        ("joule-lines".to_string(), script_json(&lines.lines)?),
+    ];
     for (ci, b) in built.iter().enumerate() {
         for (ri, calls) in b.calls.iter().enumerate() {
             blobs.push((format!("joule-calls-{ci}-{ri}"), script_json(calls)?));
@@ -333,4 +334,26 @@ pub fn write_page(path: &Path, html: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_json_cannot_close_its_script_element() {
+        let hostile = serde_json::json!({"out": "</script><script>alert(1)</script><!--"});
+        let s = script_json(&hostile).unwrap();
+        assert!(!s.contains('<'), "{s}");
+        let back: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, hostile);
+    }
+
+    #[test]
+    fn text_is_escaped_for_html() {
+        assert_eq!(
+            esc("<b a=\"x\">'&'</b>"),
+            "&lt;b a=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/b&gt;"
+        );
+    }
 }

@@ -14,6 +14,23 @@
   };
 
   var D = JSON.parse(document.getElementById('joule-data').textContent);
+  // The page's prompt lines, parsed on first use; prompts are id lists where
+  // a negative -k after id a stands for a+1 … a+k.
+  var LINES = null;
+  function lineTable() {
+    if (!LINES) LINES = JSON.parse(document.getElementById('joule-lines').textContent);
+    return LINES;
+  }
+  function expand(ids) {
+    var out = [], prev = 0;
+    for (var i = 0; i < ids.length; i++) {
+      var v = ids[i];
+      if (v < 0) { for (var k = 1; k <= -v; k++) out.push(prev + k); prev -= v; }
+      else { out.push(v); prev = v; }
+    }
+    return out;
+  }
+  function linesText(ids) { var t = lineTable(); return expand(ids).map(function (i) { return t[i]; }).join('\n'); }
   var COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf', '#7f7f7f', '#bcbd22'];
   var DASHES = ['', '7 4', '2 3', '10 3 2 3', '4 2 4 6', '1 5', '12 5', '6 2 2 2 2 2'];
   var SVGNS = 'http://www.w3.org/2000/svg';
@@ -237,7 +254,7 @@
       }
       return callCache[key];
     }
-    function text(ids) { return ids.map(function (i) { return D.lines[i]; }).join('\n'); }
+    var text = linesText;
 
     // Condition pickers (comparison pages hold two conditions).
     if (conds.length > 1) {
@@ -389,7 +406,7 @@
     var lastQuery = null, lineHits = null;
     function lineMatches(q) {
       if (q === lastQuery) return lineHits;
-      if (!lower) lower = D.lines.map(function (l) { return l.toLowerCase(); });
+      if (!lower) lower = lineTable().map(function (l) { return l.toLowerCase(); });
       lineHits = new Set();
       for (var i = 0; i < lower.length; i++) if (lower[i].indexOf(q) >= 0) lineHits.add(i);
       lastQuery = q;
@@ -401,9 +418,9 @@
       var multi = q.indexOf('\n') >= 0;
       var msgs = cl.msgs || [];
       for (var i = 0; i < msgs.length; i++) {
-        if (multi ? text(msgs[i][1]).toLowerCase().indexOf(q) >= 0 : msgs[i][1].some(function (id) { return hits.has(id); })) return 'prompt';
+        if (multi ? text(msgs[i][1]).toLowerCase().indexOf(q) >= 0 : expand(msgs[i][1]).some(function (id) { return hits.has(id); })) return 'prompt';
       }
-      if (cl.rp && (multi ? text(cl.rp).toLowerCase().indexOf(q) >= 0 : cl.rp.some(function (id) { return hits.has(id); }))) return 'rendered prompt';
+      if (cl.rp && (multi ? text(cl.rp).toLowerCase().indexOf(q) >= 0 : expand(cl.rp).some(function (id) { return hits.has(id); }))) return 'rendered prompt';
       return null;
     }
     function findCalls() {
@@ -541,9 +558,11 @@
     drawEnergy();
     drawTimeline();
     drawCompare();
-    var q = selftestQuery();
-    if (q !== null) { cSearch.value = q; cAll.checked = true; }
     renderCalls();
+    // Time from navigation start to the drawn page (before any search).
+    var readyMs = Math.round(performance.now());
+    var q = selftestQuery();
+    if (q !== null) { cSearch.value = q; cAll.checked = true; renderCalls(); }
     var resizeTimer = null;
     window.addEventListener('resize', function () { clearTimeout(resizeTimer); resizeTimer = setTimeout(function () { drawEnergy(); drawCompare(); }, 200); });
     if (q !== null) {
@@ -558,7 +577,9 @@
         chart_run_lines: document.querySelectorAll('#chart-run path.series').length,
         chart_agent_lines: document.querySelectorAll('#chart-agent path.series').length,
         timeline_rows: document.querySelectorAll('#timeline-grid tbody tr').length,
-        runs: cond().runs.length
+        runs: cond().runs.length,
+        ready_ms: readyMs,
+        search_ms: Math.round(performance.now() - readyMs)
       });
     }
   }
@@ -619,7 +640,7 @@
         var d = el('details', null, el('summary', { text: tu.reason ? tu.reason.slice(0, 90) + (tu.reason.length > 90 ? '…' : '') : 'details' }));
         if (tu.reason) { d.appendChild(el('h4', { text: 'Reasoning' })); d.appendChild(el('pre', { text: tu.reason })); }
         d.appendChild(el('h4', { text: 'Raw response' })); d.appendChild(el('pre', { text: tu.raw }));
-        d.appendChild(el('h4', { text: 'Prompt' })); d.appendChild(el('pre', { text: tu.prompt.map(function (i) { return D.lines[i]; }).join('\n') }));
+        d.appendChild(el('h4', { text: 'Prompt' })); d.appendChild(el('pre', { text: linesText(tu.prompt) }));
         b.appendChild(el('tr', { cls: tu.u ? 'unsafe' : 'safe' }, el('td', { text: String(tu.r) }), el('td', { text: r.players[tu.p] }),
           el('td', { text: tu.pos }), el('td', null, el('strong', { text: tu.a }), tu.pf ? el('span', { cls: 'err', text: ' parse failed' }) : null),
           el('td', { cls: 'num', text: fmt(tu.after) }), el('td', null, d)));

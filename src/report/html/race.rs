@@ -45,7 +45,7 @@ struct Turn {
     pf: bool,
     reason: String,
     raw: String,
-    prompt: Vec<u32>,
+    prompt: Vec<i64>,
 }
 
 #[derive(Serialize)]
@@ -66,7 +66,6 @@ struct PageData<'a> {
     kind: &'static str,
     tables: Vec<TableData<'a>>,
     races: Vec<RaceData>,
-    lines: &'a [String],
 }
 
 fn rate_table_html(i: usize, title: &str, rows: &[RateRow]) -> String {
@@ -204,9 +203,11 @@ pub fn race_page(dirs: &[PathBuf]) -> anyhow::Result<String> {
             })
             .collect(),
         races,
-        lines: &lines.lines,
     };
-    let blobs = vec![("joule-data".to_string(), script_json(&page_data)?)];
+    let blobs = vec![
+        ("joule-data".to_string(), script_json(&page_data)?),
+        ("joule-lines".to_string(), script_json(&lines.lines)?),
+    ];
     Ok(page(
         "AI development race",
         &[("rates", "Unsafe rates"), ("races", "Races")],
