@@ -101,7 +101,7 @@ fn headless(chrome: &Path, profile: &Path) -> Command {
         "--no-first-run",
         "--disable-extensions",
         "--hide-scrollbars",
-        "--virtual-time-budget=5000",
+        "--virtual-time-budget=1000",
     ])
     .arg(format!("--user-data-dir={}", profile.display()));
     c
