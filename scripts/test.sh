@@ -5,7 +5,7 @@
 # cached outside the repo, so a machine builds it once) for the served-backend
 # tests, compile the CUDA build (no GPU needed: scripts/build-cuda.sh, cached
 # outside the repository; JOULE_SKIP_CUDA_BUILD=1 skips it), then build and run every test in release mode (the SmolLM2 end-to-end
-# tests need it). The Slurm test (scripts/slurm-test.sh: a real single-node
+# tests need it); Debian's chromium is installed for the HTML report's browser test. The Slurm test (scripts/slurm-test.sh: a real single-node
 # cluster, needs root) runs when JOULE_SLURM_TEST=1 (not verified in CI yet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,16 @@ if ((${#missing[@]})); then
     else
         echo "test.sh: ${missing[*]} needed to build llama-server; install them first" >&2
         exit 1
+    fi
+fi
+
+# Headless Chromium for the browser test of the HTML report (tests/html_report.rs),
+# which skips with a note where no Chromium is found.
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && [[ -z "${JOULE_CHROMIUM:-}" ]]; then
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    else
+        echo "test.sh: no chromium; tests/html_report.rs will skip its browser checks (apt-get install chromium)" >&2
     fi
 fi
 

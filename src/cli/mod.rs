@@ -13,6 +13,7 @@ pub mod serve_check;
 pub mod slurm;
 pub mod sweep;
 pub mod tokenize;
+pub mod view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -40,6 +41,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Aggregate metrics, tables and plots of Energy Society runs.
     Report(report::ReportArgs),
+    /// Write the self-contained HTML report of runs, print its path (`--open`: open it).
+    View(view::ViewArgs),
     /// Print the token ids of a text under a GGUF file's tokenizer.
     Tokenize(tokenize::TokenizeArgs),
     /// Generate from a GGUF model and print the text and token counts.
@@ -73,6 +76,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(a) => sweep::run(a),
         Command::Replay(a) => replay::run(a),
         Command::Report(args) => report::run(args),
+        Command::View(a) => view::run(a),
         Command::Tokenize(args) => tokenize::run(args),
         Command::Generate(a) => generate::run(a),
         Command::Bench(a) => bench::run(a),

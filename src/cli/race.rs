@@ -86,6 +86,9 @@ pub enum RaceCommand {
         dirs: Vec<PathBuf>,
         #[arg(long)]
         out: PathBuf,
+        /// Also write a self-contained `report.html` (rates with intervals, every race's trajectory).
+        #[arg(long)]
+        html: bool,
     },
 }
 
@@ -112,10 +115,14 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             json,
         } => egt(z, beta, mu, &pmax, small_mutation, json),
         RaceCommand::Replay { model, k, out } => replay(model, k, out),
-        RaceCommand::Report { dirs, out } => {
+        RaceCommand::Report { dirs, out, html } => {
             let md = crate::race::report::write_report(&dirs, &out)?;
             println!("{md}");
             eprintln!("report written to {}", out.display());
+            if html {
+                let page = crate::report::html::race::write_race(&dirs, &out)?;
+                eprintln!("wrote {}", page.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

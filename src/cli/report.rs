@@ -29,6 +29,11 @@ pub struct ReportArgs {
     /// over all runs, normalised recommendation job ids and strict sabotage).
     #[arg(long, value_enum, default_value_t = MetricMode::Faithful)]
     pub mode: MetricMode,
+    /// Also write a self-contained `report.html` per condition (one page with
+    /// both conditions for `--compare`): summary, energy charts, per-round
+    /// timeline and every model call, searchable; opens offline from file://.
+    #[arg(long)]
+    pub html: bool,
 }
 
 /// `--mode` of `joule report`.
@@ -49,6 +54,16 @@ impl From<MetricMode> for report::Mode {
 
 /// Run `joule report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    let pages = report_pages(&args)?;
+    for p in pages {
+        println!("wrote {}", p.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write the report of `args` (printing what it wrote), and return the HTML
+/// pages written (none without `--html`).
+pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
     let conditions = match &args.compare {
         Some(ab) => {
             if !args.runs.is_empty() {
@@ -103,5 +118,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     for w in &written.warnings {
         eprintln!("warning: {w}");
     }
-    Ok(ExitCode::SUCCESS)
+    if !args.html {
+        return Ok(Vec::new());
+    }
+    let dirs: Vec<PathBuf> = written
+        .aggregate_dirs
+        .iter()
+        .map(|d| d.parent().map_or_else(|| args.out.clone(), PathBuf::from))
+        .collect();
+    report::html::write_society(&reports, &dirs, &args.out, args.compare.is_some())
 }

@@ -392,6 +392,53 @@ fn plot(rows: &[RateRow], path: &Path, svg: bool) -> anyhow::Result<()> {
     .with_context(|| format!("drawing {}", path.display()))
 }
 
+/// The report's six rate tables, in this order: by p_max, by N, by N and
+/// position, by persona band and position, by lineup/N/p_max, and by model,
+/// persona band and position (the HTML report shows the same rows).
+pub fn rate_tables(data: &RunData) -> [Vec<RateRow>; 6] {
+    let s = |x: &str| x.to_string();
+    let t_pmax = rate_table(data, "by_pmax", &["p_max"], |t| {
+        vec![super::rules::fmt_num(t.max_private_risk)]
+    });
+    let t_n = rate_table(data, "by_n", &["N"], |t| vec![t.n_players.to_string()]);
+    let t_lineup = rate_table(data, "by_lineup_pmax", &["lineup", "N", "p_max"], |t| {
+        vec![
+            t.lineup.clone(),
+            t.n_players.to_string(),
+            super::rules::fmt_num(t.max_private_risk),
+        ]
+    });
+    let t_pos = rate_table(data, "by_position", &["N", "position"], |t| {
+        vec![t.n_players.to_string(), s(pos_name(t.position))]
+    });
+    let mut t_band = rate_table(
+        data,
+        "by_band_position",
+        &["persona band", "position"],
+        |t| vec![t.persona_band.clone(), s(pos_name(t.position))],
+    );
+    t_band.sort_by_key(|r| {
+        (
+            band_order(&r.group[0].1),
+            r.group[0].1.clone(),
+            r.group[1].1.clone(),
+        )
+    });
+    let t_model_band = rate_table(
+        data,
+        "by_model_band_position",
+        &["model", "persona band", "position"],
+        |t| {
+            vec![
+                t.model.clone(),
+                t.persona_band.clone(),
+                s(pos_name(t.position)),
+            ]
+        },
+    );
+    [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band]
+}
+
 /// Write the report into `out` and return the Markdown text.
 pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
     let data = load(dirs)?;
@@ -411,46 +458,7 @@ pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         pf,
         retried
     );
-    let s = |x: &str| x.to_string();
-    let t_pmax = rate_table(&data, "by_pmax", &["p_max"], |t| {
-        vec![super::rules::fmt_num(t.max_private_risk)]
-    });
-    let t_n = rate_table(&data, "by_n", &["N"], |t| vec![t.n_players.to_string()]);
-    let t_lineup = rate_table(&data, "by_lineup_pmax", &["lineup", "N", "p_max"], |t| {
-        vec![
-            t.lineup.clone(),
-            t.n_players.to_string(),
-            super::rules::fmt_num(t.max_private_risk),
-        ]
-    });
-    let t_pos = rate_table(&data, "by_position", &["N", "position"], |t| {
-        vec![t.n_players.to_string(), s(pos_name(t.position))]
-    });
-    let mut t_band = rate_table(
-        &data,
-        "by_band_position",
-        &["persona band", "position"],
-        |t| vec![t.persona_band.clone(), s(pos_name(t.position))],
-    );
-    t_band.sort_by_key(|r| {
-        (
-            band_order(&r.group[0].1),
-            r.group[0].1.clone(),
-            r.group[1].1.clone(),
-        )
-    });
-    let t_model_band = rate_table(
-        &data,
-        "by_model_band_position",
-        &["model", "persona band", "position"],
-        |t| {
-            vec![
-                t.model.clone(),
-                t.persona_band.clone(),
-                s(pos_name(t.position)),
-            ]
-        },
-    );
+    let [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band] = rate_tables(&data);
     md.push_str(&markdown(&t_pmax, "Unsafe rate by p_max"));
     md.push_str(&markdown(&t_n, "Unsafe rate by number of players"));
     md.push_str(&markdown(

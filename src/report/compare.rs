@@ -106,25 +106,31 @@ pub fn to_markdown(a: &Summary, b: &Summary, rows: &[CompareRow]) -> String {
     );
     out.push_str("| Agent | Model | Metric | A | B | B − A |\n|---|---|---|---:|---:|---:|\n");
     for r in rows {
-        let pct = r.metric.starts_with("success_rate");
-        let (scale, suffix, digits) = if pct { (100.0, "%", 1) } else { (1.0, "", 2) };
-        let d = r.diff.map_or("-".to_string(), |d| {
-            if pct {
-                format!("{:+.1} pp", d * 100.0)
-            } else {
-                format!("{d:+.2}")
-            }
-        });
+        let [a, b, d] = shown(r);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
-            r.agent_id,
-            r.model_name,
-            r.metric,
-            r.a.fmt(digits, scale, suffix),
-            r.b.fmt(digits, scale, suffix),
-            d
+            "| {} | {} | {} | {a} | {b} | {d} |",
+            r.agent_id, r.model_name, r.metric,
         );
     }
     out
+}
+
+/// A row's A, B and B − A as `compare.md` (and the HTML report) show them:
+/// rates in percent (the difference in percentage points), others to 2 digits.
+pub fn shown(r: &CompareRow) -> [String; 3] {
+    let pct = r.metric.starts_with("success_rate");
+    let (scale, suffix, digits) = if pct { (100.0, "%", 1) } else { (1.0, "", 2) };
+    let d = r.diff.map_or("-".to_string(), |d| {
+        if pct {
+            format!("{:+.1} pp", d * 100.0)
+        } else {
+            format!("{d:+.2}")
+        }
+    });
+    [
+        r.a.fmt(digits, scale, suffix),
+        r.b.fmt(digits, scale, suffix),
+        d,
+    ]
 }

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use crate::report::summary::Summary;
 
-fn fmt_size(s: f64) -> String {
+pub fn fmt_size(s: f64) -> String {
     if s.fract() == 0.0 {
         format!("{s:.0}")
     } else {
@@ -13,10 +13,19 @@ fn fmt_size(s: f64) -> String {
     }
 }
 
-fn fmt_range(min: Option<f64>, max: Option<f64>) -> String {
+pub fn fmt_range(min: Option<f64>, max: Option<f64>) -> String {
     match (min, max) {
         (Some(a), Some(b)) => format!("{a:.0}–{b:.0}"),
         _ => "-".into(),
+    }
+}
+
+/// A donations cell: `mean ± std (total)`, `-` without data.
+pub fn donation_cell(m: &crate::report::summary::MeanStd, total: i64) -> String {
+    if m.mean.is_none() {
+        "-".to_string()
+    } else {
+        format!("{} ({total})", m.fmt(2, 1.0, ""))
     }
 }
 
@@ -29,13 +38,7 @@ pub fn agent_table(s: &Summary) -> String {
     );
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for a in &s.agents {
-        let don = |m: &crate::report::summary::MeanStd, total: i64| {
-            if m.mean.is_none() {
-                "-".to_string()
-            } else {
-                format!("{} ({total})", m.fmt(2, 1.0, ""))
-            }
-        };
+        let don = donation_cell;
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",

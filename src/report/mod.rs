@@ -5,13 +5,16 @@
 //! - [`stats`]: pandas-exact sums, means and standard deviations;
 //! - [`metrics`]: one file per metric family, producing [`table::Table`]s;
 //! - [`table`]: typed tables and the pandas-identical CSV writer;
-//! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report.
+//! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report;
+//! - [`html`]: the self-contained `report.html` run explorer (`--html`, `joule view`).
 //!
 //! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
 //! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
-//! `--compare` also `compare.md` and `compare.csv`.
+//! `--compare` also `compare.md` and `compare.csv`; with `--html` also
+//! `report.html` (per condition: `<condition>/report.html` when there are several).
 
 pub mod compare;
+pub mod html;
 pub mod load;
 pub mod markdown;
 pub mod metrics;
