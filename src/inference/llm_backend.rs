@@ -7,7 +7,9 @@
 //! sequence state (keyed by model and agent id: keys/values, recurrent
 //! states and their snapshots), so the longest common prefix of an agent's
 //! consecutive prompts that the state can return to is not recomputed. A batch is decoded together
-//! with [`generate_batch`].
+//! with [`generate_batch`]; with an energy meter (`[llm] meter`), every
+//! forward step is metered and each response carries its measured joules
+//! (`crate::meter::attribution`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,11 +24,15 @@ use crate::backend::{
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
-use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
+use crate::inference::generate::{
+    generate_batch, generate_batch_observed, GenOptions, GenSeq, ThinkingDelims,
+};
 use crate::inference::gguf::GgufFile;
 use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
+use crate::meter::attribution::{MeterStatus, Metering};
+use crate::meter::MeterChoice;
 
 /// How structured (JSON) requests are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
@@ -123,6 +129,9 @@ pub struct LlmBackend {
     options: LlmOptions,
     loaded: HashMap<String, Loaded>,
     caches: HashMap<(String, String), SeqState>,
+    /// The energy meter and what it measured (`crate::meter`), or why there is none.
+    metering: Option<Metering>,
+    unmetered: String,
 }
 
 impl LlmBackend {
@@ -132,7 +141,25 @@ impl LlmBackend {
             options,
             loaded: HashMap::new(),
             caches: HashMap::new(),
+            metering: None,
+            unmetered: "no energy meter was opened".into(),
         }
+    }
+
+    /// Meter every batch with the meter `choice` names (an explicitly named
+    /// meter that is missing is an error; `auto` without one measures nothing).
+    pub fn with_meter(mut self, choice: &MeterChoice) -> Result<Self, String> {
+        let (meter, why) = crate::meter::open(choice)?;
+        self.metering = meter.map(Metering::new);
+        self.unmetered = why;
+        Ok(self)
+    }
+
+    fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
+        let mut metering = self.metering.take();
+        let out = self.batch_metered(batch, metering.as_mut());
+        self.metering = metering;
+        out
     }
 
     fn load(&mut self, key: &str) -> anyhow::Result<()> {
@@ -214,7 +241,12 @@ impl LlmBackend {
         }
     }
 
-    fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
+    fn batch_metered(
+        &mut self,
+        batch: &[ModelRequest],
+        metering: Option<&mut Metering>,
+    ) -> anyhow::Result<Vec<ModelResult>> {
+        let mut meter = metering.map(|m| m.begin_batch(batch.len()));
         let key = self.model_key(&batch[0].model);
         self.load(&key)?;
         let lm = &self.loaded[&key];
@@ -320,8 +352,12 @@ impl LlmBackend {
                 mask: Some(mask as &mut dyn crate::inference::generate::TokenMask),
             });
         }
-        let results = generate_batch(lm.model.as_ref(), &mut seqs);
+        let results = match meter.as_mut() {
+            Some(m) => generate_batch_observed(lm.model.as_ref(), &mut seqs, m),
+            None => generate_batch(lm.model.as_ref(), &mut seqs),
+        };
         drop(seqs);
+        let mut measured = meter.map(|m| m.finish()).unwrap_or_default();
         let latency_ms = start.elapsed().as_secs_f64() * 1000.0 / batch.len() as f64;
 
         let mut out = Vec::with_capacity(batch.len());
@@ -350,6 +386,7 @@ impl LlmBackend {
                             counted_by: "joule".into(),
                             thinking: None,
                         }),
+                        measured: measured.get_mut(i).and_then(Option::take),
                     })
                 }
                 Err(e) => Err(BackendError {
@@ -378,6 +415,15 @@ impl Backend for LlmBackend {
 
     fn batch_key(&self, model: &str) -> String {
         self.model_key(model)
+    }
+
+    fn metering(&self) -> Option<MeterStatus> {
+        Some(match &self.metering {
+            Some(m) => MeterStatus::Measured(m.totals.clone()),
+            None => MeterStatus::NotMeasured {
+                reason: self.unmetered.clone(),
+            },
+        })
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -435,6 +481,10 @@ impl<L: Backend> Backend for MixedBackend<L> {
     fn unavailable(&self) -> Option<String> {
         self.llm.unavailable()
     }
+
+    fn metering(&self) -> Option<MeterStatus> {
+        self.llm.metering()
+    }
 }
 
 /// The `[llm]` section of an experiment config: how model-backed agents run.
@@ -482,6 +532,10 @@ pub struct LlmConfig {
     pub retry_backoff_s: f64,
     /// openai: how a request turns thinking on or off.
     pub thinking_switch: crate::served::config::ThinkingSwitch,
+    /// local: the energy meter (`auto`: every meter this machine has, none
+    /// if it has none; `none`, `nvml`, `rapl`; `fake-file:PATH` and
+    /// `fake-power:WATTS` are test meters). See `joule meters`.
+    pub meter: MeterChoice,
 }
 
 impl Default for LlmConfig {
@@ -504,6 +558,7 @@ impl Default for LlmConfig {
             retries: 4,
             retry_backoff_s: 1.0,
             thinking_switch: Default::default(),
+            meter: MeterChoice::Auto,
         }
     }
 }
@@ -536,6 +591,8 @@ impl LlmConfig {
                 max_string_chars: self.max_string_chars,
                 schema: self.schema,
             },
-        ))
+        )
+        .with_meter(&self.meter)
+        .map_err(|e| anyhow::anyhow!("llm.meter = \"{}\": {e}", self.meter))?)
     }
 }

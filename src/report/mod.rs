@@ -5,7 +5,8 @@
 //! - [`stats`]: pandas-exact sums, means and standard deviations;
 //! - [`metrics`]: one file per metric family, producing [`table::Table`]s;
 //! - [`table`]: typed tables and the pandas-identical CSV writer;
-//! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report.
+//! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report;
+//! - [`measured`]: measured joules per agent and phase beside the formula's charges.
 //!
 //! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
 //! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
@@ -14,6 +15,7 @@
 pub mod compare;
 pub mod load;
 pub mod markdown;
+pub mod measured;
 pub mod metrics;
 pub mod plots;
 pub mod stats;
@@ -35,6 +37,8 @@ pub struct ConditionReport {
     pub rows: Rows,
     pub tables: Vec<(&'static str, Table)>,
     pub summary: Summary,
+    /// Measured joules per agent and phase, when the runs recorded them.
+    pub measured: measured::Measured,
 }
 
 /// Compute every aggregate table and the summary of a condition, reproducing
@@ -50,11 +54,13 @@ pub fn analyse_with(condition: Condition, mode: Mode) -> ConditionReport {
     let rows = condition.rows();
     let tables = metrics::aggregate(&condition, &rows, mode);
     let summary = summary::summarize(&condition, &rows, &tables, mode);
+    let measured = measured::collect(&condition);
     ConditionReport {
         condition,
         rows,
         tables,
         summary,
+        measured,
     }
 }
 
@@ -136,11 +142,19 @@ pub fn write(
         .filter(|p| p.ends_with(".png"))
         .cloned()
         .collect();
-    let mut md = markdown::report(&summaries, &png_plots);
+    let measured: Vec<String> = reports
+        .iter()
+        .map(|r| measured::section(&r.measured))
+        .collect();
+    let mut md = markdown::report_with(&summaries, &measured, &png_plots);
     let mut terminal: String = summaries
         .iter()
-        .map(|s| format!("{}\n", markdown::condition_section(s)))
+        .zip(&measured)
+        .map(|(s, m)| format!("{}\n{m}", markdown::condition_section(s)))
         .collect();
+    for r in reports {
+        warnings.extend(r.measured.warnings.iter().cloned());
+    }
     let mut compare_json = serde_json::Value::Null;
     if compare && reports.len() >= 2 {
         let (a, b) = (&summaries[0], &summaries[1]);
@@ -167,6 +181,7 @@ pub fn write(
                 "label": r.condition.label,
                 "aggregate_dir": dir.display().to_string(),
                 "summary": r.summary,
+                "measured": r.measured,
                 "aggregates": aggregates,
             })
         })
