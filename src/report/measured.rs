@@ -231,6 +231,21 @@ pub fn section(m: &Measured) -> String {
         }
         row(&mut out, a, "**all**", &sum);
     }
+    let mut phases: Vec<&str> = m.cells.iter().map(|c| c.phase.as_str()).collect();
+    phases.sort_by_key(|p| (phase_rank(p), p.to_string()));
+    phases.dedup();
+    for p in phases {
+        let mut sum = Cell::default();
+        for c in m.cells.iter().filter(|c| c.phase == p) {
+            sum.calls += c.calls;
+            sum.measured_calls += c.measured_calls;
+            sum.prefill_j += c.prefill_j;
+            sum.decode_j += c.decode_j;
+            sum.tokens += c.tokens;
+            sum.formula_charge += c.formula_charge;
+        }
+        row(&mut out, "**all agents**", p, &sum);
+    }
     row(&mut out, "**all agents**", "**all**", &all);
     let _ = writeln!(
         out,
@@ -297,6 +312,13 @@ mod tests {
             s.contains("| a | **all** | 3/3 | 1.000 | 7.000 | 0.38889 | 8.00 | 1.0000 |"),
             "{s}"
         );
+        assert!(
+            s.contains("| **all agents** | vote | 2/2 | 1.000 | 3.000 |"),
+            "{s}"
+        );
+        let vote = s.find("| **all agents** | vote |").unwrap();
+        let act = s.find("| **all agents** | act |").unwrap();
+        assert!(vote < act, "phases in game order: {s}");
         assert!(s.contains("engine overhead 0.500 J, idle 2.000 J"), "{s}");
     }
 }
