@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A few minutes on a real GPU: build (or take prebuilt) `--features cuda` executables, run the
 # CUDA kernel tests and the golden-logits tests of every architecture on CUDA, `joule bench` on
-# SmolLM2 at 1, 16 and 64 sequences (and `joule bench society --sims 64` if it exists), and one
-# default society on CUDA; write summary.md and summary.json under $OUT. For a Linux machine with
+# SmolLM2 at 1, 16 and 64 sequences (and `joule bench society --sims 64` if it exists), the
+# measured joules per prompt and generated token (NVML) of SmolLM2 and the roster and golden
+# fixtures at batch 1 and 64 (`joule calibrate`), and one default society on CUDA (metered);
+# write summary.md and summary.json under $OUT. For a Linux machine with
 # an NVIDIA GPU and driver, many cores and no network. Stops itself after JOULE_GPU_CHECK_BUDGET
 # seconds (default 480) whatever happened, keeping what it measured: the summary is rewritten
 # after each step and on exit. $OUT gets four files: summary.md, summary.json, gpu-check.log (all
@@ -90,6 +92,15 @@ if env:
 md += [f"Elapsed: {doc['elapsed_s']} s", "", "| step | status | seconds | note |", "|---|---|---|---|"]
 for s in steps:
     md.append(f"| {s['step']} | {s['status']} | {s['seconds']:.1f} | {s['note']} |")
+joules = {}
+for s in steps:
+    if s["step"].startswith("joules-") and s["status"] == "pass" and s["output"]:
+        try:
+            joules[s["step"]] = json.load(open(os.path.join(out, s["output"])))
+        except Exception as e:
+            joules[s["step"]] = {"error": str(e)}
+doc["joules"] = joules
+json.dump(doc, open(os.path.join(dest, "summary.json"), "w"), indent=2)
 rows = []
 for name, res in bench.items():
     if isinstance(res, list):
@@ -99,6 +110,15 @@ for name, res in bench.items():
 if rows:
     md += ["", "## joule bench (SmolLM2-135M-Instruct Q4_1, CUDA)", "",
            "| run | test | sequences | tokens/s |", "|---|---|---|---|"] + rows
+jrows = []
+for name, res in joules.items():
+    for p in (res.get("points") or []) if isinstance(res, dict) else []:
+        jrows.append(f"| {p.get('model')} | {p.get('size_b', 0):.4f} | {p.get('batch')} | "
+                     f"{p.get('j_per_prompt_token', 0):.6f} | {p.get('j_per_generated_token', 0):.6f} |")
+if jrows:
+    meter = next((r.get("meter") for r in joules.values() if isinstance(r, dict) and r.get("meter")), "?")
+    md += ["", f"## Joules per token (joule calibrate, meter {meter}, CUDA)", "",
+           "| model | S (B) | batch | J/prompt token | J/generated token |", "|---|---|---|---|---|"] + jrows
 open(os.path.join(dest, "summary.md"), "w").write("\n".join(md) + "\n")
 EOF
   tar -czf "$OUT/logs.tar.gz" -C "$work" logs 2>/dev/null || true
@@ -285,11 +305,31 @@ if [[ -n $model ]]; then
   else
     record bench-society skip 0 "joule bench society does not exist in this build" ""
   fi
+else
+  for n in bench-s1 bench-s16 bench-s64; do record "$n" skip 0 "no model" ""; done
+fi
+
+# ---- Energy meters, and measured joules per token at batch 1 and 64 (NVML's counter).
+step meters meters.log "$bin_joule" meters
+jmodels=()
+[[ -n $model ]] && jmodels+=("$model")
+for f in tests/fixtures/roster/*.q8_0.gguf tests/fixtures/golden/*.gguf; do
+  [[ -f $f ]] && jmodels+=("$f")
+done
+for f in "${jmodels[@]}"; do
+  n=$(basename "$f" .gguf)
+  step "joules-$n" "joules-$n.json" "$bin_joule" calibrate --gguf "$f" --device cuda --meter nvml \
+    --batch 1,64 -p 128 -n 32 -r 2 --json
+done
+
+if [[ -n $model ]]; then
   # ---- One default society on CUDA.
   cfg=$work/default-cuda.toml
   sed 's/^device = "cpu"/device = "cuda"/' configs/energy-society/default-smollm2.toml >"$cfg"
   step society society.log "$bin_joule" run "$cfg" --out "$work/society-run"
+  # What the meter measured in the society (per call in events.jsonl; totals here).
+  cp "$work/society-run/meter.json" "$L/society-meter.json" 2>/dev/null || true
 else
-  for n in bench-s1 bench-s16 bench-s64 society; do record "$n" skip 0 "no model" ""; done
+  record society skip 0 "no model" ""
 fi
 exit 0

@@ -333,6 +333,7 @@ mod tests {
                         finish: FinishReason::Scripted,
                         rendered_prompt: None,
                         latency_ms: 0.0,
+                        measured: None,
                         count_source: None,
                     })
                 })

@@ -174,6 +174,10 @@ pub struct ModelResponse {
     /// Who counted the tokens and which count the charge uses (recorded with the call).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_source: Option<CountSource>,
+    /// The joules an energy meter measured for this call (local models with a
+    /// meter only; `crate::meter::attribution`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<crate::meter::attribution::MeasuredEnergy>,
 }
 
 /// Where a response's token counts come from: which count is charged, and
@@ -237,6 +241,11 @@ pub trait Backend {
         _demand: &MemoryDemand,
     ) -> anyhow::Result<Option<crate::inference::memory_plan::MemoryPlan>> {
         Ok(None)
+    }
+    /// What this backend's energy meter measured so far, or why it measures
+    /// nothing; `None` for backends that run no model here (scripted agents).
+    fn metering(&self) -> Option<crate::meter::attribution::MeterStatus> {
+        None
     }
 }
 

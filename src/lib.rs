@@ -20,6 +20,7 @@ pub mod cli;
 pub mod energy;
 pub mod energy_society;
 pub mod inference;
+pub mod meter;
 pub mod nprand;
 pub mod npy;
 pub mod race;

@@ -154,6 +154,7 @@ impl ScriptedBackend {
             finish: FinishReason::Scripted,
             rendered_prompt: None,
             latency_ms: 0.0,
+            measured: None,
             count_source: Some(crate::backend::CountSource {
                 charged: "token draw".into(),
                 counted_by: "scripted".into(),

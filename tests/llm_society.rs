@@ -82,6 +82,7 @@ fn smollm2_society_round_charges_exactly_the_counted_tokens() {
     let c = CostModel {
         k: 0.015,
         alpha: 0.5,
+        ..Default::default()
     };
     let mut llm_calls = 0;
     for e in events

@@ -91,6 +91,7 @@ fn run_round(stand_ins: &str) -> Vec<serde_json::Value> {
     let c = CostModel {
         k: 0.015,
         alpha: 0.5,
+        ..Default::default()
     };
     let sizes = [
         ("agent_1", 4.0),

@@ -353,6 +353,7 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
     let cost = CostModel {
         k: 0.015,
         alpha: 0.5,
+        ..Default::default()
     };
 
     let mut runs = Vec::new();

@@ -1,9 +1,11 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 pub mod bench;
+pub mod calibrate;
 pub mod generate;
 pub mod jobs;
 pub mod logits;
+pub mod meters;
 pub mod models;
 pub mod race;
 pub mod replay;
@@ -55,6 +57,10 @@ pub enum Command {
     Models(models::ModelsArgs),
     /// The AI development race: run, sweep, audit, egt, report.
     Race(race::RaceArgs),
+    /// The energy meters this machine has (NVML, RAPL, Apple) and why a missing one is missing.
+    Meters(meters::MetersArgs),
+    /// Measure joules per prompt and generated token and fit the formula's k and α.
+    Calibrate(calibrate::CalibrateArgs),
 }
 
 /// Entry point of the binary: run the command, print errors with their chain.
@@ -83,5 +89,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Logits(a) => logits::run(a),
         Command::Models(args) => models::run(args),
         Command::Race(args) => race::run(args),
+        Command::Meters(a) => meters::run(a),
+        Command::Calibrate(a) => calibrate::run(a),
     }
 }

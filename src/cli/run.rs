@@ -1,5 +1,7 @@
 //! `joule run CONFIG`: one Energy Society run from a TOML config, with a
-//! progress bar and a per-agent summary table at the end.
+//! progress bar and a per-agent summary table at the end, then what the
+//! energy meter measured (also written to `<run>/meter.json`) or that
+//! nothing was measured.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +32,9 @@ pub struct RunArgs {
     /// Override the config's max_rounds.
     #[arg(long)]
     pub rounds: Option<u32>,
+    /// Override `[llm] meter` (`auto`, `none`, `nvml`, `rapl`, `fake-file:PATH`, `fake-power:WATTS`).
+    #[arg(long)]
+    pub meter: Option<crate::meter::MeterChoice>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -49,6 +54,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(s) = args.seed {
         cfg.seed = s;
+    }
+    if let Some(m) = args.meter {
+        cfg.llm.meter = m;
     }
     if let Some(r) = args.rounds {
         cfg.max_rounds = r;
@@ -71,6 +79,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })?;
     bar.finish_and_clear();
     print!("{}", summary_table(&result));
+    match backend.metering() {
+        Some(status) => {
+            println!("{}", status.summary());
+            crate::record::write_json_atomic(out.join("meter.json"), &status)?;
+        }
+        None => println!("energy: nothing was measured: every agent is scripted (no model ran)"),
+    }
     println!("run folder: {}", out.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -247,6 +247,9 @@ pub fn run_cells(
                 }
             }
         }
+        if let Some(status) = backend.metering() {
+            bar.println(status.summary());
+        }
     }
     bar.finish_and_clear();
     let failures = failures.into_inner().unwrap_or_default();

@@ -207,7 +207,11 @@ fn sabotage_evidence(run: &RunFolder) -> Option<(String, usize)> {
 /// Phases whose recorded spend is exactly `round(T · k · S^α, 2)` of their
 /// recorded tokens, out of the phases with a spend and tokens.
 pub fn charge_fit(run: &RunFolder, alpha: f64) -> (usize, usize) {
-    let cost = CostModel { k: 0.015, alpha };
+    let cost = CostModel {
+        k: 0.015,
+        alpha,
+        ..Default::default()
+    };
     let (mut fit, mut total) = (0, 0);
     for u in &run.token_usage {
         let Some(agent) = run.agents.iter().find(|a| a.agent_id == u.agent_id) else {

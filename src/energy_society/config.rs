@@ -333,6 +333,26 @@ impl SocietyConfig {
                 format!("expected a finite number, got {}", self.cost.alpha),
             ));
         }
+        self.cost.check().map_err(|(k, m)| err(k, m))?;
+        if self.cost.model == crate::energy::CostKind::Measured {
+            if self.llm.backend != crate::served::config::BackendKind::Local {
+                return Err(err(
+                    "cost.model".into(),
+                    "\"measured\" needs the local backend (`[llm] backend = \"local\"`): Joule cannot meter a model server's machine".into(),
+                ));
+            }
+            if let Some((i, a)) = self
+                .roster
+                .iter()
+                .enumerate()
+                .find(|(_, a)| a.model.starts_with(crate::scripted::SCRIPTED_PREFIX))
+            {
+                return Err(err(
+                    "cost.model".into(),
+                    format!("\"measured\" needs every agent on a local model; roster[{i}] is `{}`, which runs no model and consumes no energy to measure", a.model),
+                ));
+            }
+        }
         for (key, v) in [
             ("idle_fee", self.idle_fee),
             ("sabotage_fee", self.sabotage_fee),
@@ -414,8 +434,11 @@ impl SocietyConfig {
         }
     }
 
+    /// The resolved config's text (the measured cost model's scale filled in).
     pub fn to_toml(&self) -> anyhow::Result<String> {
-        Ok(toml::to_string_pretty(self)?)
+        let mut c = self.clone();
+        c.cost = c.cost.resolved();
+        Ok(toml::to_string_pretty(&c)?)
     }
 
     /// Jobs per round.
@@ -527,6 +550,44 @@ init_energy = 100
         // round-trips through TOML
         let again = SocietyConfig::from_toml_str(&c.to_toml().unwrap(), "y").unwrap();
         assert_eq!(again, c);
+    }
+
+    #[test]
+    fn cost_model_values_are_checked_and_recorded() {
+        let bad = GOOD.replace("alpha = 0.0", "alpha = 0.0\nmodel = \"joules\"");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.starts_with("c.toml: key `cost.model`"), "{s}");
+        assert!(s.contains("formula") && s.contains("measured"), "{s}");
+        let measured = GOOD.replace("alpha = 0.0", "alpha = 0.5\nmodel = \"measured\"");
+        let s = SocietyConfig::from_toml_str(&measured, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.starts_with("c.toml: key `cost.reference_size`"), "{s}");
+        let with_ref = measured.replace(
+            "model = \"measured\"",
+            "model = \"measured\"\nreference_size = 4\nreference_j_per_token = 0.5",
+        );
+        // Scripted agents consume no energy a meter could measure.
+        let s = SocietyConfig::from_toml_str(&with_ref, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.starts_with("c.toml: key `cost.model`") && s.contains("roster[0]"),
+            "{s}"
+        );
+        let local = with_ref
+            .replace("scripted:greedy", "smollm2")
+            .replace("scripted:donor", "smollm2");
+        let c = SocietyConfig::from_toml_str(&local, "c.toml").unwrap();
+        let text = c.to_toml().unwrap();
+        assert!(text.contains("model = \"measured\""), "{text}");
+        assert!(text.contains("scale = 0.06"), "{text}");
+        let again = SocietyConfig::from_toml_str(&text, "resolved.toml").unwrap();
+        assert_eq!(again.cost.per_joule(), c.cost.per_joule());
+        let formula = SocietyConfig::from_toml_str(GOOD, "c.toml").unwrap();
+        assert!(formula.to_toml().unwrap().contains("model = \"formula\""));
     }
 
     #[test]

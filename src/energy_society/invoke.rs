@@ -50,6 +50,12 @@ pub struct CallLog {
     /// Which count `charged_tokens` is and who counted it (none when the call failed).
     pub count_source: Option<crate::backend::CountSource>,
     pub charge: f64,
+    /// Under the measured cost model: what the formula would have charged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub formula_charge: Option<f64>,
+    /// The joules an energy meter measured for the call (prefill, decode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<crate::meter::attribution::MeasuredEnergy>,
     pub energy_before: f64,
     pub energy_after: f64,
     pub parse_error: Option<String>,
@@ -205,6 +211,17 @@ pub async fn invoke<T>(
         let before = tab.energy();
         let (back, result) = agency.exchange(req).await;
         req = back;
+        // The measured cost model cannot price a call without a measurement.
+        let result = match result {
+            Ok(r) if tab.per_joule().is_some() && r.measured.is_none() => {
+                Err(crate::backend::BackendError {
+                    model: req.model.clone(),
+                    message: "no measured energy for this call (the energy meter's read failed; see meter.json), and [cost] model = \"measured\" prices calls by it".into(),
+                    partial_usage: Some(r.usage),
+                })
+            }
+            other => other,
+        };
         match result {
             Err(e) => {
                 let partial = e.partial_usage.map(|u| u.charged_tokens).unwrap_or(0);
@@ -229,6 +246,8 @@ pub async fn invoke<T>(
                     charged_tokens: partial,
                     count_source: None,
                     charge,
+                    formula_charge: None,
+                    measured: None,
                     energy_before: before,
                     energy_after: tab.energy(),
                     parse_error: None,
@@ -244,7 +263,15 @@ pub async fn invoke<T>(
             }
             Ok(resp) => {
                 let charged = resp.usage.charged_tokens;
-                let charge = tab.charge(charged as u64).amount;
+                let charge = match &resp.measured {
+                    Some(m) if tab.per_joule().is_some() => {
+                        tab.charge_measured(charged as u64, m.joules()).amount
+                    }
+                    _ => tab.charge(charged as u64).amount,
+                };
+                let formula_charge = tab
+                    .per_joule()
+                    .map(|_| crate::energy::token_charge(charged as u64, tab.per_token()));
                 let energy = tab.energy();
                 tokens += charged as u64;
                 if !resp.thinking.is_empty() {
@@ -273,6 +300,8 @@ pub async fn invoke<T>(
                     charged_tokens: charged,
                     count_source: resp.count_source.clone(),
                     charge,
+                    formula_charge,
+                    measured: resp.measured.clone(),
                     energy_before: before,
                     energy_after: energy,
                     parse_error,

@@ -13,11 +13,13 @@
 //! clamped at 0, against the energy the tab was opened at. The ledger applies
 //! the tab when the invocation returns, one line per charged call. Replay
 //! uses the same tab to find the per-call split that reproduces a recorded
-//! spend.
+//! spend. Under `[cost] model = "measured"` a tab charges each call
+//! `round(scale · J, 2)` for the joules measured for it instead
+//! ([`Tab::charge_measured`]).
 
 use serde::Serialize;
 
-use crate::energy::{clamp_sub, token_charge};
+use crate::energy::{clamp_sub, joule_charge, token_charge};
 
 /// What a ledger line is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -64,6 +66,8 @@ pub struct Charge {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tab {
     per_token: f64,
+    /// The measured cost model's price of a joule (`None`: the formula).
+    per_joule: Option<f64>,
     start: f64,
     energy: f64,
     charges: Vec<Charge>,
@@ -74,6 +78,7 @@ impl Tab {
     pub fn open(per_token: f64, energy: f64) -> Self {
         Tab {
             per_token,
+            per_joule: None,
             start: energy,
             energy,
             charges: vec![],
@@ -83,6 +88,37 @@ impl Tab {
     /// Charge one call's `tokens`: `round(tokens · c, 2)`, never below 0.
     pub fn charge(&mut self, tokens: u64) -> Charge {
         let amount = token_charge(tokens, self.per_token);
+        let before = self.energy;
+        self.energy = clamp_sub(before, amount);
+        let c = Charge {
+            tokens,
+            amount,
+            before,
+            after: self.energy,
+        };
+        self.charges.push(c);
+        c
+    }
+
+    /// The same tab priced by measured joules (`[cost] model = "measured"`)
+    /// when `per_joule` is given.
+    pub fn priced_per_joule(mut self, per_joule: Option<f64>) -> Self {
+        self.per_joule = per_joule;
+        self
+    }
+
+    /// The price of a joule, when the tab charges measured energy.
+    pub fn per_joule(&self) -> Option<f64> {
+        self.per_joule
+    }
+
+    /// Charge one call of `tokens` tokens by its measured `joules`:
+    /// `round(joules · scale, 2)`, never below 0 (formula tabs charge the tokens).
+    pub fn charge_measured(&mut self, tokens: u64, joules: f64) -> Charge {
+        let Some(per_joule) = self.per_joule else {
+            return self.charge(tokens);
+        };
+        let amount = joule_charge(joules, per_joule);
         let before = self.energy;
         self.energy = clamp_sub(before, amount);
         let c = Charge {

@@ -334,6 +334,7 @@ impl ReplayBackend {
             finish: FinishReason::Scripted,
             rendered_prompt: None,
             latency_ms: 0.0,
+            measured: None,
             count_source: Some(crate::backend::CountSource {
                 charged: "recorded tokens".into(),
                 counted_by: "replay".into(),
@@ -426,6 +427,7 @@ pub fn config_of(run: &RunFolder, condition: &Condition) -> SocietyConfig {
         cost: CostModel {
             k: 0.015,
             alpha: condition.alpha.value,
+            ..Default::default()
         },
         seed: c.seed,
         max_calls: 5,

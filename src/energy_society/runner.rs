@@ -73,7 +73,26 @@ pub fn backend_for_all(cfgs: &[SocietyConfig]) -> anyhow::Result<Box<dyn Backend
             }),
         )?;
     }
-    crate::served::mixed_backend(&cfg.llm, scripted, names)
+    let backend = crate::served::mixed_backend(&cfg.llm, scripted, names)?;
+    // The measured cost model needs a meter before round 1, not a failed call later.
+    if let Some(c) = cfgs
+        .iter()
+        .find(|c| c.cost.model == crate::energy::CostKind::Measured)
+    {
+        use crate::meter::attribution::MeterStatus;
+        match backend.metering() {
+            Some(MeterStatus::Measured(_)) => {}
+            Some(MeterStatus::NotMeasured { reason }) => anyhow::bail!(
+                "config `{}`: key `cost.model`: \"measured\" prices calls by measured joules, and {reason} (see `joule meters`; `[llm] meter`)",
+                c.name
+            ),
+            None => anyhow::bail!(
+                "config `{}`: key `cost.model`: \"measured\" needs a local model backend with an energy meter",
+                c.name
+            ),
+        }
+    }
+    Ok(backend)
 }
 
 /// Makes the job source of a config (normally [`job_source`]); shared by a

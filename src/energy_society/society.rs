@@ -171,7 +171,10 @@ impl Society {
             format,
             params,
             observation,
-            tab: self.ledger.tab(i, a.per_token),
+            tab: self
+                .ledger
+                .tab(i, a.per_token)
+                .priced_per_joule(self.cfg.cost.per_joule()),
             max_calls: self.cfg.max_calls,
             mode: self.cfg.mode,
         }

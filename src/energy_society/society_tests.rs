@@ -44,6 +44,7 @@ impl Backend for Hand {
                         finish: FinishReason::Scripted,
                         rendered_prompt: None,
                         latency_ms: 0.0,
+                        measured: None,
                         count_source: None,
                     }),
                     Err(m) => Err(BackendError {

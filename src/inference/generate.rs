@@ -31,6 +31,7 @@
 use super::model::{logits_to_vec, CausalLm, SeqState, SeqStep};
 use super::sampler::{Sampler, SamplingParams};
 use crate::backend::{FinishReason, GenParams, TokenUsage};
+use crate::meter::attribution::{NoObserver, StepObserver, StepWork};
 use anyhow::{bail, Result};
 use std::time::Instant;
 
@@ -190,6 +191,16 @@ pub fn generate(model: &dyn CausalLm, seq: GenSeq<'_>) -> Result<Generation> {
 /// Returns one result per sequence, in order; a failing sequence does not
 /// stop the others.
 pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Result<Generation>> {
+    generate_batch_observed(model, seqs, &mut NoObserver)
+}
+
+/// [`generate_batch`], telling `obs` about every forward step (energy
+/// metering: [`crate::meter::attribution`]).
+pub fn generate_batch_observed(
+    model: &dyn CausalLm,
+    seqs: &mut [GenSeq<'_>],
+    obs: &mut dyn StepObserver,
+) -> Vec<Result<Generation>> {
     let ctx = model.info().context_length;
     let name = model.info().name.clone();
     let mut results: Vec<Option<Result<Generation>>> = (0..seqs.len()).map(|_| None).collect();
@@ -271,9 +282,19 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
                 snap_after[i] = !st.pieces.is_empty();
             }
         }
+        obs.before_step();
         let t0 = Instant::now();
         let logits = run_step(model, seqs, &feeds, &active);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let work: Vec<StepWork> = active
+            .iter()
+            .map(|&i| StepWork {
+                seq: i,
+                tokens: feeds[i].len(),
+                prefill: prefill[i],
+            })
+            .collect();
+        obs.after_step(&work);
         for (&i, lg) in active.iter().zip(logits) {
             let st = states[i].as_mut().expect("active sequences have state");
             if prefill[i] {

@@ -7,7 +7,9 @@
 //! sequence state (keyed by model and agent id: keys/values, recurrent
 //! states and their snapshots), so the longest common prefix of an agent's
 //! consecutive prompts that the state can return to is not recomputed. A batch is decoded together
-//! with [`generate_batch`].
+//! with [`generate_batch`]; with an energy meter (`[llm] meter`), every
+//! forward step is metered and each response carries its measured joules
+//! (`crate::meter::attribution`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,7 +24,9 @@ use crate::backend::{
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
-use crate::inference::generate::{generate_batch, GenOptions, GenSeq, ThinkingDelims};
+use crate::inference::generate::{
+    generate_batch, generate_batch_observed, GenOptions, GenSeq, ThinkingDelims,
+};
 use crate::inference::gguf::GgufFile;
 use crate::inference::memory_plan::{
     device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
@@ -30,6 +34,8 @@ use crate::inference::memory_plan::{
 use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
+use crate::meter::attribution::{MeterStatus, Metering};
+use crate::meter::MeterChoice;
 
 /// How structured (JSON) requests are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
@@ -137,6 +143,9 @@ pub struct LlmBackend {
     options: LlmOptions,
     loaded: HashMap<String, Loaded>,
     caches: HashMap<(String, String), SeqState>,
+    /// The energy meter and what it measured (`crate::meter`), or why there is none.
+    metering: Option<Metering>,
+    unmetered: String,
 }
 
 impl LlmBackend {
@@ -146,7 +155,25 @@ impl LlmBackend {
             options,
             loaded: HashMap::new(),
             caches: HashMap::new(),
+            metering: None,
+            unmetered: "no energy meter was opened".into(),
         }
+    }
+
+    /// Meter every batch with the meter `choice` names (an explicitly named
+    /// meter that is missing is an error; `auto` without one measures nothing).
+    pub fn with_meter(mut self, choice: &MeterChoice) -> Result<Self, String> {
+        let (meter, why) = crate::meter::open(choice)?;
+        self.metering = meter.map(Metering::new);
+        self.unmetered = why;
+        Ok(self)
+    }
+
+    fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
+        let mut metering = self.metering.take();
+        let out = self.batch_metered(batch, metering.as_mut());
+        self.metering = metering;
+        out
     }
 
     fn load(&mut self, key: &str) -> anyhow::Result<()> {
@@ -271,7 +298,12 @@ impl LlmBackend {
         }
     }
 
-    fn batch(&mut self, batch: &[ModelRequest]) -> anyhow::Result<Vec<ModelResult>> {
+    fn batch_metered(
+        &mut self,
+        batch: &[ModelRequest],
+        metering: Option<&mut Metering>,
+    ) -> anyhow::Result<Vec<ModelResult>> {
+        let mut meter = metering.map(|m| m.begin_batch(batch.len()));
         let key = self.model_key(&batch[0].model);
         self.load(&key)?;
         let lm = &self.loaded[&key];
@@ -377,8 +409,12 @@ impl LlmBackend {
                 mask: Some(mask as &mut dyn crate::inference::generate::TokenMask),
             });
         }
-        let results = generate_batch(lm.model.as_ref(), &mut seqs);
+        let results = match meter.as_mut() {
+            Some(m) => generate_batch_observed(lm.model.as_ref(), &mut seqs, m),
+            None => generate_batch(lm.model.as_ref(), &mut seqs),
+        };
         drop(seqs);
+        let mut measured = meter.map(|m| m.finish()).unwrap_or_default();
         let latency_ms = start.elapsed().as_secs_f64() * 1000.0 / batch.len() as f64;
 
         let mut out = Vec::with_capacity(batch.len());
@@ -407,6 +443,7 @@ impl LlmBackend {
                             counted_by: "joule".into(),
                             thinking: None,
                         }),
+                        measured: measured.get_mut(i).and_then(Option::take),
                     })
                 }
                 Err(e) => Err(BackendError {
@@ -442,6 +479,15 @@ impl Backend for LlmBackend {
 
     fn batch_key(&self, model: &str) -> String {
         self.model_key(model)
+    }
+
+    fn metering(&self) -> Option<MeterStatus> {
+        Some(match &self.metering {
+            Some(m) => MeterStatus::Measured(m.totals.clone()),
+            None => MeterStatus::NotMeasured {
+                reason: self.unmetered.clone(),
+            },
+        })
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -503,6 +549,10 @@ impl<L: Backend> Backend for MixedBackend<L> {
     fn plan_memory(&mut self, demand: &MemoryDemand) -> anyhow::Result<Option<MemoryPlan>> {
         self.llm.plan_memory(demand)
     }
+
+    fn metering(&self) -> Option<MeterStatus> {
+        self.llm.metering()
+    }
 }
 
 /// The `[llm]` section of an experiment config: how model-backed agents run.
@@ -553,6 +603,10 @@ pub struct LlmConfig {
     /// local: tokens each sequence's state is planned for when Joule checks,
     /// before round 1, that the models and every agent's state fit the device.
     pub plan_context: usize,
+    /// local: the energy meter (`auto`: every meter this machine has, none
+    /// if it has none; `none`, `nvml`, `rapl`; `fake-file:PATH` and
+    /// `fake-power:WATTS` are test meters). See `joule meters`.
+    pub meter: MeterChoice,
 }
 
 impl Default for LlmConfig {
@@ -576,6 +630,7 @@ impl Default for LlmConfig {
             retry_backoff_s: 1.0,
             thinking_switch: Default::default(),
             plan_context: DEFAULT_PLAN_CONTEXT,
+            meter: MeterChoice::Auto,
         }
     }
 }
@@ -609,6 +664,8 @@ impl LlmConfig {
                 schema: self.schema,
                 plan_context: self.plan_context,
             },
-        ))
+        )
+        .with_meter(&self.meter)
+        .map_err(|e| anyhow::anyhow!("llm.meter = \"{}\": {e}", self.meter))?)
     }
 }

@@ -88,10 +88,19 @@ pub fn condition_section(s: &Summary) -> String {
 
 /// The whole `report.md`.
 pub fn report(summaries: &[Summary], plots: &[String]) -> String {
+    report_with(summaries, &[], plots)
+}
+
+/// The report with a further section after each condition's (`extra[i]`
+/// follows condition i: the measured energy).
+pub fn report_with(summaries: &[Summary], extra: &[String], plots: &[String]) -> String {
     let mut out = String::from("# Energy Society report\n\n");
-    for s in summaries {
+    for (i, s) in summaries.iter().enumerate() {
         out.push_str(&condition_section(s));
         out.push('\n');
+        if let Some(e) = extra.get(i) {
+            out.push_str(e);
+        }
     }
     if !plots.is_empty() {
         out.push_str("## Plots\n\n");

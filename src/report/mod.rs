@@ -7,6 +7,7 @@
 //! - [`table`]: typed tables and the pandas-identical CSV writer;
 //! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report;
 //! - [`html`]: the self-contained `report.html` run explorer (`--html`, `joule view`).
+//! - [`measured`]: measured joules per agent and phase beside the formula's charges.
 //!
 //! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
 //! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
@@ -17,6 +18,7 @@ pub mod compare;
 pub mod html;
 pub mod load;
 pub mod markdown;
+pub mod measured;
 pub mod metrics;
 pub mod plots;
 pub mod stats;
@@ -38,6 +40,8 @@ pub struct ConditionReport {
     pub rows: Rows,
     pub tables: Vec<(&'static str, Table)>,
     pub summary: Summary,
+    /// Measured joules per agent and phase, when the runs recorded them.
+    pub measured: measured::Measured,
 }
 
 /// Compute every aggregate table and the summary of a condition, reproducing
@@ -53,11 +57,13 @@ pub fn analyse_with(condition: Condition, mode: Mode) -> ConditionReport {
     let rows = condition.rows();
     let tables = metrics::aggregate(&condition, &rows, mode);
     let summary = summary::summarize(&condition, &rows, &tables, mode);
+    let measured = measured::collect(&condition);
     ConditionReport {
         condition,
         rows,
         tables,
         summary,
+        measured,
     }
 }
 
@@ -139,11 +145,19 @@ pub fn write(
         .filter(|p| p.ends_with(".png"))
         .cloned()
         .collect();
-    let mut md = markdown::report(&summaries, &png_plots);
+    let measured: Vec<String> = reports
+        .iter()
+        .map(|r| measured::section(&r.measured))
+        .collect();
+    let mut md = markdown::report_with(&summaries, &measured, &png_plots);
     let mut terminal: String = summaries
         .iter()
-        .map(|s| format!("{}\n", markdown::condition_section(s)))
+        .zip(&measured)
+        .map(|(s, m)| format!("{}\n{m}", markdown::condition_section(s)))
         .collect();
+    for r in reports {
+        warnings.extend(r.measured.warnings.iter().cloned());
+    }
     let mut compare_json = serde_json::Value::Null;
     if compare && reports.len() >= 2 {
         let (a, b) = (&summaries[0], &summaries[1]);
@@ -170,6 +184,7 @@ pub fn write(
                 "label": r.condition.label,
                 "aggregate_dir": dir.display().to_string(),
                 "summary": r.summary,
+                "measured": r.measured,
                 "aggregates": aggregates,
             })
         })

@@ -177,6 +177,7 @@ impl OpenAiBackend {
                 finish: a.finish,
                 rendered_prompt: None,
                 latency_ms: start.elapsed().as_secs_f64() * 1000.0,
+                measured: None,
                 count_source: Some(a.count_source),
             }),
             Err(f) => {

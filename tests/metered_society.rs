@@ -1,0 +1,282 @@
+//! End to end with a real model and energy metering: a one-round Energy
+//! Society backed by SmolLM2-135M-Instruct on candle (CPU), metered by the
+//! test meter `fake-power:100` (100 W × wall time, labelled as a test meter:
+//! this machine has no real one). Checks that every model call records its
+//! measured joules (prefill and decode) beside its formula charge, that the
+//! calls' joules are what the meter attributed, that `[cost] model =
+//! "measured"` charges `round(scale · J, 2)` and records the formula's
+//! charge, that `joule report` shows the measured energy, and that without a
+//! meter the run works and says nothing was measured.
+//!
+//! The model is obtained as `tests/llm_society.rs` obtains it (skipped
+//! outside CI when it is not cached).
+
+use std::process::Command;
+
+use joule::energy::CostModel;
+use joule::energy_society::config::SocietyConfig;
+use joule::energy_society::runner::{backend_for, run_society};
+use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
+use joule::inference::sources::Sources;
+use joule::meter::attribution::MeterStatus;
+
+const CONFIG: &str = r#"
+name = "metered"
+mode = "faithful"
+objective = "comp"
+use_votes = false
+max_rounds = 1
+seed = 7
+max_calls = 1
+
+[difficulty]
+easy = 1
+medium = 0
+hard = 0
+
+[jobs]
+source = "procedural"
+
+[cost]
+k = 0.015
+alpha = 0.5
+__COST__
+
+[generation]
+max_tokens = 24
+temperature = 0.0
+thinking = false
+
+[llm]
+device = "cpu"
+structured = "constrained"
+stand_in = "__MODEL__"
+max_string_chars = 20
+meter = "__METER__"
+
+[[roster]]
+agent_id = "agent_1"
+model = "qwen3-8b"
+model_name = "qwen3:8b"
+size = 8
+init_energy = 1500.0
+
+[[roster]]
+agent_id = "agent_2"
+model = "qwen3-4b"
+model_name = "qwen3:4b"
+size = 4
+init_energy = 1500.0
+"#;
+
+fn model() -> Option<String> {
+    let catalog = Catalog::embedded().expect("embedded manifests");
+    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
+    match Sources::from_env().find_cached(manifest) {
+        Some(f) => Some(f.path.display().to_string()),
+        None => {
+            if std::env::var_os("CI").is_some() {
+                panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first");
+            }
+            eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
+            None
+        }
+    }
+}
+
+fn config(model: &str, meter: &str, cost: &str) -> String {
+    CONFIG
+        .replace("__MODEL__", model)
+        .replace("__METER__", meter)
+        .replace("__COST__", cost)
+}
+
+fn calls(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let events = joule::energy_society::recorder::read_events(dir.join("events.jsonl")).unwrap();
+    events
+        .iter()
+        .filter(|e| e["event"] == "invocation")
+        .flat_map(|e| e["calls"].as_array().cloned().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn metered_calls_record_their_joules_and_the_measured_cost_model_charges_them() {
+    let Some(model) = model() else { return };
+
+    // Measured pricing (scale: 1 energy unit per joule), metered by the test meter.
+    let cfg = SocietyConfig::from_toml_str(
+        &config(
+            &model,
+            "fake-power:100",
+            "model = \"measured\"\nscale = 1.0",
+        ),
+        "m.toml",
+    )
+    .unwrap();
+    let mut backend = backend_for(&cfg).expect("backend");
+    let dir = tempfile::tempdir().unwrap();
+    run_society(cfg, backend.as_mut(), Some(dir.path()), |_| {}).expect("run");
+    let resolved = std::fs::read_to_string(dir.path().join("config.resolved.toml")).unwrap();
+    assert!(
+        resolved.contains("model = \"measured\"") && resolved.contains("scale = 1.0"),
+        "{resolved}"
+    );
+    let formula = CostModel::default();
+    let calls = calls(dir.path());
+    assert!(calls.len() >= 2, "{calls:?}");
+    let mut sum = 0.0;
+    for c in &calls {
+        let m = &c["measured"];
+        assert_eq!(m["meter"], "fake-power:100", "{c}");
+        let (p, d) = (
+            m["prefill_j"].as_f64().unwrap(),
+            m["decode_j"].as_f64().unwrap(),
+        );
+        assert!(p > 0.0 && d > 0.0, "{m}");
+        assert!(m["prefill_tokens"].as_u64().unwrap() > 0);
+        // A decode step per generated token but the first (from the prefill's logits).
+        assert_eq!(
+            m["decode_tokens"].as_u64().unwrap() + 1,
+            c["generated_tokens"].as_u64().unwrap(),
+            "{c}"
+        );
+        assert_eq!(
+            c["charge"].as_f64().unwrap(),
+            joule::energy::joule_charge(p + d, 1.0),
+            "{c}"
+        );
+        let tokens = c["charged_tokens"].as_u64().unwrap();
+        let fc = c["formula_charge"].as_f64().unwrap();
+        assert!(
+            fc == formula.charge(tokens, 8.0) || fc == formula.charge(tokens, 4.0),
+            "{c}"
+        );
+        sum += p + d;
+    }
+    let Some(MeterStatus::Measured(t)) = backend.metering() else {
+        panic!("metered backend says it measured nothing");
+    };
+    // The calls' joules are exactly what the steps measured; the rest is apart.
+    assert!(
+        (t.prefill_j + t.decode_j - sum).abs() < 1e-6 * sum.max(1.0),
+        "{t:?} vs {sum}"
+    );
+    assert!(t.overhead_j > 0.0 && t.failed_reads == 0, "{t:?}");
+
+    // The report shows the measured energy per agent and phase.
+    let out = tempfile::tempdir().unwrap();
+    let st = Command::new(env!("CARGO_BIN_EXE_joule"))
+        .arg("report")
+        .arg(dir.path())
+        .arg("--out")
+        .arg(out.path())
+        .arg("--no-plots")
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let md = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    assert!(md.contains("### Measured energy"), "{md}");
+    assert!(
+        md.contains("fake-power:100 (a test meter: not measurements)"),
+        "{md}"
+    );
+    assert!(md.contains("| agent_1 | decide |"), "{md}");
+    assert!(md.contains("| **all agents** | **all** |"), "{md}");
+}
+
+#[test]
+fn a_run_without_a_meter_works_and_says_nothing_was_measured() {
+    let Some(model) = model() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("c.toml");
+    std::fs::write(&cfg, config(&model, "auto", "")).unwrap();
+    let run_dir = t.path().join("run");
+    let joule = env!("CARGO_BIN_EXE_joule");
+    // `--meter none` stands for a machine without meters wherever this runs.
+    let out = Command::new(joule)
+        .args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--meter",
+            "none",
+            "--out",
+            run_dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("energy: nothing was measured: metering is off"),
+        "{stdout}"
+    );
+    let status: MeterStatus =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("meter.json")).unwrap())
+            .unwrap();
+    assert!(
+        matches!(status, MeterStatus::NotMeasured { .. }),
+        "{status:?}"
+    );
+    for c in calls(&run_dir) {
+        assert!(c.get("measured").is_none(), "{c}");
+    }
+    let rep = t.path().join("report");
+    let st = Command::new(joule)
+        .args([
+            "report",
+            run_dir.to_str().unwrap(),
+            "--out",
+            rep.to_str().unwrap(),
+            "--no-plots",
+        ])
+        .output()
+        .unwrap();
+    assert!(st.status.success());
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(
+        md.contains("Nothing was measured: none of the 1 run(s)"),
+        "{md}"
+    );
+
+    // The measured cost model refuses to start without a meter, naming the field.
+    std::fs::write(
+        &cfg,
+        config(&model, "none", "model = \"measured\"\nscale = 2.0"),
+    )
+    .unwrap();
+    let out = Command::new(joule)
+        .args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            t.path().join("r2").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("key `cost.model`") && err.contains("metering is off"),
+        "{err}"
+    );
+
+    // `auto` here: a meter when `joule meters` finds one, else the reason.
+    let (meter, why) = joule::meter::open(&joule::meter::MeterChoice::Auto).unwrap();
+    let any = joule::meter::probe().iter().any(|p| p.available);
+    assert_eq!(meter.is_some(), any);
+    if !any {
+        assert!(
+            why.starts_with("no energy meter on this machine (nvml: "),
+            "{why}"
+        );
+    }
+}
