@@ -757,6 +757,38 @@ mod tests {
     }
 
     #[test]
+    fn a_small_plan_asks_the_first_probes_of_each_category_in_every_condition() {
+        let plan = AuditPlan {
+            reps: 2,
+            per_category: Some(1),
+            slots: 3,
+        };
+        let probes = plan_probes(&plan).unwrap();
+        let ids: Vec<&str> = probes.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "rule_simultaneous",
+                "payoff_ss",
+                "state_own_progress",
+                "transition_own_progress",
+                "terminal_own_outcome",
+                "expected_as_as"
+            ]
+        );
+        let mut backend = crate::race::run::scripted_backend(None);
+        let rows = crate::agency::run_one(&mut backend, |agency| {
+            run_audit_plan(agency, "scripted:oracle".into(), plan)
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 2 * 22);
+        assert!(rows.iter().all(|r| r.score.strict_correct));
+        let s = summarize(&rows);
+        assert_eq!(s.overall.n, 44);
+        assert_eq!(s.by_category[0].1.n, 10);
+    }
+
+    #[test]
     fn bank_has_41_probes_and_137_prompts_per_rep() {
         let bank = probe_bank().unwrap();
         assert_eq!(bank.len(), 41);

@@ -303,3 +303,54 @@ pub fn logit_sample(rows: &[HumanRow]) -> anyhow::Result<Vec<Decision>> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "participant_id,group_id,round_number,max_private_risk,decision,decision_opponent,decision_lag,decision_opponent_lag,acc_steps,acc_steps_opponent,acc_steps_lag,acc_steps_opponent_lag,delta_steps_lag,won_race,num_rounds,sex,age,nationality_group,risk_gamble_choice";
+
+    fn write(body: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.csv");
+        std::fs::write(&p, format!("{HEAD}\n{body}")).unwrap();
+        (d, p)
+    }
+
+    #[test]
+    fn bad_rows_name_the_file_line_and_column() {
+        let ok = "P1,G1,1,0.1,0,1,-1,-1,1,1.5,0,0,0,0,5,Male,18-22,Other,2\n\
+                  P1,G1,2,0.1,1,1,0,1,2.5,3,1,1.5,-0.5,0,5,Male,18-22,Other,2\n";
+        let (_d, p) = write(ok);
+        let rows = read(&p).unwrap();
+        assert_eq!(rows.len(), 2);
+        let pr = player_races(&rows).unwrap();
+        assert_eq!(pr[0].rounds[1].gap_before, -0.5);
+        assert_eq!(pr[0].rounds[0].others, [true]);
+        for (body, want) in [
+            ("P1,G1,1,0.1,2,1,-1,-1,1,1,0,0,0,0,5,Male,18-22,Other,2\n", "line 2"),
+            ("P1,G1,1,0.1,x,1,-1,-1,1,1,0,0,0,0,5,Male,18-22,Other,2\n", "column `decision`"),
+            ("P1,G1,2,0.1,0,1,-1,-1,1,1,0,0,0,0,5,Male,18-22,Other,2\n", "decision_lag"),
+            ("P1,G1,1,0.1,0,1\n", "fields"),
+            ("P1,\"G1,1,0.1,0,1,-1,-1,1,1,0,0,0,0,5,Male,18-22,Other,2\n", "unterminated"),
+        ] {
+            let (_d, p) = write(body);
+            let e = format!("{:#}", read(&p).unwrap_err());
+            assert!(e.contains("h.csv") && e.contains(want), "{want}: {e}");
+        }
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("h.csv");
+        std::fs::write(&p, "participant_id,round_number\nP1,1\n").unwrap();
+        let e = format!("{:#}", read(&p).unwrap_err());
+        assert!(e.contains("no column `group_id`"), "{e}");
+        // A participant whose rounds skip one.
+        let (_d, p) = write(
+            "P1,G1,1,0.1,0,1,-1,-1,1,1,0,0,0,0,5,Male,18-22,Other,2\n\
+             P1,G1,3,0.1,0,1,0,1,1,1,0,0,0,0,5,Male,18-22,Other,2\n",
+        );
+        let e = player_races(&read(&p).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("participant P1"), "{e}");
+        assert_eq!(age_midpoint("23-27"), Some(25.0));
+        assert_eq!(age_midpoint("CONSENT_REVOKED"), None);
+    }
+}
