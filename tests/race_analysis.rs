@@ -233,15 +233,17 @@ fn report_with_human_data_opens_with_humans_versus_models() {
     let out = tmp.path().join("report");
     let md = write_report_with(&[dir.clone()], &out, Some(&human_csv())).unwrap();
     let first_section = md.find("\n## ").map(|i| &md[i + 1..]).unwrap();
-    // The contract table, then humans versus models, before the run's own tables.
+    // Humans versus models first (rates, archetypes and their plot, strategy
+    // mix, the logits), then the contract table and the run's own tables.
     let order = [
-        "## Output contract per model",
         "## Humans versus models",
         "### Unsafe rate by p_max",
         "### Unsafe rate by position",
         "### Archetype shares",
+        "![archetypes](archetypes.png)",
         "### Strategy mix",
         "## Cluster-robust logits of Unsafe",
+        "## Output contract per model",
         "## Unsafe rate by p_max",
     ];
     let mut at = 0;
@@ -251,7 +253,7 @@ fn report_with_human_data_opens_with_humans_versus_models() {
             .unwrap_or_else(|| panic!("`{h}` missing or out of order"));
         at += i + h.len();
     }
-    assert!(first_section.starts_with("## Output contract per model"));
+    assert!(first_section.starts_with("## Humans versus models"));
     assert!(md.contains("| Humans |") || md.contains(" Humans |"));
     assert!(md.contains("`scripted:random`") && md.contains("`scripted:CS`"));
     // Human p_max rows: 883 / 1010 / 1352 participant-rounds.

@@ -371,12 +371,19 @@ pub fn fit(data: &[Decision], spec: usize, controls: &[Control]) -> anyhow::Resu
     for it in 0..200 {
         iterations = it + 1;
         let (g, h) = info(&beta);
-        let hinv = invert(&h).ok_or_else(|| {
-            anyhow::anyhow!(
+        let Some(hinv) = invert(&h) else {
+            if let Some((i, b)) = beta.iter().enumerate().find(|(_, b)| b.abs() > 10.0) {
+                anyhow::bail!(
+                    "specification {spec}: coefficient `{}` reached {b:.1} (perfect or quasi-separation); \
+                     the maximum-likelihood estimate does not exist",
+                    names[i]
+                );
+            }
+            anyhow::bail!(
                 "specification {spec}: the information matrix is singular (collinear terms among {})",
                 names.join(", ")
-            )
-        })?;
+            );
+        };
         let step: Vec<f64> = (0..k)
             .map(|a| (0..k).map(|b| hinv[a][b] * g[b]).sum())
             .collect();
@@ -551,13 +558,32 @@ mod tests {
                     [0.1, 0.6][(i / 2) % 2],
                     own,
                     i % 3 == 0,
-                    0.0,
+                    ((i * 7) % 5) as f64 * 0.5 - 1.0,
                     ["a", "b"][i % 4 / 2],
                 )
             })
             .collect();
         let e = fit(&d, 2, &[]).unwrap_err().to_string();
         assert!(e.contains("separation"), "{e}");
+        // A constant covariate is collinear with the intercept.
+        let d: Vec<Decision> = (0..40)
+            .map(|i| {
+                let a = ["a", "b"][i % 2];
+                dec(
+                    i % 3 == 0,
+                    [0.1, 0.6][i % 2],
+                    i % 5 == 0,
+                    i % 7 == 0,
+                    0.0,
+                    a,
+                )
+            })
+            .collect();
+        let e = fit(&d, 2, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("singular") && e.contains("progress_gap_before"),
+            "{e}"
+        );
     }
 
     #[test]

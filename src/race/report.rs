@@ -490,10 +490,10 @@ pub fn write_report_with(
         pf,
         retried
     );
-    md.push_str(&retry_md(&data));
     if human.is_some() {
         md.push_str(&cmp.markdown);
     }
+    md.push_str(&retry_md(&data));
     let s = |x: &str| x.to_string();
     let t_pmax = rate_table(&data, "by_pmax", &["p_max"], |t| {
         vec![super::rules::fmt_num(t.max_private_risk)]
