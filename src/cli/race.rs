@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::race::audit::{run_audit, summarize, summary_table, AuditRow};
+use crate::race::audit::{run_audit_plan, summarize, summary_table, AuditPlan, AuditRow};
 use crate::race::config::ExperimentConfig;
 use crate::race::egt::{
     matchup_table, stationary_full, stationary_small_mutation, PopulationParams, STRATEGIES,
 };
-use crate::race::run::{backend_for, run_experiment, scripted_backend};
+use crate::race::run::{backend_for, backend_for_models, run_experiment, scripted_backend};
 use crate::record::{write_json_atomic, EventLog};
 use crate::scripted::SCRIPTED_PREFIX;
 
@@ -44,11 +44,22 @@ pub enum RaceCommand {
     },
     /// The task-validity audit (spec §6) against one model.
     Audit {
-        /// Model key, e.g. scripted:oracle or scripted:sloppy.
+        /// Model key: a manifest model (`smollm2-135m-instruct`, `qwen2.5-7b-instruct`),
+        /// or a scripted answerer (`scripted:oracle`, `scripted:sloppy`).
         #[arg(long, default_value = "scripted:oracle")]
         model: String,
         #[arg(long, default_value_t = 5)]
         reps: u32,
+        /// Ask only the first N probes of each category (all conditions); default all 41.
+        #[arg(long)]
+        per_category: Option<usize>,
+        /// Calls in flight at once (each slot reuses the shared rules context).
+        #[arg(long, default_value_t = 16)]
+        slots: usize,
+        /// A race config whose `[llm]` section says how the model runs (device,
+        /// stand-in, `backend = "openai"`); default: local candle on the CPU.
+        #[arg(long)]
+        config: Option<PathBuf>,
         /// Folder for audit.jsonl and audit_summary.json.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -89,6 +100,11 @@ pub enum RaceCommand {
         /// Also write a self-contained `report.html` (rates with intervals, every race's trajectory).
         #[arg(long)]
         html: bool,
+        /// The human experiment's data set (`airace_deidentified_long.csv` from the
+        /// `public_dataset/` folder of the race's public repository): the report then
+        /// opens with humans versus models.
+        #[arg(long)]
+        human: Option<PathBuf>,
     },
 }
 
@@ -103,9 +119,22 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
         RaceCommand::Audit {
             model,
             reps,
+            per_category,
+            slots,
+            config,
             out,
             json,
-        } => audit(model, reps, out, json),
+        } => audit(
+            model,
+            AuditPlan {
+                reps,
+                per_category,
+                slots,
+            },
+            config,
+            out,
+            json,
+        ),
         RaceCommand::Egt {
             z,
             beta,
@@ -115,8 +144,8 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             json,
         } => egt(z, beta, mu, &pmax, small_mutation, json),
         RaceCommand::Replay { model, k, out } => replay(model, k, out),
-        RaceCommand::Report { dirs, out, html } => {
-            let md = crate::race::report::write_report(&dirs, &out)?;
+        RaceCommand::Report { dirs, out, human, html } => {
+            let md = crate::race::report::write_report_with(&dirs, &out, human.as_deref())?;
             println!("{md}");
             eprintln!("report written to {}", out.display());
             if html {
@@ -149,15 +178,35 @@ fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::R
     Ok(ExitCode::SUCCESS)
 }
 
-fn audit(model: String, reps: u32, out: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(
-        model.starts_with(SCRIPTED_PREFIX),
-        "model `{model}` is not scripted; this build serves scripted:oracle and scripted:sloppy"
-    );
-    let mut backend = scripted_backend(None);
-    let rows: Vec<AuditRow> = crate::agency::run_one(&mut backend, |agency| {
-        run_audit(agency, model.clone(), reps)
+fn audit(
+    model: String,
+    plan: AuditPlan,
+    config: Option<PathBuf>,
+    out: Option<PathBuf>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &out {
+        let path = dir.join("audit.jsonl");
+        anyhow::ensure!(
+            !path.exists(),
+            "{} exists; choose a new folder",
+            path.display()
+        );
+    }
+    let llm = match &config {
+        Some(p) => ExperimentConfig::load(p)?.llm,
+        None => Default::default(),
+    };
+    let mut backend = backend_for_models(&llm, &[model.as_str()], None)?;
+    let t = std::time::Instant::now();
+    let rows: Vec<AuditRow> = crate::agency::run_one(backend.as_mut(), |agency| {
+        run_audit_plan(agency, model.clone(), plan)
     })?;
+    eprintln!(
+        "{} probe outputs from {model} in {:.1}s",
+        rows.len(),
+        t.elapsed().as_secs_f64()
+    );
     let summary = summarize(&rows);
     if let Some(dir) = &out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -497,21 +497,72 @@ pub struct AuditRow {
     pub score: ProbeScore,
 }
 
+/// Which probes an audit asks, and how its calls are grouped.
+#[derive(Debug, Clone)]
+pub struct AuditPlan {
+    pub reps: u32,
+    /// Only the first N probes of each category (bank order); `None`: all 41.
+    pub per_category: Option<usize>,
+    /// Calls in flight at once. Each slot is one agent whose sequence state
+    /// is reused from call to call, so the shared rules context (the bulk of
+    /// every probe prompt) is computed once per slot, not once per probe.
+    pub slots: usize,
+}
+
+impl AuditPlan {
+    pub fn full(reps: u32) -> Self {
+        Self {
+            reps,
+            per_category: None,
+            slots: 16,
+        }
+    }
+}
+
+/// The probes a plan asks, in bank order.
+pub fn plan_probes(plan: &AuditPlan) -> anyhow::Result<Vec<Probe>> {
+    let bank = probe_bank()?;
+    Ok(match plan.per_category {
+        None => bank,
+        Some(n) => {
+            let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+            bank.into_iter()
+                .filter(|p| {
+                    let c = seen.entry(p.category.clone()).or_default();
+                    *c += 1;
+                    *c <= n
+                })
+                .collect()
+        }
+    })
+}
+
 /// Ask every probe × condition × rep of one model as one scenario.
 pub async fn run_audit(agency: Agency, model: String, reps: u32) -> anyhow::Result<Vec<AuditRow>> {
+    run_audit_plan(agency, model, AuditPlan::full(reps)).await
+}
+
+/// Ask the plan's probes × conditions × reps of one model, `plan.slots` at a time.
+pub async fn run_audit_plan(
+    agency: Agency,
+    model: String,
+    plan: AuditPlan,
+) -> anyhow::Result<Vec<AuditRow>> {
     let context = audit_context()?;
-    let bank = probe_bank()?;
+    let bank = plan_probes(&plan)?;
+    let slots = plan.slots.max(1);
     let mut jobs = Vec::new();
     let mut reqs = Vec::new();
-    for rep in 0..reps {
+    for rep in 0..plan.reps {
         for p in &bank {
             for &cond in conditions(p.categorical) {
                 let prompt = probe_prompt(&context, p, cond);
                 let seed = BASE_SEED + p.item_index as i64 * 100 + rep as i64;
+                let slot = reqs.len() % slots;
                 reqs.push(ModelRequest {
                     model: model.clone(),
-                    agent_id: format!("audit::{}::{cond}::{rep}", p.id),
-                    tag: "race.probe".into(),
+                    agent_id: format!("audit::slot{slot}"),
+                    tag: format!("race.probe.{}.{cond}.{rep}", p.id),
                     messages: vec![ChatMessage::user(prompt.clone())],
                     format: Default::default(),
                     params: GenParams {
@@ -530,7 +581,12 @@ pub async fn run_audit(agency: Agency, model: String, reps: u32) -> anyhow::Resu
             }
         }
     }
-    let answers = agency.call_all(reqs).await;
+    let mut answers = Vec::with_capacity(reqs.len());
+    let mut reqs = reqs.into_iter().peekable();
+    while reqs.peek().is_some() {
+        let chunk: Vec<ModelRequest> = reqs.by_ref().take(slots).collect();
+        answers.extend(agency.call_all(chunk).await);
+    }
     let mut rows = Vec::new();
     for ((p, cond, rep, seed, prompt), a) in jobs.into_iter().zip(answers) {
         let resp = a.map_err(|e| anyhow::anyhow!("audit probe {} ({cond}): {e}", p.id))?;
@@ -698,6 +754,38 @@ mod tests {
 
     fn answer(bank: &[Probe], id: &str) -> Answer {
         bank.iter().find(|p| p.id == id).unwrap().answer.clone()
+    }
+
+    #[test]
+    fn a_small_plan_asks_the_first_probes_of_each_category_in_every_condition() {
+        let plan = AuditPlan {
+            reps: 2,
+            per_category: Some(1),
+            slots: 3,
+        };
+        let probes = plan_probes(&plan).unwrap();
+        let ids: Vec<&str> = probes.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "rule_simultaneous",
+                "payoff_ss",
+                "state_own_progress",
+                "transition_own_progress",
+                "terminal_own_outcome",
+                "expected_as_as"
+            ]
+        );
+        let mut backend = crate::race::run::scripted_backend(None);
+        let rows = crate::agency::run_one(&mut backend, |agency| {
+            run_audit_plan(agency, "scripted:oracle".into(), plan)
+        })
+        .unwrap();
+        assert_eq!(rows.len(), 2 * 22);
+        assert!(rows.iter().all(|r| r.score.strict_correct));
+        let s = summarize(&rows);
+        assert_eq!(s.overall.n, 44);
+        assert_eq!(s.by_category[0].1.n, 10);
     }
 
     #[test]

@@ -38,12 +38,18 @@ pub fn wilson(k: usize, n: usize) -> (f64, f64) {
 pub struct RunData {
     pub turns: Vec<TurnRecord>,
     pub races: Vec<RaceRecord>,
+    /// The run folders, as given.
+    pub sources: Vec<String>,
+    /// Index into `sources` of each turn and each race.
+    pub turn_sources: Vec<usize>,
+    pub race_sources: Vec<usize>,
 }
 
 pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
     let mut turns = Vec::new();
     let mut races = Vec::new();
-    for d in dirs {
+    let (mut turn_sources, mut race_sources) = (Vec::new(), Vec::new());
+    for (src, d) in dirs.iter().enumerate() {
         let rp = d.join("races.jsonl");
         let rs: Vec<RaceRecord> = read_jsonl(&rp)?
             .into_iter()
@@ -57,12 +63,20 @@ pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
                 .with_context(|| format!("reading a turn in {}", tp.display()))?;
             if done.contains(&t.game_id) {
                 turns.push(t);
+                turn_sources.push(src);
             }
         }
+        race_sources.extend(std::iter::repeat(src).take(rs.len()));
         races.extend(rs);
     }
     anyhow::ensure!(!races.is_empty(), "no finished races in {dirs:?}");
-    Ok(RunData { turns, races })
+    Ok(RunData {
+        turns,
+        races,
+        sources: dirs.iter().map(|d| d.display().to_string()).collect(),
+        turn_sources,
+        race_sources,
+    })
 }
 
 /// One row of a rate table.
@@ -439,10 +453,75 @@ pub fn rate_tables(data: &RunData) -> [Vec<RateRow>; 6] {
     [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band]
 }
 
+/// Parse failures, retries and SAFE fallbacks per model.
+fn retry_md(data: &RunData) -> String {
+    #[derive(Default)]
+    struct Acc {
+        turns: usize,
+        attempts: usize,
+        failed_attempts: usize,
+        retried: usize,
+        fallbacks: usize,
+        races: BTreeSet<String>,
+        contaminated: BTreeSet<String>,
+    }
+    let bad: BTreeSet<(usize, &str)> = data
+        .races
+        .iter()
+        .zip(&data.race_sources)
+        .filter(|(r, _)| r.any_parse_failure)
+        .map(|(r, &s)| (s, r.game_id.as_str()))
+        .collect();
+    let mut by: BTreeMap<&str, Acc> = BTreeMap::new();
+    for (t, &src) in data.turns.iter().zip(&data.turn_sources) {
+        let a = by.entry(t.model.as_str()).or_default();
+        a.turns += 1;
+        a.attempts += t.attempt_history.len();
+        a.failed_attempts += t.attempt_history.iter().filter(|x| x.parse_failed).count();
+        a.retried += (t.retry_count > 0) as usize;
+        a.fallbacks += t.parse_failed as usize;
+        let key = format!("{src}::{}", t.game_id);
+        a.races.insert(key.clone());
+        if bad.contains(&(src, t.game_id.as_str())) {
+            a.contaminated.insert(key);
+        }
+    }
+    let mut md = String::from(
+        "## Output contract per model\n\nAttempts include retries (the same prompt resent with the retry seed); \
+         a fallback is a turn whose last attempt failed to parse and was played as SAFE, which \
+         contaminates its race.\n\n| model | turns | attempts | failed attempts | turns retried | SAFE fallbacks | races | contaminated races |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for (m, a) in by {
+        md.push_str(&format!(
+            "| `{m}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            a.turns,
+            a.attempts,
+            a.failed_attempts,
+            a.retried,
+            a.fallbacks,
+            a.races.len(),
+            a.contaminated.len()
+        ));
+    }
+    md.push('\n');
+    md
+}
+
 /// Write the report into `out` and return the Markdown text.
 pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
+    write_report_with(dirs, out, None)
+}
+
+/// The report, opening with the humans-versus-models section when `human`
+/// names the human data set (see [`super::compare`]).
+pub fn write_report_with(
+    dirs: &[PathBuf],
+    out: &Path,
+    human: Option<&Path>,
+) -> anyhow::Result<String> {
     let data = load(dirs)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let cmp = super::compare::compare(&data, human, out)?;
     let n_races = data.races.len();
     let bad = data.races.iter().filter(|r| r.any_parse_failure).count();
     let pf: usize = data.turns.iter().filter(|t| t.parse_failed).count();
@@ -458,6 +537,10 @@ pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         pf,
         retried
     );
+    if human.is_some() {
+        md.push_str(&cmp.markdown);
+    }
+    md.push_str(&retry_md(&data));
     let [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band] = rate_tables(&data);
     md.push_str(&markdown(&t_pmax, "Unsafe rate by p_max"));
     md.push_str(&markdown(&t_n, "Unsafe rate by number of players"));
@@ -474,7 +557,12 @@ pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
         &t_model_band,
         "Unsafe rate by model, persona band and position",
     ));
-    md.push_str("Files: `unsafe_rates.csv`, `trajectories.csv`, `unsafe_by_position.png`, `unsafe_by_position.svg`.\n");
+    if human.is_none() {
+        md.push_str(&cmp.markdown);
+    }
+    md.push_str("Files: `unsafe_rates.csv`, `trajectories.csv`, `unsafe_by_position.png`, `unsafe_by_position.svg`, \
+                 `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, `humans_vs_models.csv`\
+                 (with `--human`: `archetypes.png`, `archetypes.svg`).\n");
     let all: Vec<&RateRow> = [&t_pmax, &t_n, &t_pos, &t_band, &t_lineup, &t_model_band]
         .into_iter()
         .flatten()

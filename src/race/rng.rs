@@ -62,6 +62,16 @@ impl PyRandom {
         Self::from_key(&key)
     }
 
+    /// numpy's legacy `RandomState(seed)` for a 32-bit integer seed
+    /// (`init_genrand`, no key array); [`Self::random`] is then
+    /// `random_sample()`, the draw scikit-learn's k-means++ uses.
+    pub fn numpy_legacy(seed: u32) -> Self {
+        Self {
+            mt: Self::init_genrand(seed),
+            index: N,
+        }
+    }
+
     /// Seed from an `i64` the way Python does (`abs`).
     pub fn from_i64(seed: i64) -> Self {
         Self::new(seed.unsigned_abs() as u128)
@@ -148,6 +158,17 @@ impl PyRandom {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn numpy_random_state_zero() {
+        // numpy.random.RandomState(0).random_sample(3)
+        let mut r = super::PyRandom::numpy_legacy(0);
+        let v: Vec<f64> = (0..3).map(|_| r.random()).collect();
+        assert_eq!(
+            v,
+            [0.5488135039273248, 0.7151893663724195, 0.6027633760716439]
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -43,18 +43,27 @@ pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
         .iter()
         .flat_map(|l| l.seats.iter().map(|s| s.as_str()))
         .collect();
-    let scripted = scripted_backend(cfg.scripted_tokens.clone());
+    backend_for_models(
+        &cfg.llm,
+        &models.into_iter().collect::<Vec<_>>(),
+        cfg.scripted_tokens.clone(),
+    )
+}
+
+/// A backend serving these model keys: scripted ones on the scripted
+/// backend, the rest on the `[llm]` backend (see [`backend_for`]).
+pub fn backend_for_models(
+    llm: &crate::inference::llm_backend::LlmConfig,
+    models: &[&str],
+    tokens: Option<TokenDist>,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let scripted = scripted_backend(tokens);
     if models.iter().all(|m| m.starts_with(SCRIPTED_PREFIX)) {
         return Ok(Box::new(scripted));
     }
     let mut names = crate::served::config::ServedNames::default();
-    names.add(
-        &cfg.llm,
-        models
-            .iter()
-            .map(|m| (format!("lineup seat `{m}`"), *m, *m)),
-    )?;
-    crate::served::mixed_backend(&cfg.llm, scripted, names)
+    names.add(llm, models.iter().map(|m| (format!("model `{m}`"), *m, *m)))?;
+    crate::served::mixed_backend(llm, scripted, names)
 }
 
 /// The scripted backend with every race policy registered.

@@ -1,0 +1,622 @@
+//! Humans versus models (spec §8, issue #15 item 5): the section `joule race
+//! report --human FILE` opens with. Over two-player races (the human
+//! experiment's design) of the runs' uncontaminated canonical races and over
+//! the human data set: Unsafe rates by p_max and by position (Leader = ahead
+//! or tied entering the round, Trailer = behind) with Wilson intervals,
+//! archetype shares (human k-means, models at the nearest human centroid),
+//! the strategy mix (nearest of AS/AU/CS/CAS, ties kept), and the six
+//! cluster-robust logits for the models (clustered on the CRN block
+//! `source_run::model::rep`, controls only where they vary) beside the human
+//! reference (clustered on the pair, with its demographic and
+//! risk-preference controls). Writes `logit.csv`, `logit_sample.csv`,
+//! `archetypes.csv`, `strategies.csv`, `humans_vs_models.csv` and the
+//! archetype plot (`archetypes.png`/`.svg`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use super::archetype::{features, Archetypes, FEATURES};
+use super::logit::{fit_all, Control, Decision, Fit, REPORT_TERMS};
+use super::report::{wilson, RunData};
+use super::rules::{fmt_num, PROGRESS_TOL};
+use super::strategy::{classify_player, mix_label};
+use super::trajectory::{from_runs, PlayerRace};
+
+/// The logit sample of model runs and the controls that vary in it.
+pub struct ModelSample {
+    pub decisions: Vec<Decision>,
+    pub controls: Vec<Control>,
+    pub notes: Vec<String>,
+}
+
+/// Rounds ≥ 2 of uncontaminated canonical two-player races; controls
+/// `C(model)`, `C(prompt_version)`, `C(run_phase)` when each takes more than
+/// one value, and `C(persona_condition)` when persona varies within a
+/// protocol signature (run folder × model × prompt version).
+pub fn model_sample(players: &[PlayerRace]) -> ModelSample {
+    let used: Vec<&PlayerRace> = players
+        .iter()
+        .filter(|p| p.included && p.n_players == 2)
+        .collect();
+    let decisions: Vec<Decision> = used.iter().flat_map(|p| p.decisions()).collect();
+    let distinct = |k: &str| -> usize {
+        decisions
+            .iter()
+            .filter_map(|d| d.categorical.get(k))
+            .collect::<BTreeSet<_>>()
+            .len()
+    };
+    let mut controls = Vec::new();
+    let mut notes = Vec::new();
+    for k in ["model", "prompt_version", "run_phase"] {
+        if distinct(k) > 1 {
+            controls.push(Control::Categorical(k.into()));
+        }
+    }
+    if distinct("persona_condition") > 1 {
+        let mut per_sig: BTreeMap<(String, String, String), BTreeSet<String>> = BTreeMap::new();
+        for d in &decisions {
+            let g = |k: &str| d.categorical.get(k).cloned().unwrap_or_default();
+            per_sig
+                .entry((g("source_run"), g("model"), g("prompt_version")))
+                .or_default()
+                .insert(g("persona_condition"));
+        }
+        if per_sig.values().any(|s| s.len() > 1) {
+            controls.push(Control::Categorical("persona_condition".into()));
+        } else {
+            notes.push(
+                "persona condition varies only between protocol signatures (run folder × model × \
+                 prompt version), never within one: it is confounded with them and not controlled"
+                    .into(),
+            );
+        }
+    }
+    ModelSample {
+        decisions,
+        controls,
+        notes,
+    }
+}
+
+/// The model logit sample as CSV (the fixture format of
+/// `scripts/gen_race_analysis_fixtures.py`).
+pub fn sample_csv(s: &ModelSample) -> String {
+    let controls: Vec<String> = s.controls.iter().map(|c| c.formula()).collect();
+    let mut out = vec![
+        "unsafe,max_private_risk,own_prev_unsafe,opponent_prev_unsafe,progress_gap_before,first_round_unsafe,cluster,model,prompt_version,run_phase,persona_condition,controls"
+            .to_string(),
+    ];
+    let q = |x: &str| {
+        if x.contains([',', '"', '\n']) {
+            format!("\"{}\"", x.replace('"', "\"\""))
+        } else {
+            x.to_string()
+        }
+    };
+    for d in &s.decisions {
+        let g = |k: &str| q(d.categorical.get(k).map(|s| s.as_str()).unwrap_or(""));
+        out.push(format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            d.unsafe_ as u8,
+            d.p_max,
+            d.own_prev_unsafe as u8,
+            d.opponent_prev_unsafe as u8,
+            d.progress_gap_before,
+            d.first_round_unsafe as u8,
+            q(&d.cluster),
+            g("model"),
+            g("prompt_version"),
+            g("run_phase"),
+            g("persona_condition"),
+            q(&controls.join(";"))
+        ));
+    }
+    out.join("\n") + "\n"
+}
+
+/// A rate with its Wilson interval.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rate {
+    k: usize,
+    n: usize,
+}
+
+impl Rate {
+    fn cell(&self) -> String {
+        if self.n == 0 {
+            return "—".into();
+        }
+        let (lo, hi) = wilson(self.k, self.n);
+        format!(
+            "{:.1}% ({:.1}–{:.1}), n={}",
+            100.0 * self.k as f64 / self.n as f64,
+            100.0 * lo,
+            100.0 * hi,
+            self.n
+        )
+    }
+}
+
+fn position(gap: f64) -> &'static str {
+    if gap >= -PROGRESS_TOL {
+        "Leader"
+    } else {
+        "Trailer"
+    }
+}
+
+/// Everything the comparison computes, for the report and the tests.
+pub struct Comparison {
+    pub markdown: String,
+    pub model_fits: Vec<Result<Fit, String>>,
+    pub human_fits: Vec<Result<Fit, String>>,
+    pub archetypes: Option<Archetypes>,
+}
+
+fn fit_cell(f: &Result<Fit, String>, term: &str) -> String {
+    match f {
+        Ok(f) => match f.get(term) {
+            Some(c) => format!("{:.3} ({:.3}) z={:.2} p={:.3}", c.coef, c.se, c.z, c.p),
+            None => String::new(),
+        },
+        Err(_) => String::new(),
+    }
+}
+
+fn regression_md(models: &[Result<Fit, String>], humans: Option<&[Result<Fit, String>]>) -> String {
+    let mut md = String::from(
+        "## Cluster-robust logits of Unsafe (rounds ≥ 2)\n\nEach cell: coefficient (cluster-robust SE) z p. \
+         Models: uncontaminated two-player races, SEs clustered on the CRN block `source_run::model::rep`, \
+         reference risk 0.1, progress gap uncentred. Humans: the paper's Table 1 sample, SEs clustered on \
+         the pair, gap and age centred, controls C(sex) + age_c + C(nationality_group) + risk_gamble_choice \
+         (their coefficients are in `logit.csv`).\n\n",
+    );
+    for spec in 1..=6 {
+        let m = &models[spec - 1];
+        let h = humans.map(|h| &h[spec - 1]);
+        let head = |f: &Result<Fit, String>| match f {
+            Ok(f) => format!(
+                "N={}, clusters={}, logL={:.2}",
+                f.nobs, f.n_clusters, f.log_likelihood
+            ),
+            Err(e) => format!("not fitted: {e}"),
+        };
+        md.push_str(&format!("### Specification {spec}\n\n"));
+        match m {
+            Ok(f) => md.push_str(&format!("Models: `{}`; {}\n\n", f.formula, head(m))),
+            Err(_) => md.push_str(&format!("Models: {}\n\n", head(m))),
+        }
+        if let Some(h) = h {
+            md.push_str(&format!("Humans: {}\n\n", head(h)));
+        }
+        let mut terms: Vec<String> = REPORT_TERMS
+            .iter()
+            .filter(|t| {
+                m.as_ref().ok().and_then(|f| f.get(t)).is_some()
+                    || h.and_then(|h| h.as_ref().ok())
+                        .and_then(|f| f.get(t))
+                        .is_some()
+            })
+            .map(|t| t.to_string())
+            .collect();
+        if let Ok(f) = m {
+            for c in &f.coefs {
+                if !terms.contains(&c.term) {
+                    terms.push(c.term.clone());
+                }
+            }
+        }
+        if terms.is_empty() {
+            continue;
+        }
+        if h.is_some() {
+            md.push_str("| term | models | humans |\n|---|---|---|\n");
+        } else {
+            md.push_str("| term | models |\n|---|---|\n");
+        }
+        for t in &terms {
+            match h {
+                Some(h) => md.push_str(&format!(
+                    "| `{t}` | {} | {} |\n",
+                    fit_cell(m, t),
+                    fit_cell(h, t)
+                )),
+                None => md.push_str(&format!("| `{t}` | {} |\n", fit_cell(m, t))),
+            }
+        }
+        md.push('\n');
+    }
+    md
+}
+
+fn draw_shares<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    groups: &[String],
+    shares: &[Vec<f64>],
+    names: &[String],
+) -> anyhow::Result<()> {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("{e:?}");
+    let colors = [
+        RGBColor(37, 99, 235),
+        RGBColor(13, 148, 136),
+        RGBColor(245, 158, 11),
+        RGBColor(220, 38, 38),
+    ];
+    root.fill(&WHITE).map_err(e)?;
+    let ng = groups.len().max(1) as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Share of player-races nearest to each human archetype",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(55)
+        .build_cartesian_2d(-0.5f64..ng - 0.5, 0.0f64..1.3)
+        .map_err(e)?;
+    let labels = groups.to_vec();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(groups.len().max(1))
+        .x_label_formatter(&move |x| {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                labels.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("share")
+        .y_label_formatter(&|y| {
+            if *y <= 1.0 + 1e-9 {
+                format!("{:.0}%", y * 100.0)
+            } else {
+                String::new()
+            }
+        })
+        .label_style(("sans-serif", 15))
+        .draw()
+        .map_err(e)?;
+    for (c, name) in names.iter().enumerate() {
+        let color = colors[c % colors.len()];
+        let bars: Vec<Rectangle<(f64, f64)>> = shares
+            .iter()
+            .enumerate()
+            .map(|(g, s)| {
+                let bottom: f64 = s[..c].iter().sum();
+                Rectangle::new(
+                    [(g as f64 - 0.3, bottom), (g as f64 + 0.3, bottom + s[c])],
+                    color.filled(),
+                )
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(e)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+fn plot_shares(
+    path: &Path,
+    svg: bool,
+    groups: &[String],
+    shares: &[Vec<f64>],
+    names: &[String],
+) -> anyhow::Result<()> {
+    let size = (200 + 140 * groups.len() as u32, 520);
+    if svg {
+        draw_shares(
+            SVGBackend::new(path, size).into_drawing_area(),
+            groups,
+            shares,
+            names,
+        )
+    } else {
+        draw_shares(
+            BitMapBackend::new(path, size).into_drawing_area(),
+            groups,
+            shares,
+            names,
+        )
+    }
+    .with_context(|| format!("drawing {}", path.display()))
+}
+
+/// Build the comparison section and write its files into `out`.
+pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Result<Comparison> {
+    let players = from_runs(data);
+    let sample = model_sample(&players);
+    std::fs::write(out.join("logit_sample.csv"), sample_csv(&sample))
+        .with_context(|| format!("writing {}/logit_sample.csv", out.display()))?;
+    let model_fits = fit_all(&sample.decisions, &sample.controls);
+
+    let (humans, human_fits) = match human {
+        Some(path) => {
+            let rows = super::human::read(path)?;
+            let fits = fit_all(
+                &super::human::logit_sample(&rows)?,
+                &super::human::controls(),
+            );
+            (super::human::player_races(&rows)?, fits)
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    let have_h = human.is_some();
+
+    // Groups: humans first, then models in name order (two-player, included).
+    let models: Vec<&PlayerRace> = players
+        .iter()
+        .filter(|p| p.included && p.n_players == 2)
+        .collect();
+    let mut groups: Vec<String> = Vec::new();
+    if have_h {
+        groups.push("human".into());
+    }
+    let model_names: BTreeSet<&str> = models.iter().map(|p| p.group.as_str()).collect();
+    groups.extend(model_names.iter().map(|s| s.to_string()));
+    let all: Vec<&PlayerRace> = humans.iter().chain(models.iter().copied()).collect();
+    let label = |g: &str| {
+        if g == "human" {
+            "Humans".to_string()
+        } else {
+            format!("`{g}`")
+        }
+    };
+
+    let mut md = String::new();
+    if have_h {
+        md.push_str(
+            "## Humans versus models\n\nTwo-player races only; models over uncontaminated canonical races \
+             (every decision), humans over every participant-round of the data set. Cells: Unsafe rate \
+             (95% Wilson CI), decisions.\n\n",
+        );
+    } else {
+        md.push_str(
+            "## Two-player races by model\n\nUncontaminated canonical races, every decision (`--human FILE` \
+             adds the human experiment beside them). Cells: Unsafe rate (95% Wilson CI), decisions.\n\n",
+        );
+    }
+    let mut csv = vec!["table,group,key,unsafe,n,rate,ci_low,ci_high".to_string()];
+    let mut table =
+        |title: &str, keys: &[String], key_of: &dyn Fn(&PlayerRace, usize) -> String| {
+            let mut cells: BTreeMap<(String, String), Rate> = BTreeMap::new();
+            for p in &all {
+                for (i, r) in p.rounds.iter().enumerate() {
+                    let c = cells.entry((p.group.clone(), key_of(p, i))).or_default();
+                    c.n += 1;
+                    c.k += r.unsafe_ as usize;
+                }
+            }
+            md.push_str(&format!("### Unsafe rate by {title}\n\n| {title} |"));
+            for g in &groups {
+                md.push_str(&format!(" {} |", label(g)));
+            }
+            md.push_str(&format!("\n|---|{}\n", "---|".repeat(groups.len())));
+            for k in keys {
+                md.push_str(&format!("| {k} |"));
+                for g in &groups {
+                    let r = cells
+                        .get(&(g.clone(), k.clone()))
+                        .copied()
+                        .unwrap_or_default();
+                    md.push_str(&format!(" {} |", r.cell()));
+                    let (lo, hi) = wilson(r.k, r.n);
+                    csv.push(format!(
+                        "{title},{g},{k},{},{},{},{lo},{hi}",
+                        r.k,
+                        r.n,
+                        if r.n == 0 {
+                            0.0
+                        } else {
+                            r.k as f64 / r.n as f64
+                        }
+                    ));
+                }
+                md.push('\n');
+            }
+            md.push('\n');
+        };
+    let mut risks: Vec<f64> = all.iter().map(|p| p.p_max).collect();
+    risks.sort_by(|a, b| a.total_cmp(b));
+    risks.dedup();
+    let risk_keys: Vec<String> = risks.iter().map(|&p| fmt_num(p)).collect();
+    table("p_max", &risk_keys, &|p, _| fmt_num(p.p_max));
+    table(
+        "position",
+        &["Leader".to_string(), "Trailer".to_string()],
+        &|p, i| position(p.rounds[i].gap_before).to_string(),
+    );
+    std::fs::write(out.join("humans_vs_models.csv"), csv.join("\n") + "\n")
+        .with_context(|| format!("writing {}/humans_vs_models.csv", out.display()))?;
+
+    // Archetypes.
+    let archetypes = if have_h {
+        Some(Archetypes::fit(&humans)?)
+    } else {
+        None
+    };
+    let mut arch_csv = vec![format!(
+        "key,group,p_max,{},cluster,archetype",
+        FEATURES.join(",")
+    )];
+    if let Some(a) = &archetypes {
+        let mut counts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, p) in all.iter().enumerate() {
+            let c = if i < humans.len() {
+                a.human_labels[i]
+            } else {
+                a.assign(p)
+            };
+            counts
+                .entry(p.group.as_str())
+                .or_insert_with(|| vec![0; a.names.len()])[c] += 1;
+            let f = features(p);
+            arch_csv.push(format!(
+                "{},{},{},{},{c},{}",
+                p.key,
+                p.group,
+                p.p_max,
+                f.iter()
+                    .map(|x| x.map(|v| v.to_string()).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                a.names[c]
+            ));
+        }
+        md.push_str(
+            "### Archetype shares\n\nk-means (k = 4) on the humans' five features (z-scored with the human \
+             mean and SD); each model player-race goes to the nearest human centroid. Centroids in raw \
+             units: Unsafe rate / reciprocity / position sensitivity / own autocorrelation / first-round \
+             Unsafe.\n\n| archetype | centroid |",
+        );
+        for g in &groups {
+            md.push_str(&format!(" {} |", label(g)));
+        }
+        md.push_str(&format!("\n|---|---|{}\n", "---|".repeat(groups.len())));
+        let mut shares: Vec<Vec<f64>> = Vec::new();
+        for g in &groups {
+            let c = counts
+                .get(g.as_str())
+                .cloned()
+                .unwrap_or_else(|| vec![0; a.names.len()]);
+            let n: usize = c.iter().sum();
+            shares.push(c.iter().map(|&x| x as f64 / n.max(1) as f64).collect());
+        }
+        for (j, name) in a.names.iter().enumerate() {
+            md.push_str(&format!(
+                "| {name} | {} |",
+                a.raw_centroids[j]
+                    .iter()
+                    .map(|x| format!("{x:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            ));
+            for (gi, g) in groups.iter().enumerate() {
+                let c = counts.get(g.as_str()).map(|c| c[j]).unwrap_or(0);
+                md.push_str(&format!(" {:.1}% ({c}) |", 100.0 * shares[gi][j]));
+            }
+            md.push('\n');
+        }
+        md.push_str("\n![archetypes](archetypes.png)\n\n");
+        let glabels: Vec<String> = groups
+            .iter()
+            .map(|g| {
+                if g == "human" {
+                    "Humans".into()
+                } else {
+                    g.clone()
+                }
+            })
+            .collect();
+        plot_shares(
+            &out.join("archetypes.png"),
+            false,
+            &glabels,
+            &shares,
+            &a.names,
+        )?;
+        plot_shares(
+            &out.join("archetypes.svg"),
+            true,
+            &glabels,
+            &shares,
+            &a.names,
+        )?;
+    }
+    std::fs::write(out.join("archetypes.csv"), arch_csv.join("\n") + "\n")
+        .with_context(|| format!("writing {}/archetypes.csv", out.display()))?;
+
+    // Strategy mix.
+    let mut strat_csv = vec![
+        "key,group,p_max,n_players,horizon,best,unique_best,AS,AU,CS,CAS,behind_unsafe_exploratory"
+            .to_string(),
+    ];
+    let mut mix: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for p in humans.iter().chain(players.iter().filter(|p| p.included)) {
+        let c = classify_player(p);
+        *mix.entry(p.group.clone())
+            .or_default()
+            .entry(mix_label(&c).to_string())
+            .or_default() += 1;
+        let m = |s: &str| {
+            c.matches
+                .iter()
+                .find(|m| m.strategy == s)
+                .map(|m| m.mismatches.to_string())
+                .unwrap_or_default()
+        };
+        strat_csv.push(format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.key,
+            p.group,
+            p.p_max,
+            p.n_players,
+            c.horizon,
+            c.best.join("|"),
+            c.unique_best.clone().unwrap_or_default(),
+            m("AS"),
+            m("AU"),
+            m("CS"),
+            m("CAS"),
+            m(super::strategy::EXPLORATORY_BEHIND)
+        ));
+    }
+    std::fs::write(out.join("strategies.csv"), strat_csv.join("\n") + "\n")
+        .with_context(|| format!("writing {}/strategies.csv", out.display()))?;
+    md.push_str(
+        "### Strategy mix\n\nNearest reference strategy by Hamming distance (all races of the group, any N; \
+         N-player races use AS/AU/CS); `tie` when several are nearest.\n\n| group | AS | AU | CS | CAS | tie | player-races |\n|---|---|---|---|---|---|---|\n",
+    );
+    let mut mix_groups: Vec<&String> = mix.keys().collect();
+    mix_groups.sort_by_key(|g| (g.as_str() != "human", g.to_string()));
+    for g in mix_groups {
+        let m = &mix[g];
+        let n: usize = m.values().sum();
+        md.push_str(&format!("| {} |", label(g)));
+        for s in ["AS", "AU", "CS", "CAS", "tie"] {
+            let c = m.get(s).copied().unwrap_or(0);
+            md.push_str(&format!(" {:.1}% |", 100.0 * c as f64 / n.max(1) as f64));
+        }
+        md.push_str(&format!(" {n} |\n"));
+    }
+    md.push('\n');
+
+    // Regressions.
+    md.push_str(&regression_md(
+        &model_fits,
+        have_h.then_some(human_fits.as_slice()),
+    ));
+    for n in &sample.notes {
+        md.push_str(&format!("Note: {n}.\n\n"));
+    }
+    let mut logit_csv = vec!["sample,specification,term,coef,se,z,p,nobs,n_clusters".to_string()];
+    logit_csv.extend(super::logit::csv_rows("models", &model_fits));
+    if have_h {
+        logit_csv.extend(super::logit::csv_rows("humans", &human_fits));
+    }
+    std::fs::write(out.join("logit.csv"), logit_csv.join("\n") + "\n")
+        .with_context(|| format!("writing {}/logit.csv", out.display()))?;
+    Ok(Comparison {
+        markdown: md,
+        model_fits,
+        human_fits,
+        archetypes,
+    })
+}
