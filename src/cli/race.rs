@@ -144,7 +144,12 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             json,
         } => egt(z, beta, mu, &pmax, small_mutation, json),
         RaceCommand::Replay { model, k, out } => replay(model, k, out),
-        RaceCommand::Report { dirs, out, human, html } => {
+        RaceCommand::Report {
+            dirs,
+            out,
+            human,
+            html,
+        } => {
             let md = crate::race::report::write_report_with(&dirs, &out, human.as_deref())?;
             println!("{md}");
             eprintln!("report written to {}", out.display());
