@@ -53,6 +53,14 @@ pub struct GenOptions {
     /// Whether the end-of-generation token counts as generated (default true).
     pub count_eos: bool,
     pub thinking: Option<ThinkingDelims>,
+    /// Block alignment of prompt computation (0: none). With a block `B`,
+    /// a prompt is fed in pieces that end at every multiple of `B`, and a
+    /// sequence resumes only at a multiple of `B`: every full block is then
+    /// computed in one pass of exactly its positions, whoever computes it,
+    /// so blocks shared through a prefix cache hold the same values a
+    /// recompute gives, bit for bit, and results do not depend on what the
+    /// cache held.
+    pub block: usize,
 }
 
 impl Default for GenOptions {
@@ -62,6 +70,7 @@ impl Default for GenOptions {
             stop_ids: Vec::new(),
             count_eos: true,
             thinking: None,
+            block: 0,
         }
     }
 }
@@ -147,33 +156,67 @@ struct State {
     in_think: bool,
     max_stop_chars: usize,
     done: bool,
-    /// Prompt pieces still to feed (ranges of the prompt), in order.
-    pieces: std::collections::VecDeque<std::ops::Range<usize>>,
+    /// Prompt pieces still to feed (ranges of the prompt), in order, each
+    /// with whether a snapshot follows it.
+    pieces: std::collections::VecDeque<(std::ops::Range<usize>, bool)>,
 }
 
-/// Split `prompt[reuse..]` into the pieces a sequence feeds: one piece for
-/// attention-only states; for recurrent ones, pieces ending at multiples of
-/// the snapshot interval and at `n - 1` (a snapshot follows each piece but
-/// the last, which is the prompt's last token).
-fn prompt_pieces(state: &SeqState, reuse: usize, n: usize) -> Vec<std::ops::Range<usize>> {
-    if !state.is_recurrent() || n - reuse < 2 {
-        return vec![reuse..n];
-    }
+/// Split `prompt[reuse..]` into the pieces a sequence feeds, each with
+/// whether a snapshot follows it. Cuts: every multiple of `block` (when
+/// not 0); for recurrent states also every multiple of the snapshot
+/// interval and `n - 1`, with a snapshot after those (so a later prompt
+/// sharing the prefix, or a retry, resumes there). The last piece is never
+/// followed by a snapshot (its last logits are sampled).
+fn prompt_pieces(
+    state: &SeqState,
+    reuse: usize,
+    n: usize,
+    block: usize,
+) -> Vec<(std::ops::Range<usize>, bool)> {
+    let recurrent = state.is_recurrent();
     let every = state.policy().every.max(1);
-    let mut cuts: Vec<usize> = ((reuse / every + 1) * every..n - 1)
-        .step_by(every)
-        .collect();
-    cuts.push(n - 1);
-    cuts.push(n);
-    let mut out = Vec::with_capacity(cuts.len());
-    let mut from = reuse;
-    for c in cuts {
-        if c > from {
-            out.push(from..c);
-            from = c;
+    let mut cuts: Vec<(usize, bool)> = Vec::new();
+    for c in reuse + 1..n {
+        let at_block = block > 0 && c % block == 0;
+        let snap = recurrent && (c % every == 0 || (c == n - 1 && n - reuse >= 2));
+        if at_block || snap {
+            cuts.push((c, snap));
         }
     }
+    cuts.push((n, false));
+    let mut out = Vec::with_capacity(cuts.len());
+    let mut from = reuse;
+    for (c, snap) in cuts {
+        out.push((from..c, snap));
+        from = c;
+    }
     out
+}
+
+/// What one forward step of [`generate_batch_observed`] did: its wall time
+/// and, for each sequence it ran (an index into the batch), the tokens it
+/// fed and whether they were prompt tokens (prefill) or the last sampled
+/// token (decode). The place for per-step meters.
+#[derive(Debug, Clone, Copy)]
+pub struct StepReport<'a> {
+    /// Wall time of the forward pass, milliseconds.
+    pub ms: f64,
+    /// Indices into the batch of the sequences this step ran.
+    pub seqs: &'a [usize],
+    /// Tokens fed by each of `seqs`.
+    pub fed: &'a [usize],
+    /// Whether each of `seqs` fed prompt tokens.
+    pub prefill: &'a [bool],
+}
+
+impl StepReport<'_> {
+    /// (prompt tokens, decoded tokens) this step computed.
+    pub fn tokens(&self) -> (usize, usize) {
+        self.fed.iter().zip(self.prefill).fold(
+            (0, 0),
+            |(p, d), (&n, &pre)| if pre { (p + n, d) } else { (p, d + n) },
+        )
+    }
 }
 
 /// Generate for one sequence. See [`generate_batch`].
@@ -190,6 +233,15 @@ pub fn generate(model: &dyn CausalLm, seq: GenSeq<'_>) -> Result<Generation> {
 /// Returns one result per sequence, in order; a failing sequence does not
 /// stop the others.
 pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Result<Generation>> {
+    generate_batch_observed(model, seqs, &mut |_| {})
+}
+
+/// [`generate_batch`], telling `on_step` what each forward step did.
+pub fn generate_batch_observed(
+    model: &dyn CausalLm,
+    seqs: &mut [GenSeq<'_>],
+    on_step: &mut dyn FnMut(&StepReport<'_>),
+) -> Vec<Result<Generation>> {
     let ctx = model.info().context_length;
     let name = model.info().name.clone();
     let mut results: Vec<Option<Result<Generation>>> = (0..seqs.len()).map(|_| None).collect();
@@ -217,9 +269,12 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
             feeds.push(Vec::new());
             continue;
         }
-        let want = s.state.common_prefix(s.prompt).min(n - 1);
+        let mut want = s.state.common_prefix(s.prompt).min(n - 1);
+        if s.options.block > 0 {
+            want -= want % s.options.block;
+        }
         let reuse = s.state.rewind(want);
-        let pieces = prompt_pieces(s.state, reuse, n);
+        let pieces = prompt_pieces(s.state, reuse, n, s.options.block);
         feeds.push(Vec::new());
         states.push(Some(State {
             sampler: Sampler::new(SamplingParams::from_gen_params(s.params)),
@@ -263,17 +318,29 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
         // token it sampled last.
         let mut prefill = vec![false; seqs.len()];
         let mut snap_after = vec![false; seqs.len()];
+        let mut more = vec![false; seqs.len()];
         for &i in &active {
             let st = states[i].as_mut().expect("active sequences have state");
-            if let Some(r) = st.pieces.pop_front() {
+            if let Some((r, snap)) = st.pieces.pop_front() {
                 feeds[i] = seqs[i].prompt[r].to_vec();
                 prefill[i] = true;
-                snap_after[i] = !st.pieces.is_empty();
+                snap_after[i] = snap;
+                more[i] = !st.pieces.is_empty();
             }
         }
         let t0 = Instant::now();
         let logits = run_step(model, seqs, &feeds, &active);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
+        {
+            let fed: Vec<usize> = active.iter().map(|&i| feeds[i].len()).collect();
+            let pre: Vec<bool> = active.iter().map(|&i| prefill[i]).collect();
+            on_step(&StepReport {
+                ms,
+                seqs: &active,
+                fed: &fed,
+                prefill: &pre,
+            });
+        }
         for (&i, lg) in active.iter().zip(logits) {
             let st = states[i].as_mut().expect("active sequences have state");
             if prefill[i] {
@@ -281,10 +348,11 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
             } else {
                 st.gen.decode_ms += ms;
             }
-            if snap_after[i] {
-                // A piece of the prompt before its last token: no sampling yet.
+            if more[i] {
+                // A piece of the prompt before its last one: no sampling yet.
                 match lg {
-                    Ok(_) => seqs[i].state.snapshot(),
+                    Ok(_) if snap_after[i] => seqs[i].state.snapshot(),
+                    Ok(_) => {}
                     Err(e) => results[i] = Some(Err(e)),
                 }
                 continue;

@@ -24,6 +24,7 @@ pub mod llm_backend;
 pub mod manifest;
 pub mod model;
 pub mod models;
+pub mod prefix_cache;
 pub mod quant_matmul;
 pub mod sampler;
 pub mod sources;

@@ -510,6 +510,7 @@ pub async fn run_audit(agency: Agency, model: String, reps: u32) -> anyhow::Resu
                 let seed = BASE_SEED + p.item_index as i64 * 100 + rep as i64;
                 reqs.push(ModelRequest {
                     model: model.clone(),
+                    session: 0,
                     agent_id: format!("audit::{}::{cond}::{rep}", p.id),
                     tag: "race.probe".into(),
                     messages: vec![ChatMessage::user(prompt.clone())],
