@@ -482,3 +482,45 @@ fn advance(
     }
     Ok(Some(tok))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::prompt_pieces;
+    use crate::inference::state::{SeqState, SlotKind, SnapshotPolicy};
+
+    #[test]
+    fn pieces_end_at_block_multiples_and_snapshot_only_where_kept() {
+        let att = SeqState::attention_only(1, 1000);
+        assert_eq!(prompt_pieces(&att, 0, 150, 0), vec![(0..150, false)]);
+        assert_eq!(
+            prompt_pieces(&att, 64, 200, 64),
+            vec![(64..128, false), (128..192, false), (192..200, false)]
+        );
+        let rec =
+            SeqState::new(&[SlotKind::Recurrent, SlotKind::Kv], 1000).with_policy(SnapshotPolicy {
+                every: 128,
+                keep: 8,
+            });
+        assert_eq!(
+            prompt_pieces(&rec, 0, 300, 64),
+            vec![
+                (0..64, false),
+                (64..128, true),
+                (128..192, false),
+                (192..256, true),
+                (256..299, true),
+                (299..300, false)
+            ]
+        );
+        // Without a block: the recurrent cuts alone, as before.
+        assert_eq!(
+            prompt_pieces(&rec, 10, 300, 0),
+            vec![
+                (10..128, true),
+                (128..256, true),
+                (256..299, true),
+                (299..300, false)
+            ]
+        );
+    }
+}
