@@ -7,15 +7,29 @@
 //! groups them by model, hands each group to the backend as one batch, and
 //! delivers the answers. Nothing here is random and the polling order is
 //! fixed, so a run is reproducible however many scenarios share the driver.
+//!
+//! Each spawned scenario is one run (session) with an id unique in the
+//! process ([`next_session`]); the driver stamps it on every request the
+//! scenario sends ([`ModelRequest::session`]) and tells the backend when
+//! the run is over ([`Backend::end_session`]), so backends keep caches per
+//! (run, agent) and drop them when the run ends.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use crate::backend::{Backend, ModelRequest, ModelResult};
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh run (session) id, never handed out before in this process (never 0).
+pub fn next_session() -> u64 {
+    NEXT_SESSION.fetch_add(1, Ordering::Relaxed)
+}
 
 #[derive(Default)]
 struct Inbox {
@@ -134,6 +148,8 @@ type BoxedScenario<'a, T> = Pin<Box<dyn Future<Output = anyhow::Result<T>> + 'a>
 /// Drives scenario futures to completion against one backend.
 pub struct Driver<'a, T> {
     scenarios: Vec<(Agency, Option<BoxedScenario<'a, T>>)>,
+    /// The run (session) id of each scenario, stamped on its requests.
+    sessions: Vec<u64>,
     results: Vec<Option<anyhow::Result<T>>>,
     /// Number of backend batches sent so far (for statistics and tests).
     pub batches_sent: usize,
@@ -145,6 +161,7 @@ impl<'a, T> Default for Driver<'a, T> {
     fn default() -> Self {
         Self {
             scenarios: Vec::new(),
+            sessions: Vec::new(),
             results: Vec::new(),
             batches_sent: 0,
             largest_batch: 0,
@@ -166,7 +183,13 @@ impl<'a, T> Driver<'a, T> {
         let agency = Agency::new();
         let fut = make(agency.clone());
         self.scenarios.push((agency, Some(Box::pin(fut))));
+        self.sessions.push(next_session());
         self.results.push(None);
+    }
+
+    /// The run (session) ids of the scenarios spawned so far, in spawn order.
+    pub fn sessions(&self) -> &[u64] {
+        &self.sessions
     }
 
     /// Run every scenario to completion. Returns each scenario's result in
@@ -191,6 +214,7 @@ impl<'a, T> Driver<'a, T> {
                         Poll::Ready(result) => {
                             self.results[i] = Some(result);
                             *slot = None;
+                            backend.end_session(self.sessions[i]);
                             progressed = true;
                         }
                         Poll::Pending => {
@@ -212,6 +236,7 @@ impl<'a, T> Driver<'a, T> {
                     if slot.take().is_some() {
                         self.results[i] =
                             Some(Err(anyhow::anyhow!("stopped before its end: {why}")));
+                        backend.end_session(self.sessions[i]);
                     }
                 }
                 break;
@@ -224,7 +249,8 @@ impl<'a, T> Driver<'a, T> {
                 if slot.is_none() {
                     continue;
                 }
-                for (id, req) in agency.take_queued() {
+                for (id, mut req) in agency.take_queued() {
+                    req.session = self.sessions[i];
                     by_model
                         .entry(backend.batch_key(&req.model))
                         .or_default()
@@ -240,6 +266,7 @@ impl<'a, T> Driver<'a, T> {
                         self.results[i] = Some(Err(anyhow::anyhow!(
                             "scenario {i} is waiting but asked for no model call (deadlock)"
                         )));
+                        backend.end_session(self.sessions[i]);
                     }
                 }
                 break;
@@ -303,6 +330,20 @@ mod tests {
         batches: Vec<Vec<String>>,
         /// Run every model on one (like an LLM backend with a stand-in).
         one_key: bool,
+        /// (agent, session) of every request, and the sessions ended.
+        sessions: Vec<(String, u64)>,
+        ended: Vec<u64>,
+    }
+
+    impl Echo {
+        fn new(one_key: bool) -> Self {
+            Self {
+                batches: vec![],
+                one_key,
+                sessions: vec![],
+                ended: vec![],
+            }
+        }
     }
 
     impl Backend for Echo {
@@ -316,9 +357,14 @@ mod tests {
                 model.into()
             }
         }
+        fn end_session(&mut self, session: u64) {
+            self.ended.push(session);
+        }
         fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
             self.batches
                 .push(batch.iter().map(|r| r.agent_id.clone()).collect());
+            self.sessions
+                .extend(batch.iter().map(|r| (r.agent_id.clone(), r.session)));
             batch
                 .iter()
                 .map(|r| {
@@ -344,6 +390,7 @@ mod tests {
     fn req(model: &str, agent: &str, tag: &str) -> ModelRequest {
         ModelRequest {
             model: model.into(),
+            session: 0,
             agent_id: agent.into(),
             tag: tag.into(),
             messages: vec![],
@@ -378,10 +425,7 @@ mod tests {
     #[test]
     fn parallel_calls_of_many_scenarios_share_batches_per_model() {
         let driver = two_model_driver();
-        let mut backend = Echo {
-            batches: vec![],
-            one_key: false,
-        };
+        let mut backend = Echo::new(false);
         let results = driver.run(&mut backend, |_| {});
         assert_eq!(results.len(), 3);
         let first = results[0].as_ref().unwrap();
@@ -395,10 +439,7 @@ mod tests {
     #[test]
     fn models_with_one_batch_key_share_a_batch() {
         let driver = two_model_driver();
-        let mut backend = Echo {
-            batches: vec![],
-            one_key: true,
-        };
+        let mut backend = Echo::new(true);
         let results = driver.run(&mut backend, |_| {});
         assert_eq!(
             results[2].as_ref().unwrap(),
@@ -410,6 +451,49 @@ mod tests {
             backend.batches[0],
             vec!["s0a", "s0b", "s1a", "s1b", "s2a", "s2b"]
         );
+    }
+
+    /// Two drivers, each with two scenarios whose agents have the same ids:
+    /// every scenario's requests carry its own session, never another's,
+    /// and the backend hears when each run ends.
+    #[test]
+    fn every_run_has_its_own_session() {
+        let mut backend = Echo::new(false);
+        let mut all = Vec::new();
+        for _ in 0..2 {
+            let mut driver: Driver<'static, ()> = Driver::new();
+            for _ in 0..2 {
+                driver.spawn(|agency: Agency| async move {
+                    for round in 0..2 {
+                        let r = agency
+                            .call_all(vec![
+                                req("m", "agent_1", &format!("r{round}")),
+                                req("m", "agent_2", &format!("r{round}")),
+                            ])
+                            .await;
+                        assert!(r.iter().all(|x| x.is_ok()));
+                    }
+                    Ok(())
+                });
+            }
+            let sessions = driver.sessions().to_vec();
+            assert!(driver.run(&mut backend, |_| {}).iter().all(|r| r.is_ok()));
+            all.extend(sessions);
+        }
+        let distinct: std::collections::BTreeSet<u64> = all.iter().copied().collect();
+        assert_eq!(distinct.len(), 4, "sessions {all:?} are not distinct");
+        assert!(!distinct.contains(&0));
+        // Each batch holds both scenarios of a driver: in spawn order, the
+        // first scenario's two agents, then the second's.
+        assert_eq!(backend.sessions.len(), 16);
+        for (k, (agent, s)) in backend.sessions.iter().enumerate() {
+            let driver = k / 8;
+            let scenario = (k % 4) / 2;
+            assert_eq!(*s, all[driver * 2 + scenario], "request {k} of {agent}");
+        }
+        let mut ended = backend.ended.clone();
+        ended.sort_unstable();
+        assert_eq!(ended, all, "every run ends exactly once");
     }
 
     /// Fails every call and reports itself unavailable after its first batch.

@@ -110,6 +110,12 @@ pub struct ModelRequest {
     pub model: String,
     /// The agent this call belongs to (its KV cache and its energy account).
     pub agent_id: String,
+    /// The run (session) the call belongs to: the [`crate::agency::Driver`]
+    /// stamps every request of a scenario with that scenario's id, unique in
+    /// the process, so backends keep per-(run, agent) state and two runs
+    /// with the same agent ids never share it. 0 = not stamped.
+    #[serde(default)]
+    pub session: u64,
     /// What the call is for, e.g. `vote`, `decide`, `act`, `race.decide`.
     pub tag: String,
     pub messages: Vec<ChatMessage>,
@@ -233,6 +239,9 @@ pub trait Backend {
     fn unavailable(&self) -> Option<String> {
         None
     }
+    /// The run `session` finished: it sends nothing more, so any per-run
+    /// state (caches, snapshots) it holds can be dropped.
+    fn end_session(&mut self, _session: u64) {}
     /// The memory `demand` needs on this backend's device, for backends that
     /// hold models themselves (`None`: nothing to plan — scripted policies, a
     /// model server). May load the models it plans for.

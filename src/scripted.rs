@@ -199,6 +199,7 @@ mod tests {
     fn req(agent: &str, seed: u64) -> ModelRequest {
         ModelRequest {
             model: "scripted:const".into(),
+            session: 0,
             agent_id: agent.into(),
             tag: "t".into(),
             messages: vec![],

@@ -24,10 +24,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    /// `society`: the Energy Society workload instead of llama-bench's tests.
+    #[command(subcommand)]
+    pub workload: Option<BenchWorkload>,
     /// The GGUF model file.
-    #[arg(long)]
-    pub gguf: PathBuf,
+    #[arg(long, required = true)]
+    pub gguf: Option<PathBuf>,
     /// Prompt tokens of the prompt-processing test (0 skips it).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     pub n_prompt: usize,
@@ -52,6 +56,13 @@ pub struct BenchArgs {
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Workloads other than llama-bench's tests.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchWorkload {
+    /// N concurrent default Energy Societies (see `joule bench society --help`).
+    Society(super::bench_society::SocietyBenchArgs),
 }
 
 /// One test's result.
@@ -137,12 +148,18 @@ fn time_tg(model: &dyn CausalLm, tokens: &[Vec<u32>], depth: &[Vec<u32>]) -> Res
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    if let Some(BenchWorkload::Society(a)) = args.workload {
+        return super::bench_society::run(a);
+    }
+    let Some(gguf) = args.gguf.as_ref() else {
+        anyhow::bail!("joule bench: --gguf FILE is required");
+    };
     if let Some(t) = args.threads {
         std::env::set_var("RAYON_NUM_THREADS", t.to_string());
     }
     let reps = args.repetitions.max(1);
     let device = select_device(&args.device)?;
-    let model = load_model(&args.gguf, &device)?;
+    let model = load_model(gguf, &device)?;
     let info = model.info().clone();
     let threads = candle_core::utils::get_num_threads();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod calibrate;
+pub mod bench_society;
 pub mod generate;
 pub mod jobs;
 pub mod logits;

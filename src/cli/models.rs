@@ -267,6 +267,7 @@ fn memory(
             weights: WeightEstimate::from_info(info),
             state,
             sequences: args.sequences,
+            prefix_cache: 0,
         }],
         memory: device_memory(&device)?,
     };

@@ -196,6 +196,7 @@ pub async fn invoke<T>(
     // One request, amended and resent on each retry (the agency hands it back).
     let mut req = ModelRequest {
         model,
+        session: 0,
         agent_id,
         tag,
         messages: vec![ChatMessage::system(system), ChatMessage::user(user)],

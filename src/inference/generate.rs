@@ -54,6 +54,14 @@ pub struct GenOptions {
     /// Whether the end-of-generation token counts as generated (default true).
     pub count_eos: bool,
     pub thinking: Option<ThinkingDelims>,
+    /// Block alignment of prompt computation (0: none). With a block `B`,
+    /// a prompt is fed in pieces that end at every multiple of `B`, and a
+    /// sequence resumes only at a multiple of `B`: every full block is then
+    /// computed in one pass of exactly its positions, whoever computes it,
+    /// so blocks shared through a prefix cache hold the same values a
+    /// recompute gives, bit for bit, and results do not depend on what the
+    /// cache held.
+    pub block: usize,
 }
 
 impl Default for GenOptions {
@@ -63,6 +71,7 @@ impl Default for GenOptions {
             stop_ids: Vec::new(),
             count_eos: true,
             thinking: None,
+            block: 0,
         }
     }
 }
@@ -148,31 +157,39 @@ struct State {
     in_think: bool,
     max_stop_chars: usize,
     done: bool,
-    /// Prompt pieces still to feed (ranges of the prompt), in order.
-    pieces: std::collections::VecDeque<std::ops::Range<usize>>,
+    /// Prompt pieces still to feed (ranges of the prompt), in order, each
+    /// with whether a snapshot follows it.
+    pieces: std::collections::VecDeque<(std::ops::Range<usize>, bool)>,
 }
 
-/// Split `prompt[reuse..]` into the pieces a sequence feeds: one piece for
-/// attention-only states; for recurrent ones, pieces ending at multiples of
-/// the snapshot interval and at `n - 1` (a snapshot follows each piece but
-/// the last, which is the prompt's last token).
-fn prompt_pieces(state: &SeqState, reuse: usize, n: usize) -> Vec<std::ops::Range<usize>> {
-    if !state.is_recurrent() || n - reuse < 2 {
-        return vec![reuse..n];
-    }
+/// Split `prompt[reuse..]` into the pieces a sequence feeds, each with
+/// whether a snapshot follows it. Cuts: every multiple of `block` (when
+/// not 0); for recurrent states also every multiple of the snapshot
+/// interval and `n - 1`, with a snapshot after those (so a later prompt
+/// sharing the prefix, or a retry, resumes there). The last piece is never
+/// followed by a snapshot (its last logits are sampled).
+fn prompt_pieces(
+    state: &SeqState,
+    reuse: usize,
+    n: usize,
+    block: usize,
+) -> Vec<(std::ops::Range<usize>, bool)> {
+    let recurrent = state.is_recurrent();
     let every = state.policy().every.max(1);
-    let mut cuts: Vec<usize> = ((reuse / every + 1) * every..n - 1)
-        .step_by(every)
-        .collect();
-    cuts.push(n - 1);
-    cuts.push(n);
+    let mut cuts: Vec<(usize, bool)> = Vec::new();
+    for c in reuse + 1..n {
+        let at_block = block > 0 && c % block == 0;
+        let snap = recurrent && (c % every == 0 || (c == n - 1 && n - reuse >= 2));
+        if at_block || snap {
+            cuts.push((c, snap));
+        }
+    }
+    cuts.push((n, false));
     let mut out = Vec::with_capacity(cuts.len());
     let mut from = reuse;
-    for c in cuts {
-        if c > from {
-            out.push(from..c);
-            from = c;
-        }
+    for (c, snap) in cuts {
+        out.push((from..c, snap));
+        from = c;
     }
     out
 }
@@ -228,9 +245,12 @@ pub fn generate_batch_observed(
             feeds.push(Vec::new());
             continue;
         }
-        let want = s.state.common_prefix(s.prompt).min(n - 1);
+        let mut want = s.state.common_prefix(s.prompt).min(n - 1);
+        if s.options.block > 0 {
+            want -= want % s.options.block;
+        }
         let reuse = s.state.rewind(want);
-        let pieces = prompt_pieces(s.state, reuse, n);
+        let pieces = prompt_pieces(s.state, reuse, n, s.options.block);
         feeds.push(Vec::new());
         states.push(Some(State {
             sampler: Sampler::new(SamplingParams::from_gen_params(s.params)),
@@ -274,12 +294,14 @@ pub fn generate_batch_observed(
         // token it sampled last.
         let mut prefill = vec![false; seqs.len()];
         let mut snap_after = vec![false; seqs.len()];
+        let mut more = vec![false; seqs.len()];
         for &i in &active {
             let st = states[i].as_mut().expect("active sequences have state");
-            if let Some(r) = st.pieces.pop_front() {
+            if let Some((r, snap)) = st.pieces.pop_front() {
                 feeds[i] = seqs[i].prompt[r].to_vec();
                 prefill[i] = true;
-                snap_after[i] = !st.pieces.is_empty();
+                snap_after[i] = snap;
+                more[i] = !st.pieces.is_empty();
             }
         }
         obs.before_step();
@@ -294,7 +316,7 @@ pub fn generate_batch_observed(
                 prefill: prefill[i],
             })
             .collect();
-        obs.after_step(&work);
+        obs.after_step(&work, ms);
         for (&i, lg) in active.iter().zip(logits) {
             let st = states[i].as_mut().expect("active sequences have state");
             if prefill[i] {
@@ -302,10 +324,11 @@ pub fn generate_batch_observed(
             } else {
                 st.gen.decode_ms += ms;
             }
-            if snap_after[i] {
-                // A piece of the prompt before its last token: no sampling yet.
+            if more[i] {
+                // A piece of the prompt before its last one: no sampling yet.
                 match lg {
-                    Ok(_) => seqs[i].state.snapshot(),
+                    Ok(_) if snap_after[i] => seqs[i].state.snapshot(),
+                    Ok(_) => {}
                     Err(e) => results[i] = Some(Err(e)),
                 }
                 continue;
@@ -434,4 +457,46 @@ fn advance(
         return Ok(None);
     }
     Ok(Some(tok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prompt_pieces;
+    use crate::inference::state::{SeqState, SlotKind, SnapshotPolicy};
+
+    #[test]
+    fn pieces_end_at_block_multiples_and_snapshot_only_where_kept() {
+        let att = SeqState::attention_only(1, 1000);
+        assert_eq!(prompt_pieces(&att, 0, 150, 0), vec![(0..150, false)]);
+        assert_eq!(
+            prompt_pieces(&att, 64, 200, 64),
+            vec![(64..128, false), (128..192, false), (192..200, false)]
+        );
+        let rec =
+            SeqState::new(&[SlotKind::Recurrent, SlotKind::Kv], 1000).with_policy(SnapshotPolicy {
+                every: 128,
+                keep: 8,
+            });
+        assert_eq!(
+            prompt_pieces(&rec, 0, 300, 64),
+            vec![
+                (0..64, false),
+                (64..128, true),
+                (128..192, false),
+                (192..256, true),
+                (256..299, true),
+                (299..300, false)
+            ]
+        );
+        // Without a block: the recurrent cuts alone, as before.
+        assert_eq!(
+            prompt_pieces(&rec, 10, 300, 0),
+            vec![
+                (10..128, true),
+                (128..256, true),
+                (256..299, true),
+                (299..300, false)
+            ]
+        );
+    }
 }

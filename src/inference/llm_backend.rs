@@ -3,13 +3,19 @@
 //! tokenises, decodes (optionally constrained to the request's JSON schema),
 //! splits thinking from the answer and returns exact token counts.
 //!
-//! Models are loaded once per model key and shared; every agent keeps its own
-//! sequence state (keyed by model and agent id: keys/values, recurrent
-//! states and their snapshots), so the longest common prefix of an agent's
-//! consecutive prompts that the state can return to is not recomputed. A batch is decoded together
-//! with [`generate_batch`]; with an energy meter (`[llm] meter`), every
-//! forward step is metered and each response carries its measured joules
-//! (`crate::meter::attribution`).
+//! Models are loaded once per model key and shared; every agent of every run
+//! keeps its own sequence state (keyed by model, run and agent id:
+//! keys/values, recurrent states and their snapshots), so the longest common
+//! prefix of an agent's consecutive prompts that the state can return to is
+//! not recomputed; a run's states are dropped when the run ends
+//! ([`Backend::end_session`]). Beside them, each model has a
+//! [`PrefixCache`] of computed prompt blocks shared by every call, agent and
+//! run: a prompt resumes from whichever is longer, its agent's own state or
+//! the cache. A batch is decoded together with [`generate_batch_observed`];
+//! [`LlmBackend::stats`] counts tokens computed and reused and the time of
+//! prefill, decode and everything else. With an energy meter (`[llm] meter`),
+//! every forward step is metered and each response carries its measured
+//! joules (`crate::meter::attribution`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -24,17 +30,16 @@ use crate::backend::{
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
-use crate::inference::generate::{
-    generate_batch, generate_batch_observed, GenOptions, GenSeq, ThinkingDelims,
-};
+use crate::inference::generate::{generate_batch_observed, GenOptions, GenSeq, ThinkingDelims};
 use crate::inference::gguf::GgufFile;
 use crate::inference::memory_plan::{
     device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
 };
 use crate::inference::model::{load_model_from, SeqState, SharedModel};
+use crate::inference::prefix_cache::{PrefixCache, PrefixStats};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
-use crate::meter::attribution::{MeterStatus, Metering};
+use crate::meter::attribution::{MeterStatus, Metering, StepObserver, StepWork};
 use crate::meter::MeterChoice;
 
 /// How structured (JSON) requests are decoded.
@@ -67,6 +72,73 @@ pub struct LlmOptions {
     pub schema: SchemaChoice,
     /// Tokens a sequence's state is planned for (`memory_plan`).
     pub plan_context: usize,
+    /// Bytes each model's prefix cache may hold (0: no prefix cache).
+    pub prefix_cache_bytes: usize,
+    /// Bytes the agents' own sequence states may hold together; beyond it
+    /// the least recently used go (their prefixes stay in the prefix cache).
+    pub agent_state_bytes: usize,
+}
+
+/// Splits each forward step's time between prefill and decode (by the
+/// tokens it fed) and passes the step on to the batch's energy meter.
+struct StepTiming<'a> {
+    meter: Option<&'a mut dyn StepObserver>,
+    prefill_ms: f64,
+    decode_ms: f64,
+}
+
+impl StepObserver for StepTiming<'_> {
+    fn before_step(&mut self) {
+        if let Some(m) = self.meter.as_mut() {
+            m.before_step();
+        }
+    }
+
+    fn after_step(&mut self, work: &[StepWork], ms: f64) {
+        let (p, d) = work.iter().fold((0, 0), |(p, d), w| {
+            if w.prefill {
+                (p + w.tokens, d)
+            } else {
+                (p, d + w.tokens)
+            }
+        });
+        let share = p as f64 / (p + d).max(1) as f64;
+        self.prefill_ms += ms * share;
+        self.decode_ms += ms * (1.0 - share);
+        if let Some(m) = self.meter.as_mut() {
+            m.after_step(work, ms);
+        }
+    }
+}
+
+/// Tokens per block of the prefix cache.
+pub const PREFIX_BLOCK: usize = 64;
+
+/// What the backend computed so far (tokens and milliseconds, summed over calls).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct EngineStats {
+    pub calls: u64,
+    pub prompt_tokens: u64,
+    /// Prompt tokens reused from the agent's own state.
+    pub reused_own_tokens: u64,
+    /// Prompt tokens restored from the model's prefix cache.
+    pub reused_prefix_tokens: u64,
+    pub generated_tokens: u64,
+    /// Forward passes over prompt tokens (a step of both is split by tokens).
+    pub prefill_ms: f64,
+    /// Forward passes over sampled tokens.
+    pub decode_ms: f64,
+    /// Everything in the backend besides forward passes: templates,
+    /// tokenising, constraint masks, sampling, cache copies.
+    pub engine_ms: f64,
+    pub prefix: PrefixStats,
+}
+
+impl EngineStats {
+    /// Prompt tokens that went through the model.
+    pub fn computed_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens - self.reused_own_tokens - self.reused_prefix_tokens
+    }
 }
 
 impl Default for LlmOptions {
@@ -80,6 +152,8 @@ impl Default for LlmOptions {
             max_string_chars: Some(240),
             schema: SchemaChoice::Strict,
             plan_context: DEFAULT_PLAN_CONTEXT,
+            prefix_cache_bytes: 2048 << 20,
+            agent_state_bytes: 2048 << 20,
         }
     }
 }
@@ -142,10 +216,15 @@ pub struct LlmBackend {
     device: Device,
     options: LlmOptions,
     loaded: HashMap<String, Loaded>,
-    caches: HashMap<(String, String), SeqState>,
     /// The energy meter and what it measured (`crate::meter`), or why there is none.
     metering: Option<Metering>,
     unmetered: String,
+    /// Sequence states per (model key, run, agent), with when each was last used.
+    caches: HashMap<(String, u64, String), (SeqState, u64)>,
+    /// Prefix caches per model key.
+    prefixes: HashMap<String, PrefixCache>,
+    clock: u64,
+    stats: EngineStats,
 }
 
 impl LlmBackend {
@@ -155,6 +234,9 @@ impl LlmBackend {
             options,
             loaded: HashMap::new(),
             caches: HashMap::new(),
+            prefixes: HashMap::new(),
+            clock: 0,
+            stats: EngineStats::default(),
             metering: None,
             unmetered: "no energy meter was opened".into(),
         }
@@ -174,6 +256,26 @@ impl LlmBackend {
         let out = self.batch_metered(batch, metering.as_mut());
         self.metering = metering;
         out
+    }
+
+    /// Tokens and time so far, every model together.
+    pub fn stats(&self) -> EngineStats {
+        let mut s = self.stats;
+        for p in self.prefixes.values() {
+            let q = p.stats();
+            s.prefix.lookups += q.lookups;
+            s.prefix.reused_tokens += q.reused_tokens;
+            s.prefix.blocks_inserted += q.blocks_inserted;
+            s.prefix.blocks_evicted += q.blocks_evicted;
+            s.prefix.blocks += q.blocks;
+            s.prefix.bytes += q.bytes;
+        }
+        s
+    }
+
+    /// Sequence states held for agents (for tests: per-run states go when the run ends).
+    pub fn agent_states(&self) -> usize {
+        self.caches.len()
     }
 
     fn load(&mut self, key: &str) -> anyhow::Result<()> {
@@ -225,6 +327,11 @@ impl LlmBackend {
                 end: m.close,
                 starts_inside: s.prompt_opens_block,
             }),
+            block: if self.options.prefix_cache_bytes > 0 {
+                PREFIX_BLOCK
+            } else {
+                0
+            },
         };
         self.loaded.insert(
             key.to_string(),
@@ -272,6 +379,7 @@ impl LlmBackend {
                 weights: loaded.weights,
                 state,
                 sequences,
+                prefix_cache: self.options.prefix_cache_bytes as u64,
             });
         }
         Ok(MemoryPlan {
@@ -346,13 +454,22 @@ impl LlmBackend {
             constraints.push(c);
         }
 
-        // Per-agent caches; a second request of the same agent in one batch gets a fresh one.
+        // With the prefix cache, every call starts from a fresh state that
+        // the cache fills (block-aligned, so results never depend on what
+        // the cache held). Without it, each agent of each run keeps its own
+        // state; a second request of the same agent in one batch gets a fresh one.
+        let use_prefix = self.options.prefix_cache_bytes > 0;
         let mut caches: Vec<SeqState> = Vec::with_capacity(batch.len());
-        let mut keys: Vec<Option<(String, String)>> = Vec::with_capacity(batch.len());
+        let mut keys: Vec<Option<(String, u64, String)>> = Vec::with_capacity(batch.len());
         for r in batch {
-            let k = (key.clone(), r.agent_id.clone());
+            if use_prefix {
+                caches.push(lm.model.new_state());
+                keys.push(None);
+                continue;
+            }
+            let k = (key.clone(), r.session, r.agent_id.clone());
             match self.caches.remove(&k) {
-                Some(c) => {
+                Some((c, _)) => {
                     caches.push(c);
                     keys.push(Some(k));
                 }
@@ -364,6 +481,29 @@ impl LlmBackend {
                     caches.push(lm.model.new_state());
                     keys.push(Some(k));
                 }
+            }
+        }
+
+        // Resume from the prefix cache where it reaches further than the agent's own state.
+        let prefix = self
+            .prefixes
+            .entry(key.clone())
+            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+        let mut restored = vec![0usize; batch.len()];
+        for (i, (r, (prompt, state))) in batch
+            .iter()
+            .zip(prompts.iter().zip(caches.iter_mut()))
+            .enumerate()
+        {
+            let n = prompt.len();
+            if !use_prefix || n < 2 || n >= state.max_len() {
+                continue;
+            }
+            let limit = n - 1;
+            let own = state.reachable(state.common_prefix(prompt).min(limit));
+            if prefix.reach(prompt, limit, state.is_recurrent()) > own {
+                let room = (n + r.params.max_tokens as usize + 1).min(state.max_len());
+                restored[i] = prefix.restore(state, prompt, limit, room)?;
             }
         }
 
@@ -409,12 +549,21 @@ impl LlmBackend {
                 mask: Some(mask as &mut dyn crate::inference::generate::TokenMask),
             });
         }
-        let results = match meter.as_mut() {
-            Some(m) => generate_batch_observed(lm.model.as_ref(), &mut seqs, m),
-            None => generate_batch(lm.model.as_ref(), &mut seqs),
+        let mut timing = StepTiming {
+            meter: meter.as_mut().map(|m| m as &mut dyn StepObserver),
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
         };
+        let results = generate_batch_observed(lm.model.as_ref(), &mut seqs, &mut timing);
+        let (prefill_ms, decode_ms) = (timing.prefill_ms, timing.decode_ms);
         drop(seqs);
         let mut measured = meter.map(|m| m.finish()).unwrap_or_default();
+        for (res, (state, prompt)) in results.iter().zip(caches.iter().zip(&prompts)) {
+            if use_prefix && res.is_ok() {
+                // A failed copy only means this prompt is not cached.
+                let _ = prefix.insert(state, prompt);
+            }
+        }
         let latency_ms = start.elapsed().as_secs_f64() * 1000.0 / batch.len() as f64;
 
         let mut out = Vec::with_capacity(batch.len());
@@ -431,6 +580,13 @@ impl LlmBackend {
                     };
                     let mut usage = g.usage();
                     usage.prompt_tokens = prompts[i].len() as u32;
+                    self.stats.calls += 1;
+                    self.stats.prompt_tokens += prompts[i].len() as u64;
+                    let reused = g.cached_prompt_tokens as u64;
+                    let from_prefix = (restored[i] as u64).min(reused);
+                    self.stats.reused_prefix_tokens += from_prefix;
+                    self.stats.reused_own_tokens += reused - from_prefix;
+                    self.stats.generated_tokens += g.generated_tokens as u64;
                     Ok(ModelResponse {
                         text,
                         thinking,
@@ -453,12 +609,41 @@ impl LlmBackend {
                 }),
             });
         }
+        self.clock += 1;
         for (k, c) in keys.into_iter().zip(caches) {
             if let Some(k) = k {
-                self.caches.insert(k, c);
+                self.caches.insert(k, (c, self.clock));
             }
         }
+        self.trim_agent_states();
+        self.stats.prefill_ms += prefill_ms;
+        self.stats.decode_ms += decode_ms;
+        self.stats.engine_ms +=
+            (start.elapsed().as_secs_f64() * 1000.0 - prefill_ms - decode_ms).max(0.0);
         Ok(out)
+    }
+
+    /// Drop the least recently used agent states beyond the budget (ties
+    /// by key, so the choice never depends on hash order).
+    fn trim_agent_states(&mut self) {
+        let mut total: usize = self.caches.values().map(|(s, _)| s.bytes()).sum();
+        if total <= self.options.agent_state_bytes {
+            return;
+        }
+        let mut order: Vec<(u64, (String, u64, String))> = self
+            .caches
+            .iter()
+            .map(|(k, (_, t))| (*t, k.clone()))
+            .collect();
+        order.sort();
+        for (_, k) in order {
+            if total <= self.options.agent_state_bytes {
+                break;
+            }
+            if let Some((s, _)) = self.caches.remove(&k) {
+                total -= s.bytes();
+            }
+        }
     }
 }
 
@@ -488,6 +673,10 @@ impl Backend for LlmBackend {
                 reason: self.unmetered.clone(),
             },
         })
+    }
+
+    fn end_session(&mut self, session: u64) {
+        self.caches.retain(|(_, s, _), _| *s != session);
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
@@ -553,6 +742,11 @@ impl<L: Backend> Backend for MixedBackend<L> {
     fn metering(&self) -> Option<MeterStatus> {
         self.llm.metering()
     }
+
+    fn end_session(&mut self, session: u64) {
+        self.scripted.end_session(session);
+        self.llm.end_session(session);
+    }
 }
 
 /// The `[llm]` section of an experiment config: how model-backed agents run.
@@ -607,6 +801,9 @@ pub struct LlmConfig {
     /// if it has none; `none`, `nvml`, `rapl`; `fake-file:PATH` and
     /// `fake-power:WATTS` are test meters). See `joule meters`.
     pub meter: MeterChoice,
+    /// local: MiB each model's prefix cache (computed prompt blocks shared
+    /// by every call, agent and run) may hold; 0 turns it off.
+    pub prefix_cache_mib: usize,
 }
 
 impl Default for LlmConfig {
@@ -631,6 +828,7 @@ impl Default for LlmConfig {
             thinking_switch: Default::default(),
             plan_context: DEFAULT_PLAN_CONTEXT,
             meter: MeterChoice::Auto,
+            prefix_cache_mib: 2048,
         }
     }
 }
@@ -663,6 +861,8 @@ impl LlmConfig {
                 max_string_chars: self.max_string_chars,
                 schema: self.schema,
                 plan_context: self.plan_context,
+                prefix_cache_bytes: self.prefix_cache_mib << 20,
+                ..LlmOptions::default()
             },
         )
         .with_meter(&self.meter)

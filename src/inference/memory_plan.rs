@@ -144,6 +144,9 @@ pub struct ModelNeed {
     pub state: StateFootprint,
     /// Sequences of this model that live at once.
     pub sequences: usize,
+    /// Bytes the model's prefix cache may hold (its budget, reached as
+    /// prompts are cached; 0: no prefix cache). Shared by every run.
+    pub prefix_cache: u64,
 }
 
 /// Where the free memory came from.
@@ -174,6 +177,11 @@ impl MemoryPlan {
         self.models.iter().map(|m| m.weights.resident_bytes).sum()
     }
 
+    /// The prefix caches' budgets, every model together.
+    pub fn caches(&self) -> u64 {
+        self.models.iter().map(|m| m.prefix_cache).sum()
+    }
+
     pub fn states(&self) -> u64 {
         self.models
             .iter()
@@ -195,14 +203,14 @@ impl MemoryPlan {
 
     /// Weights + states + margin (module doc).
     pub fn required(&self) -> u64 {
-        let sub = self.weights() + self.states();
+        let sub = self.weights() + self.caches() + self.states();
         sub + sub / 10 + self.headroom()
     }
 
     /// How many runs of this plan's shape fit in the free memory (`None` when it is unknown).
     pub fn runs_that_fit(&self) -> Option<usize> {
         let free = self.memory.as_ref()?.free;
-        let w = self.weights();
+        let w = self.weights() + self.caches();
         let fixed = w + w / 10 + self.headroom();
         if free <= fixed {
             return Some(0);
@@ -234,16 +242,17 @@ impl MemoryPlan {
         let m = self.memory.as_ref().map(|m| m.free).unwrap_or(0);
         let fit = self.runs_that_fit().unwrap_or(0);
         let msg = format!(
-            "{} concurrent run(s) need {:.2} GiB on {} (weights {:.2} GiB, sequence states {:.2} GiB at {} tokens each, margin), but it has {:.2} GiB free: {}",
+            "{} concurrent run(s) need {:.2} GiB on {} (weights {:.2} GiB, prefix caches {:.2} GiB, sequence states {:.2} GiB at {} tokens each, margin), but it has {:.2} GiB free: {}",
             self.runs,
             self.required() as f64 / GIB,
             self.device,
             self.weights() as f64 / GIB,
+            self.caches() as f64 / GIB,
             self.states() as f64 / GIB,
             self.context,
             m as f64 / GIB,
             if fit == 0 {
-                "not even one run fits (the weights alone are too large); use a smaller quantisation or another device".to_string()
+                "not even one run fits (the weights and prefix caches alone are too large); use a smaller quantisation, a smaller `[llm] prefix_cache_mib` or another device".to_string()
             } else {
                 format!("at most {fit} concurrent run(s) fit; run fewer at once (`joule sweep --jobs {fit}`) or lower `[llm] plan_context`")
             }
@@ -274,9 +283,16 @@ impl MemoryPlan {
                 m.sequences
             ));
         }
+        if self.caches() > 0 {
+            s.push_str(&format!(
+                "  prefix caches (budget, `[llm] prefix_cache_mib`): {}\n",
+                human(self.caches())
+            ));
+        }
         s.push_str(&format!(
-            "  total: weights {} + states {} + margin = {}",
+            "  total: weights {} + prefix caches {} + states {} + margin = {}",
             human(self.weights()),
+            human(self.caches()),
             human(self.states()),
             human(self.required())
         ));
@@ -384,6 +400,7 @@ mod tests {
                 },
                 state: fp(1024, 0),
                 sequences: 5 * runs,
+                prefix_cache: 0,
             }],
             memory: free.map(|f| DeviceMemory {
                 free: f,
@@ -438,6 +455,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not even one run fits"), "{err}");
+    }
+
+    #[test]
+    fn a_prefix_cache_budget_is_fixed_memory_shared_by_every_run() {
+        let mut p = plan(Some(4096 * MIB), 10, "cuda");
+        let before = (p.required(), p.runs_that_fit().unwrap());
+        p.models[0].prefix_cache = 1024 * MIB;
+        assert_eq!(p.caches(), 1024 * MIB);
+        // Counted once with its margin, not per run.
+        assert_eq!(p.required(), before.0 + 1024 * MIB + 1024 * MIB / 10);
+        // (4096 − (1024 + 1024)·1.1 − 512) / 11 MiB runs instead of (4096 − 1126 − 512) / 11.
+        let fixed = (2048 * MIB + 2048 * MIB / 10 + 512 * MIB) / MIB;
+        assert_eq!(
+            p.runs_that_fit().unwrap(),
+            ((4096 - fixed) as f64 / 11.0).floor() as usize
+        );
+        assert!(p.runs_that_fit().unwrap() < before.1);
+        assert!(p.render().contains("prefix caches"), "{}", p.render());
     }
 
     #[test]

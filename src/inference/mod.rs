@@ -25,6 +25,7 @@ pub mod manifest;
 pub mod memory_plan;
 pub mod model;
 pub mod models;
+pub mod prefix_cache;
 pub mod quant_matmul;
 pub mod sampler;
 pub mod sources;

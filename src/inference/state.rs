@@ -463,6 +463,140 @@ impl SeqState {
             .sum()
     }
 
+    /// The position [`Self::rewind`] would reach for `target`, without
+    /// changing anything.
+    pub fn reachable(&self, target: usize) -> usize {
+        let target = target.min(self.len());
+        if target == self.len() || !self.is_recurrent() {
+            return target;
+        }
+        self.snapshots
+            .iter()
+            .map(|s| s.pos)
+            .filter(|&p| p <= target)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// A copy of the keys and values of positions `start..start + len` of
+    /// every layer (`None` for layers without keys and values), for a prefix
+    /// cache. `None` when the state does not hold those positions.
+    #[allow(clippy::type_complexity)]
+    pub fn kv_range(
+        &self,
+        start: usize,
+        len: usize,
+    ) -> candle_core::Result<Option<Vec<Option<(Tensor, Tensor)>>>> {
+        if start + len > self.len() {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            out.push(match slot {
+                Slot::Kv(Some((k, v))) => Some((
+                    k.narrow(1, start, len)?.force_contiguous()?,
+                    v.narrow(1, start, len)?.force_contiguous()?,
+                )),
+                Slot::Kv(None) => return Ok(None),
+                _ => None,
+            });
+        }
+        Ok(Some(out))
+    }
+
+    /// The recurrent states of every layer at position `pos` (the live state
+    /// when the state is there, else a snapshot taken there); `None` when the
+    /// state cannot give them. Shared tensors, no copy.
+    pub fn recurrent_at(&self, pos: usize) -> Option<Vec<Option<Vec<Tensor>>>> {
+        if pos == 0 || !self.is_recurrent() {
+            return None;
+        }
+        if pos == self.len() {
+            return Some(
+                self.slots
+                    .iter()
+                    .map(|s| match s {
+                        Slot::Recurrent { live, .. } => live.clone(),
+                        _ => None,
+                    })
+                    .collect(),
+            );
+        }
+        self.snapshots
+            .iter()
+            .find(|s| s.pos == pos)
+            .map(|s| s.states.clone())
+    }
+
+    /// Replace everything with a prefix computed elsewhere: `tokens`, the
+    /// keys and values of every attention layer as consecutive blocks
+    /// (`[n_kv_head, block, head_dim]` each, covering `tokens`), and the
+    /// recurrent states at the end of `tokens` (required when the state has
+    /// recurrent layers; kept as a snapshot too). Buffers get room for
+    /// `capacity` positions.
+    pub fn restore_prefix(
+        &mut self,
+        tokens: &[u32],
+        kv_blocks: &[&[Option<(Tensor, Tensor)>]],
+        recurrent: Option<&[Option<Vec<Tensor>>]>,
+        capacity: usize,
+    ) -> candle_core::Result<()> {
+        let n = tokens.len();
+        if self.is_recurrent() && recurrent.is_none() {
+            return Err(state_err(
+                "a recurrent prefix needs its recurrent states".into(),
+            ));
+        }
+        let mut slots = Vec::with_capacity(self.slots.len());
+        for (li, slot) in self.slots.iter().enumerate() {
+            slots.push(match slot {
+                Slot::Kv(_) => {
+                    let mut parts_k = Vec::with_capacity(kv_blocks.len());
+                    let mut parts_v = Vec::with_capacity(kv_blocks.len());
+                    for b in kv_blocks {
+                        match b.get(li) {
+                            Some(Some((k, v))) => {
+                                parts_k.push(k);
+                                parts_v.push(v);
+                            }
+                            _ => return Err(state_err(format!("prefix block lacks layer {li}"))),
+                        }
+                    }
+                    let (Some(k0), Some(v0)) = (parts_k.first(), parts_v.first()) else {
+                        return Err(state_err("an empty prefix has no blocks".into()));
+                    };
+                    let (n_kv, _, hd) = k0.dims3()?;
+                    let vd = v0.dim(2)?;
+                    let cap = Self::kv_capacity(capacity.max(n));
+                    let kb = Tensor::zeros((n_kv, cap, hd), k0.dtype(), k0.device())?;
+                    let vb = Tensor::zeros((n_kv, cap, vd), v0.dtype(), v0.device())?;
+                    let mut at = 0;
+                    for (k, v) in parts_k.iter().zip(&parts_v) {
+                        kb.slice_set(k, 1, at)?;
+                        vb.slice_set(v, 1, at)?;
+                        at += k.dim(1)?;
+                    }
+                    if at != n {
+                        return Err(state_err(format!(
+                            "prefix blocks hold {at} positions for {n} tokens"
+                        )));
+                    }
+                    Slot::Kv(Some((kb, vb)))
+                }
+                Slot::Recurrent { .. } => Slot::Recurrent {
+                    live: recurrent.and_then(|r| r.get(li).cloned().flatten()),
+                    staged: None,
+                },
+                Slot::None => Slot::None,
+            });
+        }
+        self.slots = slots;
+        self.tokens = tokens.to_vec();
+        self.snapshots.clear();
+        self.snapshot();
+        Ok(())
+    }
+
     /// Bytes held by the state's tensors (keys/values at capacity, live
     /// recurrent states, and snapshot tensors not shared with the live state).
     pub fn bytes(&self) -> usize {

@@ -43,8 +43,9 @@ pub struct StepWork {
 pub trait StepObserver {
     /// Just before a forward pass.
     fn before_step(&mut self);
-    /// Just after it, with what each sequence fed.
-    fn after_step(&mut self, work: &[StepWork]);
+    /// Just after it, with what each sequence fed and the pass's wall time
+    /// in milliseconds.
+    fn after_step(&mut self, work: &[StepWork], ms: f64);
 }
 
 /// Observes nothing (generation without a meter).
@@ -52,7 +53,7 @@ pub struct NoObserver;
 
 impl StepObserver for NoObserver {
     fn before_step(&mut self) {}
-    fn after_step(&mut self, _: &[StepWork]) {}
+    fn after_step(&mut self, _: &[StepWork], _: f64) {}
 }
 
 /// The measured energy of one call, recorded beside its formula charge.
@@ -238,7 +239,7 @@ impl StepObserver for BatchMeter<'_> {
         }
     }
 
-    fn after_step(&mut self, work: &[StepWork]) {
+    fn after_step(&mut self, work: &[StepWork], _ms: f64) {
         let t = &mut self.m.totals;
         t.steps += 1;
         for w in work {
@@ -364,13 +365,13 @@ mod tests {
         let mut b = m.begin_batch(3);
         // Step 1: seq 0 prefills 30 tokens, seq 1 prefills 50, seq 2 prefills 20.
         b.before_step();
-        b.after_step(&[w(0, 30, true), w(1, 50, true), w(2, 20, true)]);
+        b.after_step(&[w(0, 30, true), w(1, 50, true), w(2, 20, true)], 0.0);
         // Step 2: seq 0 decodes, seq 1 feeds a second prompt piece of 4, seq 2 decodes.
         b.before_step();
-        b.after_step(&[w(0, 1, false), w(1, 4, true), w(2, 1, false)]);
+        b.after_step(&[w(0, 1, false), w(1, 4, true), w(2, 1, false)], 0.0);
         // Step 3: seq 1 alone decodes.
         b.before_step();
-        b.after_step(&[w(1, 1, false)]);
+        b.after_step(&[w(1, 1, false)], 0.0);
         let e = b.finish();
         let e: Vec<MeasuredEnergy> = e.into_iter().map(|x| x.unwrap()).collect();
         assert!(close(e[0].prefill_j, 30.0) && close(e[0].decode_j, 5.0));
@@ -410,9 +411,9 @@ mod tests {
         ]);
         let mut b = m.begin_batch(2);
         b.before_step();
-        b.after_step(&[w(0, 1, true), w(1, 3, true)]);
+        b.after_step(&[w(0, 1, true), w(1, 3, true)], 0.0);
         b.before_step();
-        b.after_step(&[w(0, 1, false), w(1, 1, false)]);
+        b.after_step(&[w(0, 1, false), w(1, 1, false)], 0.0);
         let e = b.finish();
         assert_eq!(e, vec![None, None]);
         assert_eq!(m.totals.failed_reads, 1);
@@ -424,7 +425,7 @@ mod tests {
         assert!(close(m.totals.unaccounted_j, 14.0));
         let mut b = m.begin_batch(1);
         b.before_step();
-        b.after_step(&[w(0, 7, true)]);
+        b.after_step(&[w(0, 7, true)], 0.0);
         let e = b.finish();
         let e = e[0].as_ref().unwrap();
         assert!(close(e.prefill_j, 10.0) && close(e.decode_j, 0.0));
@@ -439,7 +440,7 @@ mod tests {
         let mut m = metering(vec![Err("no"), Err("no"), Err("no"), Err("no"), Err("no")]);
         let mut b = m.begin_batch(1);
         b.before_step();
-        b.after_step(&[w(0, 3, true)]);
+        b.after_step(&[w(0, 3, true)], 0.0);
         assert_eq!(b.finish(), vec![None]);
         assert_eq!(m.totals.total_j(), 0.0);
         assert_eq!(m.totals.failed_reads, 5);
@@ -460,7 +461,7 @@ mod tests {
         let mut b = m.begin_batch(2);
         b.before_step();
         std::fs::write(d.join("energy_uj"), "100000\n").unwrap();
-        b.after_step(&[w(0, 1, false), w(1, 2, false)]);
+        b.after_step(&[w(0, 1, false), w(1, 2, false)], 0.0);
         let e = b.finish();
         let e0 = e[0].as_ref().unwrap();
         let e1 = e[1].as_ref().unwrap();

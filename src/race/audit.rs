@@ -561,6 +561,7 @@ pub async fn run_audit_plan(
                 let slot = reqs.len() % slots;
                 reqs.push(ModelRequest {
                     model: model.clone(),
+                    session: 0,
                     agent_id: format!("audit::slot{slot}"),
                     tag: format!("race.probe.{}.{cond}.{rep}", p.id),
                     messages: vec![ChatMessage::user(prompt.clone())],

@@ -221,6 +221,7 @@ pub async fn replay_cells(
                     let others = vec![st.history.last().map(|h| h[1 - st.player_index])];
                     let req = ModelRequest {
                         model: model.clone(),
+                        session: 0,
                         agent_id: format!("replay::{}::{skin}::{}", st.state_id, mapping.as_str()),
                         tag: format!("race.replay.a{attempt}"),
                         messages: vec![ChatMessage::user(prompt.clone())],

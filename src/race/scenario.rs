@@ -240,6 +240,7 @@ pub async fn play_race(
             params.seed = sampling_seed(spec.game_seed, round, seat, 0) as u64;
             requests.push(ModelRequest {
                 model: spec.models[seat].clone(),
+                session: 0,
                 agent_id: format!("{}::{}", spec.game_id, names[seat]),
                 tag: format!("race.decide.r{round}"),
                 messages: vec![ChatMessage::user(prompt.clone())],

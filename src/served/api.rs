@@ -384,6 +384,7 @@ mod tests {
     fn request() -> ModelRequest {
         ModelRequest {
             model: "qwen3-8b".into(),
+            session: 0,
             agent_id: "agent_1".into(),
             tag: "decide".into(),
             messages: vec![ChatMessage::system("sys"), ChatMessage::user("hi")],

@@ -275,6 +275,7 @@ mod tests {
     fn req(model: &str) -> ModelRequest {
         ModelRequest {
             model: model.into(),
+            session: 0,
             agent_id: model.into(),
             tag: "t".into(),
             messages: vec![ChatMessage::user("hi")],

@@ -1,0 +1,349 @@
+//! `joule bench society`: the real workload's speed. N default Energy
+//! Societies (the embedded `joule run` config, seeds s … s+N−1, every agent
+//! on one GGUF) run concurrently on one driver for R rounds, with records in
+//! memory; reports wall time, generated tokens/s, prompt tokens/s split into
+//! computed and reused (the agent's own state, the prefix cache), and the
+//! backend's time split into prefill, decode and engine (templates,
+//! tokenising, constraint masks, sampling, cache copies); the rest of the
+//! wall time is the scenarios' own work. `--via URL` sends the same
+//! workload to an OpenAI-compatible server (llama-server `-np N`) instead,
+//! whose reports give the token counts (not the reuse or the time split).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+use crate::agency::Driver;
+use crate::backend::{Backend, ModelRequest, ModelResult};
+use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::runner::{job_source, society};
+use crate::inference::llm_backend::{EngineStats, LlmBackend};
+use crate::served::openai::OpenAiBackend;
+
+#[derive(Args, Debug)]
+pub struct SocietyBenchArgs {
+    /// The GGUF model every agent runs (with `--via`: only named in the report).
+    #[arg(long)]
+    pub gguf: Option<PathBuf>,
+    /// Concurrent societies; a list runs one measurement per entry (`1,4,16`).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub sims: Vec<usize>,
+    /// Rounds per society.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: u32,
+    /// Seed of the first society (the others count up from it).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Drive the workload through an OpenAI-compatible server at this API root
+    /// (e.g. `http://127.0.0.1:8080/v1`) instead of the local engine.
+    #[arg(long)]
+    pub via: Option<String>,
+    /// With `--via`: the served model name sent in every request.
+    #[arg(long, default_value = "smollm2")]
+    pub served_model: String,
+    /// With `--via`: requests in flight at once (default: 5 per society).
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Local: MiB of the prefix cache (0 turns it off).
+    #[arg(long)]
+    pub prefix_cache_mib: Option<usize>,
+    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Print the results as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One measurement (N societies).
+#[derive(Debug, Clone, Serialize)]
+pub struct SocietyBench {
+    pub backend: String,
+    pub model: String,
+    pub sims: usize,
+    pub rounds: u32,
+    pub seed: u64,
+    pub threads: usize,
+    pub wall_s: f64,
+    pub calls: u64,
+    pub failed_calls: u64,
+    pub generated_tokens: u64,
+    pub generated_tps: f64,
+    pub prompt_tokens: u64,
+    pub prompt_tps: f64,
+    /// Local engine only (`None` through a server).
+    pub computed_prompt_tokens: Option<u64>,
+    pub reused_own_tokens: Option<u64>,
+    pub reused_prefix_tokens: Option<u64>,
+    pub prefill_s: Option<f64>,
+    pub decode_s: Option<f64>,
+    pub engine_s: Option<f64>,
+    /// Wall time outside the backend (the scenarios and the driver).
+    pub scenario_s: f64,
+    pub batches: usize,
+    pub largest_batch: usize,
+}
+
+/// Counts what goes through a backend.
+struct Meter<'a> {
+    inner: &'a mut dyn Backend,
+    calls: u64,
+    failed: u64,
+    prompt: u64,
+    generated: u64,
+    secs: f64,
+    batches: usize,
+    largest: usize,
+}
+
+impl Backend for Meter<'_> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn batch_key(&self, model: &str) -> String {
+        self.inner.batch_key(model)
+    }
+    fn unavailable(&self) -> Option<String> {
+        self.inner.unavailable()
+    }
+    fn end_session(&mut self, session: u64) {
+        self.inner.end_session(session)
+    }
+    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+        let t0 = Instant::now();
+        let out = self.inner.generate(batch);
+        self.secs += t0.elapsed().as_secs_f64();
+        self.batches += 1;
+        self.largest = self.largest.max(batch.len());
+        for r in &out {
+            self.calls += 1;
+            match r {
+                Ok(r) => {
+                    self.prompt += r.usage.prompt_tokens as u64;
+                    self.generated += r.usage.generated_tokens as u64;
+                }
+                Err(_) => self.failed += 1,
+            }
+        }
+        out
+    }
+}
+
+/// The embedded default society with `seed`, `rounds`, every agent on `gguf`.
+fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
+    let mut cfg = SocietyConfig::from_toml_str(
+        crate::cli::run::DEFAULT_CONFIG,
+        crate::cli::run::DEFAULT_CONFIG_NAME,
+    )?;
+    cfg.seed = seed;
+    cfg.max_rounds = args.rounds;
+    cfg.validate("joule bench society")?;
+    match &args.via {
+        Some(url) => {
+            cfg.llm.backend = crate::served::config::BackendKind::Openai;
+            cfg.llm.base_url = Some(url.clone());
+            cfg.llm.model = Some(args.served_model.clone());
+            cfg.llm.stand_in = None;
+        }
+        None => {
+            let gguf = args
+                .gguf
+                .as_ref()
+                .context("joule bench society: --gguf FILE is needed without --via")?;
+            if !gguf.is_file() {
+                anyhow::bail!("--gguf {}: no such file", gguf.display());
+            }
+            cfg.llm.stand_in = Some(gguf.display().to_string());
+        }
+    }
+    if let Some(m) = args.prefix_cache_mib {
+        cfg.llm.prefix_cache_mib = m;
+    }
+    Ok(cfg)
+}
+
+fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench> {
+    let seed0 = args.seed.unwrap_or(12345);
+    let cfgs: Vec<SocietyConfig> = (0..sims)
+        .map(|i| config(args, seed0 + i as u64))
+        .collect::<anyhow::Result<_>>()?;
+    let mut local: Option<LlmBackend> = None;
+    let mut served: Option<OpenAiBackend> = None;
+    match &args.via {
+        None => local = Some(cfgs[0].llm.backend()?),
+        Some(_) => {
+            let mut llm = cfgs[0].llm.clone();
+            llm.max_concurrency = args.max_concurrency.unwrap_or(5 * sims).max(1);
+            crate::served::config::validate(&llm).map_err(|(k, m)| anyhow::anyhow!("{k}: {m}"))?;
+            let mut names = crate::served::config::ServedNames::default();
+            for c in &cfgs {
+                names.add(
+                    &llm,
+                    c.roster.iter().enumerate().map(|(i, a)| {
+                        (
+                            format!("bench: roster[{i}]"),
+                            a.model.as_str(),
+                            a.model_name.as_str(),
+                        )
+                    }),
+                )?;
+            }
+            served = Some(OpenAiBackend::connect(&llm, names)?);
+        }
+    }
+    let before = local.as_ref().map(|b| b.stats());
+    let mut driver = Driver::new();
+    for cfg in cfgs {
+        let s = society(cfg, None, &job_source)?;
+        driver.spawn(move |agency| s.run(agency));
+    }
+    let inner: &mut dyn Backend = match (local.as_mut(), served.as_mut()) {
+        (Some(b), _) => b,
+        (None, Some(b)) => b,
+        (None, None) => anyhow::bail!("no backend"),
+    };
+    let mut meter = Meter {
+        inner,
+        calls: 0,
+        failed: 0,
+        prompt: 0,
+        generated: 0,
+        secs: 0.0,
+        batches: 0,
+        largest: 0,
+    };
+    let t0 = Instant::now();
+    let results = driver.run(&mut meter, |_| {});
+    let wall = t0.elapsed().as_secs_f64();
+    for (i, r) in results.iter().enumerate() {
+        if let Err(e) = r {
+            anyhow::bail!("society {i} failed: {e:#}");
+        }
+    }
+    let Meter {
+        calls,
+        failed,
+        prompt,
+        generated,
+        secs,
+        batches,
+        largest,
+        ..
+    } = meter;
+    let delta = match (before, local.as_ref()) {
+        (Some(b), Some(l)) => Some(diff(&l.stats(), &b)),
+        _ => None,
+    };
+    Ok(SocietyBench {
+        backend: match &args.via {
+            Some(u) => format!("server {u}"),
+            None => "joule".into(),
+        },
+        model: args
+            .gguf
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| args.served_model.clone()),
+        sims,
+        rounds: args.rounds,
+        seed: seed0,
+        threads: candle_core::utils::get_num_threads(),
+        wall_s: wall,
+        calls,
+        failed_calls: failed,
+        generated_tokens: generated,
+        generated_tps: generated as f64 / wall,
+        prompt_tokens: prompt,
+        prompt_tps: prompt as f64 / wall,
+        computed_prompt_tokens: delta.map(|d| d.computed_prompt_tokens()),
+        reused_own_tokens: delta.map(|d| d.reused_own_tokens),
+        reused_prefix_tokens: delta.map(|d| d.reused_prefix_tokens),
+        prefill_s: delta.map(|d| d.prefill_ms / 1e3),
+        decode_s: delta.map(|d| d.decode_ms / 1e3),
+        engine_s: delta.map(|d| d.engine_ms / 1e3),
+        scenario_s: (wall - secs).max(0.0),
+        batches,
+        largest_batch: largest,
+    })
+}
+
+fn diff(a: &EngineStats, b: &EngineStats) -> EngineStats {
+    EngineStats {
+        calls: a.calls - b.calls,
+        prompt_tokens: a.prompt_tokens - b.prompt_tokens,
+        reused_own_tokens: a.reused_own_tokens - b.reused_own_tokens,
+        reused_prefix_tokens: a.reused_prefix_tokens - b.reused_prefix_tokens,
+        generated_tokens: a.generated_tokens - b.generated_tokens,
+        prefill_ms: a.prefill_ms - b.prefill_ms,
+        decode_ms: a.decode_ms - b.decode_ms,
+        engine_ms: a.engine_ms - b.engine_ms,
+        prefix: a.prefix,
+    }
+}
+
+pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(t) = args.threads {
+        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+    }
+    if args.sims.is_empty() || args.sims.contains(&0) {
+        anyhow::bail!("--sims: give one or more counts of at least 1 (e.g. 1,4,16)");
+    }
+    if args.rounds == 0 {
+        anyhow::bail!("--rounds: at least 1");
+    }
+    let mut out = Vec::new();
+    for &n in &args.sims {
+        let r = measure(&args, n)?;
+        if !args.json {
+            print_row(&r, out.is_empty());
+        }
+        out.push(r);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v:.1}")).unwrap_or_else(|| "—".into())
+}
+
+fn opt_n(x: Option<u64>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_else(|| "—".into())
+}
+
+fn print_row(r: &SocietyBench, header: bool) {
+    if header {
+        println!("| backend | sims | rounds | calls | wall s | gen tok | gen t/s | prompt tok | prompt t/s | computed | reused own | reused prefix | prefill s | decode s | engine s | scenarios s |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    }
+    println!(
+        "| {} | {} | {} | {}{} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} |",
+        r.backend,
+        r.sims,
+        r.rounds,
+        r.calls,
+        if r.failed_calls > 0 {
+            format!(" ({} failed)", r.failed_calls)
+        } else {
+            String::new()
+        },
+        r.wall_s,
+        r.generated_tokens,
+        r.generated_tps,
+        r.prompt_tokens,
+        r.prompt_tps,
+        opt_n(r.computed_prompt_tokens),
+        opt_n(r.reused_own_tokens),
+        opt_n(r.reused_prefix_tokens),
+        opt(r.prefill_s),
+        opt(r.decode_s),
+        opt(r.engine_s),
+        r.scenario_s
+    );
+}
