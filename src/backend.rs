@@ -258,6 +258,29 @@ pub trait Backend {
     }
 }
 
+/// Plan the memory `demand` needs on `backend`'s device before anything
+/// runs: on a GPU a plan that does not fit is an error naming how many runs
+/// fit; on the CPU it is a warning. A model that cannot be loaded or
+/// measured is not a memory question: its calls report the load error as
+/// they always have, so the plan is skipped with a note.
+pub fn check_memory(backend: &mut dyn Backend, demand: &MemoryDemand) -> anyhow::Result<()> {
+    let plan = match backend.plan_memory(demand) {
+        Ok(Some(plan)) => plan,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            eprintln!("note: no memory plan ({e:#})");
+            return Ok(());
+        }
+    };
+    if plan.device != "cpu" {
+        eprint!("{}", plan.render());
+    }
+    if let Some(warning) = plan.check()? {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
+}
+
 /// The sequences a set of concurrent runs keeps alive: per model name, the
 /// model-backed agents of every run together.
 #[derive(Debug, Clone, Default, PartialEq)]

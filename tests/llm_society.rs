@@ -11,8 +11,8 @@
 use joule::energy::CostModel;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, run_society};
-use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-use joule::inference::sources::Sources;
+
+mod default_model;
 
 const CONFIG: &str = r#"
 name = "e2e-smollm2"
@@ -59,16 +59,10 @@ init_energy = 1500.0
 
 #[test]
 fn smollm2_society_round_charges_exactly_the_counted_tokens() {
-    let catalog = Catalog::embedded().expect("embedded manifests");
-    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    let Some(found) = Sources::from_env().find_cached(manifest) else {
-        if std::env::var_os("CI").is_some() {
-            panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first");
-        }
-        eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
+    let Some(model) = default_model::cached() else {
         return;
     };
-    let text = CONFIG.replace("__MODEL__", &found.path.display().to_string());
+    let text = CONFIG.replace("__MODEL__", &model.display().to_string());
     let cfg = SocietyConfig::from_toml_str(&text, "e2e.toml").expect("config");
     let mut backend = backend_for(&cfg).expect("backend");
     let dir = tempfile::tempdir().unwrap();

@@ -112,3 +112,96 @@ fn inspect_memory_prints_the_plan() {
         .unwrap();
     assert!(!out.status.success());
 }
+
+/// A backend whose device never has room: its plan says a GPU with 1 GiB free
+/// and 4 GiB of weights. It records the demand it was asked about and every
+/// batch it was asked to generate.
+struct FullGpu {
+    demands: Vec<joule::backend::MemoryDemand>,
+    batches: usize,
+}
+
+impl joule::backend::Backend for FullGpu {
+    fn name(&self) -> String {
+        "full-gpu".into()
+    }
+
+    fn generate(
+        &mut self,
+        batch: &[joule::backend::ModelRequest],
+    ) -> Vec<joule::backend::ModelResult> {
+        self.batches += 1;
+        batch
+            .iter()
+            .map(|r| {
+                Err(joule::backend::BackendError {
+                    model: r.model.clone(),
+                    message: "nothing may run on a full GPU".into(),
+                    partial_usage: None,
+                })
+            })
+            .collect()
+    }
+
+    fn plan_memory(
+        &mut self,
+        demand: &joule::backend::MemoryDemand,
+    ) -> anyhow::Result<Option<joule::inference::memory_plan::MemoryPlan>> {
+        use joule::inference::memory_plan::*;
+        self.demands.push(demand.clone());
+        const GIB: u64 = 1 << 30;
+        Ok(Some(MemoryPlan {
+            device: "cuda".into(),
+            runs: demand.runs,
+            context: 4096,
+            models: vec![ModelNeed {
+                model: "big".into(),
+                weights: WeightEstimate {
+                    file_bytes: 4 * GIB,
+                    resident_bytes: 4 * GIB,
+                },
+                state: StateFootprint {
+                    kv_per_token: 1024,
+                    recurrent: 0,
+                    snapshots: Default::default(),
+                },
+                sequences: demand.sequences.values().sum(),
+                prefix_cache: 0,
+            }],
+            memory: Some(DeviceMemory {
+                free: GIB,
+                total: GIB,
+                source: "test".into(),
+            }),
+        }))
+    }
+}
+
+#[test]
+fn a_race_that_does_not_fit_the_gpu_stops_before_any_call() {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/ai-race/baseline-scripted.toml");
+    let mut cfg = joule::race::config::ExperimentConfig::load(&path).unwrap();
+    // Two seats on a (planned) model, one scripted: the plan counts one
+    // sequence per race and every race at once.
+    for l in &mut cfg.lineups {
+        l.seats[0] = "qwen2.5-7b-instruct".into();
+    }
+    let races = cfg.games().unwrap().len();
+    let dir = tempfile::tempdir().unwrap();
+    let mut backend = FullGpu {
+        demands: Vec::new(),
+        batches: 0,
+    };
+    let err = joule::race::run::run_experiment(&cfg, dir.path(), false, &mut backend)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not even one run fits"), "{err}");
+    assert_eq!(backend.batches, 0, "a race was played");
+    assert_eq!(backend.demands.len(), 1);
+    assert_eq!(backend.demands[0].runs, races);
+    assert_eq!(
+        backend.demands[0].sequences.get("qwen2.5-7b-instruct"),
+        Some(&races)
+    );
+}

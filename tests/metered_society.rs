@@ -16,8 +16,6 @@ use std::process::Command;
 use joule::energy::CostModel;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, run_society};
-use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-use joule::inference::sources::Sources;
 use joule::meter::attribution::MeterStatus;
 
 const CONFIG: &str = r#"
@@ -69,19 +67,10 @@ size = 4
 init_energy = 1500.0
 "#;
 
+mod default_model;
+
 fn model() -> Option<String> {
-    let catalog = Catalog::embedded().expect("embedded manifests");
-    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    match Sources::from_env().find_cached(manifest) {
-        Some(f) => Some(f.path.display().to_string()),
-        None => {
-            if std::env::var_os("CI").is_some() {
-                panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first");
-            }
-            eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
-            None
-        }
-    }
+    default_model::cached().map(|p| p.display().to_string())
 }
 
 fn config(model: &str, meter: &str, cost: &str) -> String {

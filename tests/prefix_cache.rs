@@ -169,20 +169,10 @@ fn exact_on_the_roster_architectures() {
 
 /// The default model when it is cached (CI fetches it first).
 fn smollm2() -> Option<PathBuf> {
-    use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-    let catalog = Catalog::embedded().expect("embedded manifests");
-    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    match joule::inference::sources::Sources::from_env().find_cached(manifest) {
-        Some(f) => Some(f.path),
-        None if std::env::var_os("CI").is_some() => {
-            panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first")
-        }
-        None => {
-            eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
-            None
-        }
-    }
+    default_model::cached()
 }
+
+mod default_model;
 
 #[test]
 fn exact_on_smollm2() {

@@ -13,25 +13,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use joule::backend::{Backend, ModelRequest, ModelResult};
-use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-use joule::inference::sources::Sources;
+use joule::inference::manifest::DEFAULT_MODEL;
 use joule::race::audit::{run_audit_plan, score_response, summarize, summary_table, AuditPlan};
 use joule::race::config::ExperimentConfig;
 use joule::race::run::{backend_for, backend_for_models, run_experiment};
 use joule::race::scenario::{RaceRecord, TurnRecord};
 use joule::record::read_jsonl;
 
+mod default_model;
+
 fn model_cached() -> bool {
-    let catalog = Catalog::embedded().expect("embedded manifests");
-    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    if Sources::from_env().find_cached(manifest).is_some() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first");
-    }
-    eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
-    false
+    default_model::cached().is_some()
 }
 
 /// Forwards to a backend and records every batch's model and size.

@@ -29,8 +29,7 @@ use joule::cli::sweep::{cells, out_dir, run_cells};
 use joule::energy::CostModel;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, job_source, run_society};
-use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-use joule::inference::sources::Sources;
+mod default_model;
 use serde_json::Value;
 
 /// One llama-server at a time: they share two cores.
@@ -54,16 +53,7 @@ fn requirements() -> Option<(PathBuf, PathBuf)> {
             return None;
         }
     };
-    let catalog = Catalog::embedded().expect("embedded manifests");
-    let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    match Sources::from_env().find_cached(manifest) {
-        Some(found) => Some((bin, found.path)),
-        None if ci => panic!("the default model is not cached: run scripts/fetch-default-model.sh"),
-        None => {
-            eprintln!("skipped: run scripts/fetch-default-model.sh to fetch {DEFAULT_MODEL}");
-            None
-        }
-    }
+    default_model::cached().map(|model| (bin, model))
 }
 
 fn free_port() -> u16 {

@@ -122,23 +122,7 @@ pub fn check_memory(backend: &mut dyn Backend, cfgs: &[&SocietyConfig]) -> anyho
     for c in cfgs {
         demand.add_run(c.roster.iter().map(|a| a.model.as_str()));
     }
-    // A model that cannot be loaded or measured is not a memory question:
-    // its calls report the load error as they always have.
-    let plan = match backend.plan_memory(&demand) {
-        Ok(Some(plan)) => plan,
-        Ok(None) => return Ok(()),
-        Err(e) => {
-            eprintln!("note: no memory plan ({e:#})");
-            return Ok(());
-        }
-    };
-    if plan.device != "cpu" {
-        eprint!("{}", plan.render());
-    }
-    if let Some(warning) = plan.check()? {
-        eprintln!("warning: {warning}");
-    }
-    Ok(())
+    crate::backend::check_memory(backend, &demand)
 }
 
 /// Run one society to the end on `backend`.

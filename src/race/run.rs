@@ -148,6 +148,12 @@ pub fn run_experiment(
         .filter(|g| !done.contains(&g.game_id))
         .collect();
     let played = pending.len();
+    // Every pending race runs at once on one driver: plan for all of them.
+    let mut demand = crate::backend::MemoryDemand::default();
+    for g in &pending {
+        demand.add_run(g.models.iter().map(String::as_str));
+    }
+    crate::backend::check_memory(backend, &demand)?;
     let sink = Rc::new(RefCell::new(RaceSink {
         turns: EventLog::append(dir.join("turns.jsonl"))?,
         races: EventLog::append(dir.join("races.jsonl"))?,
