@@ -5,7 +5,8 @@
 //! the golden fixtures (llama, qwen2, qwen3, gemma3), the roster fixtures
 //! (qwen3, qwen35, nemotron_h, gemma4) and SmolLM2 when it is cached; and,
 //! on SmolLM2, that societies sharing one backend get their own per-run
-//! states, the records of a run alone, and reuse each other's prefixes.
+//! states, the records of a run alone (in waves and with continuous
+//! batching), and reuse each other's prefixes.
 
 mod roster_common;
 
@@ -307,7 +308,7 @@ fn societies_on_one_backend_keep_their_own_states_and_records() {
     );
 }
 
-/// Continuous batching with a small prefill budget, three societies sharing
+/// Continuous batching with a small prefill budget, two societies sharing
 /// the running batch (calls joining while others decode): each run's
 /// records equal those of the run alone decoded in waves, with the prefix
 /// cache and without it (per-(run, agent) states, unaligned prompts).
@@ -338,7 +339,7 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
         cfg.llm.prefill_step_tokens = 64;
         let mut b = cfg.llm.backend().expect("backend");
         let mut cells = Vec::new();
-        for (k, seed) in [8u64, 7, 9].into_iter().enumerate() {
+        for (k, seed) in [8u64, 7].into_iter().enumerate() {
             let mut c = cfg.clone();
             c.seed = seed;
             cells.push((c, tmp.path().join(format!("together-{prefix_mib}-{k}"))));

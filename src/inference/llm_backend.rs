@@ -11,8 +11,11 @@
 //! ([`Backend::end_session`]). Beside them, each model has a
 //! [`PrefixCache`] of computed prompt blocks shared by every call, agent and
 //! run: a prompt resumes from whichever is longer, its agent's own state or
-//! the cache. A batch is decoded together with [`generate_batch_observed`];
-//! [`LlmBackend::stats`] counts tokens computed and reused and the time of
+//! the cache. A batch ([`Backend::generate`]) is decoded together to its
+//! end in a [`DecodeBatch`]; with continuous batching ([`Backend::stepwise`],
+//! `[llm] batching = "continuous"`, the default) each model keeps one running
+//! `DecodeBatch` that calls join as they are submitted and leave as they
+//! finish. [`LlmBackend::stats`] counts tokens computed and reused and the time of
 //! prefill, decode and everything else. With an energy meter (`[llm] meter`),
 //! every forward step is metered and each response carries its measured
 //! joules (`crate::meter::attribution`).
