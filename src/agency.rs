@@ -193,9 +193,84 @@ impl<'a, T> Driver<'a, T> {
     }
 
     /// Run every scenario to completion. Returns each scenario's result in
-    /// spawn order. `on_batch` is called after each backend batch with the
-    /// number of requests answered (for progress bars).
+    /// spawn order. `on_batch` is called after each backend batch (or step,
+    /// with a stepwise backend) with the number of requests answered (for
+    /// progress bars).
+    ///
+    /// A backend with continuous batching ([`Backend::stepwise`]) gets each
+    /// request as soon as its scenario asks for it: after every backend
+    /// step, the answers that finished go to their scenarios, which are
+    /// polled again, and their next requests join the running batch. Other
+    /// backends get one batch per batch key of everything queued, and the
+    /// next batch only once all are answered.
     pub fn run(
+        self,
+        backend: &mut dyn Backend,
+        on_batch: impl FnMut(usize),
+    ) -> Vec<anyhow::Result<T>> {
+        if backend.stepwise().is_some() {
+            self.run_stepwise(backend, on_batch)
+        } else {
+            self.run_waves(backend, on_batch)
+        }
+    }
+
+    /// Poll every live scenario until none can make progress without answers.
+    fn poll_scenarios(&mut self, backend: &mut dyn Backend, cx: &mut Context<'_>) {
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            for (i, (agency, slot)) in self.scenarios.iter_mut().enumerate() {
+                let Some(fut) = slot.as_mut() else { continue };
+                let before = agency.inbox.borrow().answered.len();
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(result) => {
+                        self.results[i] = Some(result);
+                        *slot = None;
+                        backend.end_session(self.sessions[i]);
+                        progressed = true;
+                    }
+                    Poll::Pending => {
+                        // Answers were consumed: poll again in case more
+                        // work is ready without a backend round trip.
+                        if agency.inbox.borrow().answered.len() < before {
+                            progressed = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fail every unfinished scenario with `why` (their runs stay incomplete).
+    fn fail_unfinished(&mut self, backend: &mut dyn Backend, why: impl Fn(usize) -> String) {
+        for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
+            if slot.take().is_some() {
+                self.results[i] = Some(Err(anyhow::anyhow!("{}", why(i))));
+                backend.end_session(self.sessions[i]);
+            }
+        }
+    }
+
+    /// Tell every live scenario that the backend stopped answering.
+    fn mark_stopped(&self, backend: &dyn Backend) {
+        if let Some(why) = backend.unavailable() {
+            for (agency, slot) in &self.scenarios {
+                if slot.is_some() {
+                    agency.inbox.borrow_mut().stopped.get_or_insert(why.clone());
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<anyhow::Result<T>> {
+        self.results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("scenario never ran"))))
+            .collect()
+    }
+
+    fn run_waves(
         mut self,
         backend: &mut dyn Backend,
         mut on_batch: impl FnMut(usize),
@@ -203,42 +278,13 @@ impl<'a, T> Driver<'a, T> {
         let waker = futures::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         loop {
-            // Poll every live scenario until none can make progress without answers.
-            let mut progressed = true;
-            while progressed {
-                progressed = false;
-                for (i, (agency, slot)) in self.scenarios.iter_mut().enumerate() {
-                    let Some(fut) = slot.as_mut() else { continue };
-                    let before = agency.inbox.borrow().answered.len();
-                    match fut.as_mut().poll(&mut cx) {
-                        Poll::Ready(result) => {
-                            self.results[i] = Some(result);
-                            *slot = None;
-                            backend.end_session(self.sessions[i]);
-                            progressed = true;
-                        }
-                        Poll::Pending => {
-                            // Answers were consumed: poll again in case more
-                            // work is ready without a backend round trip.
-                            if agency.inbox.borrow().answered.len() < before {
-                                progressed = true;
-                            }
-                        }
-                    }
-                }
-            }
+            self.poll_scenarios(backend, &mut cx);
 
             // A backend that can answer nothing more (its server stopped):
             // the scenarios have recorded the failed calls; stop each
             // unfinished one here so its run stays incomplete.
             if let Some(why) = backend.unavailable() {
-                for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
-                    if slot.take().is_some() {
-                        self.results[i] =
-                            Some(Err(anyhow::anyhow!("stopped before its end: {why}")));
-                        backend.end_session(self.sessions[i]);
-                    }
-                }
+                self.fail_unfinished(backend, |_| format!("stopped before its end: {why}"));
                 break;
             }
 
@@ -261,14 +307,9 @@ impl<'a, T> Driver<'a, T> {
             if by_model.is_empty() {
                 // Nothing to send: either everything finished, or a scenario
                 // waits on an answer that will never come.
-                for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
-                    if slot.take().is_some() {
-                        self.results[i] = Some(Err(anyhow::anyhow!(
-                            "scenario {i} is waiting but asked for no model call (deadlock)"
-                        )));
-                        backend.end_session(self.sessions[i]);
-                    }
-                }
+                self.fail_unfinished(backend, |i| {
+                    format!("scenario {i} is waiting but asked for no model call (deadlock)")
+                });
                 break;
             }
 
@@ -290,20 +331,79 @@ impl<'a, T> Driver<'a, T> {
                     });
                     self.scenarios[i].0.deliver(id, req, result);
                 }
-                if let Some(why) = backend.unavailable() {
-                    for (agency, slot) in &self.scenarios {
-                        if slot.is_some() {
-                            agency.inbox.borrow_mut().stopped.get_or_insert(why.clone());
-                        }
-                    }
-                }
+                self.mark_stopped(backend);
                 on_batch(n);
             }
         }
-        self.results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("scenario never ran"))))
-            .collect()
+        self.finish()
+    }
+
+    /// Continuous batching: submit each request as soon as it is asked for;
+    /// after each backend step deliver what finished and poll again. Which
+    /// requests join at which step depends only on the answers so far
+    /// (fixed polling order, tickets in submission order), never on time.
+    fn run_stepwise(
+        mut self,
+        backend: &mut dyn Backend,
+        mut on_batch: impl FnMut(usize),
+    ) -> Vec<anyhow::Result<T>> {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        // Ticket → (scenario, the request's id in its agency).
+        let mut tickets: BTreeMap<u64, (usize, u64)> = BTreeMap::new();
+        let mut next_ticket = 0u64;
+        let mut answered = true;
+        loop {
+            if answered {
+                self.poll_scenarios(backend, &mut cx);
+            }
+            if let Some(why) = backend.unavailable() {
+                self.fail_unfinished(backend, |_| format!("stopped before its end: {why}"));
+                break;
+            }
+            let mut queued = Vec::new();
+            for (i, (agency, slot)) in self.scenarios.iter().enumerate() {
+                if slot.is_none() {
+                    continue;
+                }
+                for (id, mut req) in agency.take_queued() {
+                    req.session = self.sessions[i];
+                    tickets.insert(next_ticket, (i, id));
+                    queued.push((next_ticket, req));
+                    next_ticket += 1;
+                }
+            }
+            let Some(stepper) = backend.stepwise() else {
+                break;
+            };
+            for (t, req) in queued {
+                stepper.submit(t, req);
+            }
+            let running = stepper.in_flight();
+            if running == 0 {
+                self.fail_unfinished(backend, |i| {
+                    format!("scenario {i} is waiting but asked for no model call (deadlock)")
+                });
+                break;
+            }
+            let answers = stepper.step();
+            self.batches_sent += 1;
+            self.largest_batch = self.largest_batch.max(running);
+            let n = answers.len();
+            for a in answers {
+                if let Some((i, id)) = tickets.remove(&a.ticket) {
+                    self.scenarios[i].0.deliver(id, a.request, a.result);
+                }
+            }
+            if n > 0 {
+                self.mark_stopped(backend);
+                on_batch(n);
+            }
+            answered = n > 0;
+        }
+        // Anything still waiting (a backend that lost its stepper) fails.
+        self.fail_unfinished(backend, |i| format!("scenario {i} never got its answers"));
+        self.finish()
     }
 }
 
@@ -324,7 +424,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{FinishReason, ModelResponse, TokenUsage};
+    use crate::backend::{Answer, FinishReason, ModelResponse, StepBackend, TokenUsage};
 
     struct Echo {
         batches: Vec<Vec<String>>,
@@ -558,5 +658,156 @@ mod tests {
             let e = r.expect_err("an unfinished scenario is an error");
             assert!(format!("{e}").contains("the server is gone"), "{e}");
         }
+    }
+
+    /// A stepwise backend: a request tagged `len:K` finishes K steps after
+    /// it joins. It logs each step's running agents.
+    struct Steps {
+        running: Vec<(u64, ModelRequest, u32)>,
+        log: Vec<Vec<String>>,
+        ended: Vec<u64>,
+    }
+
+    impl Backend for Steps {
+        fn name(&self) -> String {
+            "steps".into()
+        }
+        fn generate(&mut self, _batch: &[ModelRequest]) -> Vec<ModelResult> {
+            panic!("a stepwise backend gets no whole batches")
+        }
+        fn end_session(&mut self, session: u64) {
+            self.ended.push(session);
+        }
+        fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+            Some(self)
+        }
+    }
+
+    impl StepBackend for Steps {
+        fn submit(&mut self, ticket: u64, request: ModelRequest) {
+            let k = request
+                .tag
+                .strip_prefix("len:")
+                .and_then(|k| k.parse().ok())
+                .unwrap_or(1);
+            self.running.push((ticket, request, k));
+        }
+        fn step(&mut self) -> Vec<Answer> {
+            self.log.push(
+                self.running
+                    .iter()
+                    .map(|(_, r, _)| format!("{}:{}", r.agent_id, r.tag))
+                    .collect(),
+            );
+            let mut out = Vec::new();
+            let mut keep = Vec::new();
+            for (t, r, k) in std::mem::take(&mut self.running) {
+                if k <= 1 {
+                    let text = format!("{}:{}", r.agent_id, r.tag);
+                    out.push(Answer {
+                        ticket: t,
+                        request: r,
+                        result: Ok(ModelResponse {
+                            text,
+                            thinking: String::new(),
+                            usage: TokenUsage::default(),
+                            finish: FinishReason::Scripted,
+                            rendered_prompt: None,
+                            latency_ms: 0.0,
+                            measured: None,
+                            count_source: None,
+                        }),
+                    });
+                } else {
+                    keep.push((t, r, k - 1));
+                }
+            }
+            self.running = keep;
+            out
+        }
+        fn in_flight(&self) -> usize {
+            self.running.len()
+        }
+    }
+
+    /// Answers reach their scenarios as they finish: a scenario of short
+    /// calls makes three in turn, each joining the running batch, while
+    /// another scenario's one long call is still decoding.
+    #[test]
+    fn a_stepwise_backend_gets_each_call_as_soon_as_it_is_asked() {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let mut driver: Driver<'static, Vec<String>> = Driver::new();
+        let o = order.clone();
+        driver.spawn(move |agency: Agency| async move {
+            let r = agency.call(req("m", "long", "len:5")).await;
+            o.borrow_mut().push("long done".to_string());
+            Ok(vec![r.map_err(anyhow::Error::from)?.text])
+        });
+        let o = order.clone();
+        driver.spawn(move |agency: Agency| async move {
+            let mut out = Vec::new();
+            for i in 0..3 {
+                let r = agency
+                    .call(req("m", "short", &format!("len:{}", 1 + i % 2)))
+                    .await;
+                o.borrow_mut().push(format!("short {i} done"));
+                out.push(r.map_err(anyhow::Error::from)?.text);
+            }
+            // A parallel phase after: both calls join together.
+            let both = agency
+                .call_all(vec![req("m", "x", "len:1"), req("m", "y", "len:2")])
+                .await;
+            o.borrow_mut().push("pair done".to_string());
+            out.extend(
+                both.into_iter()
+                    .map(|r| r.map(|r| r.text).unwrap_or_default()),
+            );
+            Ok(out)
+        });
+        let sessions = driver.sessions().to_vec();
+        let mut backend = Steps {
+            running: Vec::new(),
+            log: Vec::new(),
+            ended: Vec::new(),
+        };
+        let mut answered = Vec::new();
+        let results = driver.run(&mut backend, |n| answered.push(n));
+        assert_eq!(results[0].as_ref().unwrap(), &vec!["long:len:5"]);
+        assert_eq!(
+            results[1].as_ref().unwrap(),
+            &vec![
+                "short:len:1",
+                "short:len:2",
+                "short:len:1",
+                "x:len:1",
+                "y:len:2"
+            ]
+        );
+        assert_eq!(
+            backend.log,
+            vec![
+                vec!["long:len:5", "short:len:1"],
+                vec!["long:len:5", "short:len:2"],
+                vec!["long:len:5", "short:len:2"],
+                vec!["long:len:5", "short:len:1"],
+                vec!["long:len:5", "x:len:1", "y:len:2"],
+                vec!["y:len:2"],
+            ],
+            "each call joins at the step after its scenario asked for it"
+        );
+        assert_eq!(
+            *order.borrow(),
+            vec![
+                "short 0 done",
+                "short 1 done",
+                "short 2 done",
+                "long done",
+                "pair done"
+            ]
+        );
+        assert_eq!(answered, vec![1, 1, 1, 2, 1]);
+        let mut ended = backend.ended.clone();
+        ended.sort_unstable();
+        assert_eq!(ended, sessions, "every run ends exactly once");
     }
 }

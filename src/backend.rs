@@ -256,6 +256,37 @@ pub trait Backend {
     fn metering(&self) -> Option<crate::meter::attribution::MeterStatus> {
         None
     }
+    /// Continuous batching, for backends that have it: requests join the
+    /// running batch at any step and come back as each finishes. `None`
+    /// (the default): the driver sends whole batches to [`Self::generate`].
+    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+        None
+    }
+}
+
+/// One answer of a [`StepBackend`]: the ticket it was submitted under, the
+/// request handed back, and its result.
+#[derive(Debug)]
+pub struct Answer {
+    pub ticket: u64,
+    pub request: ModelRequest,
+    pub result: ModelResult,
+}
+
+/// A backend that takes new requests while others are decoding
+/// ([`Backend::stepwise`]). Determinism: a request's result must depend on
+/// the request alone (on a fixed device), never on which other requests
+/// were running, when it was submitted, or how many steps it waited.
+pub trait StepBackend {
+    /// Queue a request; it joins the running work at the next step.
+    /// Requests submitted between two steps join in submission order.
+    fn submit(&mut self, ticket: u64, request: ModelRequest);
+    /// Advance the running work by one step and hand back every request
+    /// that finished in it (and any answered without a step: scripted
+    /// agents, failures), in a fixed order.
+    fn step(&mut self) -> Vec<Answer>;
+    /// Requests submitted and not yet handed back.
+    fn in_flight(&self) -> usize;
 }
 
 /// Plan the memory `demand` needs on `backend`'s device before anything

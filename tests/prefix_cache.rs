@@ -5,7 +5,8 @@
 //! the golden fixtures (llama, qwen2, qwen3, gemma3), the roster fixtures
 //! (qwen3, qwen35, nemotron_h, gemma4) and SmolLM2 when it is cached; and,
 //! on SmolLM2, that societies sharing one backend get their own per-run
-//! states, the records of a run alone, and reuse each other's prefixes.
+//! states, the records of a run alone (in waves and with continuous
+//! batching), and reuse each other's prefixes.
 
 mod roster_common;
 
@@ -295,4 +296,58 @@ fn societies_on_one_backend_keep_their_own_states_and_records() {
         stats.prompt_tokens,
         stats.computed_prompt_tokens() + stats.reused_own_tokens + stats.reused_prefix_tokens
     );
+}
+
+/// Continuous batching with a small prefill budget, two societies sharing
+/// the running batch (calls joining while others decode): each run's
+/// records equal those of the run alone decoded in waves, with the prefix
+/// cache and without it (per-(run, agent) states, unaligned prompts).
+#[test]
+fn continuous_batching_gives_each_run_the_records_it_has_alone() {
+    use joule::energy_society::config::SocietyConfig;
+    use joule::energy_society::runner::{job_source, run_many};
+    use joule::inference::llm_backend::Batching;
+    let Some(p) = smollm2() else { return };
+    let text = SOCIETY.replace("__MODEL__", &p.display().to_string());
+    let base = SocietyConfig::from_toml_str(&text, "prefix.toml").expect("config");
+    let tmp = tempfile::tempdir().unwrap();
+    for prefix_mib in [2048, 0] {
+        let mut cfg = base.clone();
+        cfg.llm.prefix_cache_mib = prefix_mib;
+        cfg.llm.batching = Batching::Waves;
+        let alone = tmp.path().join(format!("alone-{prefix_mib}"));
+        let mut b = cfg.llm.backend().expect("backend");
+        let r = run_many(
+            vec![(cfg.clone(), alone.clone())],
+            &mut b,
+            &job_source,
+            |_| {},
+        );
+        assert!(r.iter().all(|r| r.is_ok()), "{:?}", r[0].as_ref().err());
+
+        cfg.llm.batching = Batching::Continuous;
+        cfg.llm.prefill_step_tokens = 64;
+        let mut b = cfg.llm.backend().expect("backend");
+        let mut cells = Vec::new();
+        for (k, seed) in [8u64, 7].into_iter().enumerate() {
+            let mut c = cfg.clone();
+            c.seed = seed;
+            cells.push((c, tmp.path().join(format!("together-{prefix_mib}-{k}"))));
+        }
+        let same = cells[1].1.clone();
+        let r = run_many(cells, &mut b, &job_source, |_| {});
+        assert!(
+            r.iter().all(|r| r.is_ok()),
+            "{:?}",
+            r.iter().find_map(|r| r.as_ref().err())
+        );
+        assert_eq!(b.agent_states(), 0);
+        let got = calls(&same);
+        assert!(!got.is_empty());
+        assert_eq!(
+            got,
+            calls(&alone),
+            "prefix_cache_mib = {prefix_mib}: a run's records depend on the runs it shares a continuous batch with"
+        );
+    }
 }

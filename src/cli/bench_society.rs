@@ -18,7 +18,7 @@ use clap::Args;
 use serde::Serialize;
 
 use crate::agency::Driver;
-use crate::backend::{Backend, ModelRequest, ModelResult};
+use crate::backend::{Answer, Backend, ModelRequest, ModelResult, StepBackend};
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::runner::{job_source, society};
 use crate::inference::llm_backend::{EngineStats, LlmBackend};
@@ -51,6 +51,12 @@ pub struct SocietyBenchArgs {
     /// Local: MiB of the prefix cache (0 turns it off).
     #[arg(long)]
     pub prefix_cache_mib: Option<usize>,
+    /// Local: `continuous` (default) or `waves` (`[llm] batching`).
+    #[arg(long, value_parser = ["continuous", "waves"])]
+    pub batching: Option<String>,
+    /// Local, continuous batching: prompt tokens per step (`[llm] prefill_step_tokens`).
+    #[arg(long)]
+    pub prefill_step_tokens: Option<usize>,
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -98,6 +104,8 @@ struct Meter<'a> {
     secs: f64,
     batches: usize,
     largest: usize,
+    /// Calls submitted and not yet answered (continuous batching).
+    in_flight: usize,
 }
 
 impl Backend for Meter<'_> {
@@ -120,16 +128,58 @@ impl Backend for Meter<'_> {
         self.batches += 1;
         self.largest = self.largest.max(batch.len());
         for r in &out {
-            self.calls += 1;
-            match r {
-                Ok(r) => {
-                    self.prompt += r.usage.prompt_tokens as u64;
-                    self.generated += r.usage.generated_tokens as u64;
-                }
-                Err(_) => self.failed += 1,
-            }
+            self.count(r);
         }
         out
+    }
+    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+        if self.inner.stepwise().is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl Meter<'_> {
+    fn count(&mut self, r: &ModelResult) {
+        self.calls += 1;
+        match r {
+            Ok(r) => {
+                self.prompt += r.usage.prompt_tokens as u64;
+                self.generated += r.usage.generated_tokens as u64;
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+}
+
+/// Continuous batching: `batches` counts steps, `largest` the most calls running at once.
+impl StepBackend for Meter<'_> {
+    fn submit(&mut self, ticket: u64, request: ModelRequest) {
+        if let Some(s) = self.inner.stepwise() {
+            s.submit(ticket, request);
+            self.in_flight += 1;
+        }
+    }
+    fn step(&mut self) -> Vec<Answer> {
+        let t0 = Instant::now();
+        let Some(s) = self.inner.stepwise() else {
+            return Vec::new();
+        };
+        let running = s.in_flight();
+        let out = s.step();
+        self.in_flight = self.in_flight.saturating_sub(out.len());
+        self.secs += t0.elapsed().as_secs_f64();
+        self.batches += 1;
+        self.largest = self.largest.max(running);
+        for a in &out {
+            self.count(&a.result);
+        }
+        out
+    }
+    fn in_flight(&self) -> usize {
+        self.in_flight
     }
 }
 
@@ -162,6 +212,14 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
     }
     if let Some(m) = args.prefix_cache_mib {
         cfg.llm.prefix_cache_mib = m;
+    }
+    match args.batching.as_deref() {
+        Some("waves") => cfg.llm.batching = crate::inference::llm_backend::Batching::Waves,
+        Some(_) => cfg.llm.batching = crate::inference::llm_backend::Batching::Continuous,
+        None => {}
+    }
+    if let Some(t) = args.prefill_step_tokens {
+        cfg.llm.prefill_step_tokens = t;
     }
     Ok(cfg)
 }
@@ -215,6 +273,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         secs: 0.0,
         batches: 0,
         largest: 0,
+        in_flight: 0,
     };
     let t0 = Instant::now();
     let results = driver.run(&mut meter, |_| {});

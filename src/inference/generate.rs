@@ -96,6 +96,7 @@ pub struct GenSeq<'a> {
     pub options: &'a GenOptions,
     /// Decodes token ids to text; needed for `params.stop` strings.
     pub decode: Option<&'a dyn Fn(&[u32]) -> String>,
+    /// Used up by a generation (taken out of the sequence).
     pub mask: Option<&'a mut dyn TokenMask>,
 }
 
@@ -211,50 +212,191 @@ pub fn generate_batch(model: &dyn CausalLm, seqs: &mut [GenSeq<'_>]) -> Vec<Resu
     generate_batch_observed(model, seqs, &mut NoObserver)
 }
 
+/// A mask borrowed for one [`generate_batch`] call.
+struct BorrowedMask<'a>(&'a mut dyn TokenMask);
+
+impl TokenMask for BorrowedMask<'_> {
+    fn allowed(&mut self, generated: &[u32]) -> Result<Option<Vec<bool>>> {
+        self.0.allowed(generated)
+    }
+}
+
 /// [`generate_batch`], telling `obs` about every forward step (energy
-/// metering: [`crate::meter::attribution`]).
+/// metering: [`crate::meter::attribution`]; [`StepWork::seq`] is the
+/// sequence's index in `seqs`). Every sequence starts at once and feeds its
+/// next prompt piece in every step (a [`DecodeBatch`] without a budget).
 pub fn generate_batch_observed(
     model: &dyn CausalLm,
     seqs: &mut [GenSeq<'_>],
     obs: &mut dyn StepObserver,
 ) -> Vec<Result<Generation>> {
-    let ctx = model.info().context_length;
-    let name = model.info().name.clone();
-    let mut results: Vec<Option<Result<Generation>>> = (0..seqs.len()).map(|_| None).collect();
-    let mut states: Vec<Option<State>> = Vec::with_capacity(seqs.len());
-    let mut feeds: Vec<Vec<u32>> = Vec::with_capacity(seqs.len());
+    let mut batch = DecodeBatch::new(0);
     for (i, s) in seqs.iter_mut().enumerate() {
-        let ctx = ctx.min(s.state.max_len());
-        let n = s.prompt.len();
-        if n == 0 {
-            results[i] = Some(Err(anyhow::anyhow!("model `{name}`: empty prompt")));
+        // The batch owns its states while it runs; each goes back below.
+        let state = std::mem::replace(s.state, SeqState::new(&[], 0));
+        let decode = s
+            .decode
+            .map(|d| Box::new(move |ids: &[u32]| d(ids)) as Box<dyn Fn(&[u32]) -> String + '_>);
+        let mask = s
+            .mask
+            .take()
+            .map(|m| Box::new(BorrowedMask(m)) as Box<dyn TokenMask + '_>);
+        batch.add(
+            model,
+            i as u64,
+            BatchSeq {
+                prompt: s.prompt.to_vec(),
+                state,
+                params: s.params.clone(),
+                options: s.options.clone(),
+                decode,
+                mask,
+            },
+        );
+    }
+    let mut results: Vec<Option<Result<Generation>>> = (0..seqs.len()).map(|_| None).collect();
+    let mut collect = |done: Vec<Finished>, seqs: &mut [GenSeq<'_>]| {
+        for f in done {
+            let i = f.id as usize;
+            *seqs[i].state = f.state;
+            results[i] = Some(f.result);
+        }
+    };
+    let done = batch.take_finished();
+    collect(done, seqs);
+    while !batch.is_empty() {
+        let done = batch.step(model, obs);
+        collect(done, seqs);
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(anyhow::anyhow!("generate: sequence without result"))))
+        .collect()
+}
+
+/// A sequence to add to a [`DecodeBatch`], owning what it needs (closures
+/// may borrow for `'a`).
+pub struct BatchSeq<'a> {
+    pub prompt: Vec<u32>,
+    pub state: SeqState,
+    pub params: GenParams,
+    pub options: GenOptions,
+    /// Decodes token ids to text; needed for `params.stop` strings.
+    pub decode: Option<Box<dyn Fn(&[u32]) -> String + 'a>>,
+    pub mask: Option<Box<dyn TokenMask + 'a>>,
+}
+
+/// A sequence that left a [`DecodeBatch`]: its id, prompt and state back,
+/// and its generation (or why it failed).
+pub struct Finished {
+    pub id: u64,
+    pub prompt: Vec<u32>,
+    pub state: SeqState,
+    pub result: Result<Generation>,
+}
+
+struct Running<'a> {
+    id: u64,
+    seq: BatchSeq<'a>,
+    st: State,
+    /// What the sequence feeds when its next step is a decode step.
+    feed: Vec<u32>,
+}
+
+/// Continuous batching: a running batch of sequences that new sequences
+/// join at any step, and that each sequence leaves as soon as it finishes
+/// (so its place is taken at once, not at the end of the longest one).
+///
+/// Each [`DecodeBatch::step`] is one forward pass over one token of every
+/// decoding sequence and the next prompt piece ([`prompt_pieces`]) of
+/// prefilling ones, in the order they joined, as long as the pieces fit
+/// `prefill_budget` prompt tokens (the oldest waiting piece always goes, so
+/// a piece larger than the budget still advances; 0 = no budget). Pieces are
+/// never split or merged: a sequence computes exactly the passes it would
+/// compute alone, and since every model computes each sequence's rows of a
+/// step independently, its logits — and so its tokens — do not depend on
+/// which sequences share its steps or when it joined.
+pub struct DecodeBatch<'a> {
+    running: Vec<Running<'a>>,
+    /// Sequences that finished without a step (bad prompts, `max_tokens = 0`).
+    finished: Vec<Finished>,
+    pub prefill_budget: usize,
+    /// Forward steps so far.
+    pub steps: u64,
+}
+
+impl<'a> DecodeBatch<'a> {
+    pub fn new(prefill_budget: usize) -> Self {
+        Self {
+            running: Vec::new(),
+            finished: Vec::new(),
+            prefill_budget,
+            steps: 0,
+        }
+    }
+
+    /// Sequences running or finished but not yet taken.
+    pub fn len(&self) -> usize {
+        self.running.len() + self.finished.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ids of the running sequences, in the order they joined.
+    pub fn running_ids(&self) -> Vec<u64> {
+        self.running.iter().map(|r| r.id).collect()
+    }
+
+    /// Sequences that finished without a forward step, taken out.
+    pub fn take_finished(&mut self) -> Vec<Finished> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Add a sequence; it feeds from the next step on. It resumes from the
+    /// longest prefix of its prompt its state can return to (block-aligned
+    /// with `options.block`).
+    pub fn add(&mut self, model: &dyn CausalLm, id: u64, mut seq: BatchSeq<'a>) {
+        let name = &model.info().name;
+        let ctx = model.info().context_length.min(seq.state.max_len());
+        let n = seq.prompt.len();
+        let bad = if n == 0 {
+            Some(anyhow::anyhow!("model `{name}`: empty prompt"))
         } else if n >= ctx {
-            results[i] = Some(Err(PromptTooLong {
-                model: name.clone(),
-                prompt_tokens: n,
-                context_length: ctx,
-            }
-            .into()));
-        } else if !s.params.stop.is_empty() && s.decode.is_none() {
-            results[i] = Some(Err(anyhow::anyhow!(
+            Some(
+                PromptTooLong {
+                    model: name.clone(),
+                    prompt_tokens: n,
+                    context_length: ctx,
+                }
+                .into(),
+            )
+        } else if !seq.params.stop.is_empty() && seq.decode.is_none() {
+            Some(anyhow::anyhow!(
                 "model `{name}`: stop strings need a decode callback"
-            )));
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = bad {
+            self.finished.push(Finished {
+                id,
+                prompt: seq.prompt,
+                state: seq.state,
+                result: Err(e),
+            });
+            return;
         }
-        if results[i].is_some() {
-            states.push(None);
-            feeds.push(Vec::new());
-            continue;
+        let mut want = seq.state.common_prefix(&seq.prompt).min(n - 1);
+        if seq.options.block > 0 {
+            want -= want % seq.options.block;
         }
-        let mut want = s.state.common_prefix(s.prompt).min(n - 1);
-        if s.options.block > 0 {
-            want -= want % s.options.block;
-        }
-        let reuse = s.state.rewind(want);
-        let pieces = prompt_pieces(s.state, reuse, n, s.options.block);
-        feeds.push(Vec::new());
-        states.push(Some(State {
-            sampler: Sampler::new(SamplingParams::from_gen_params(s.params)),
-            history: s.prompt.to_vec(),
+        let reuse = seq.state.rewind(want);
+        let pieces = prompt_pieces(&seq.state, reuse, n, seq.options.block);
+        let st = State {
+            sampler: Sampler::new(SamplingParams::from_gen_params(&seq.params)),
+            history: seq.prompt.clone(),
             gen: Generation {
                 tokens: Vec::new(),
                 prompt_tokens: n as u32,
@@ -269,111 +411,151 @@ pub fn generate_batch_observed(
             },
             // The prompt opens the block only when this request thinks: with
             // thinking off such templates close an empty block in the prompt.
-            in_think: s.params.thinking && s.options.thinking.is_some_and(|t| t.starts_inside),
-            max_stop_chars: s
+            in_think: seq.params.thinking && seq.options.thinking.is_some_and(|t| t.starts_inside),
+            max_stop_chars: seq
                 .params
                 .stop
                 .iter()
                 .map(|x| x.chars().count())
                 .max()
                 .unwrap_or(0),
-            done: s.params.max_tokens == 0,
+            done: seq.params.max_tokens == 0,
             pieces: pieces.into(),
-        }));
+        };
+        if st.done {
+            self.finished.push(Finished {
+                id,
+                prompt: seq.prompt,
+                state: seq.state,
+                result: Ok(st.gen),
+            });
+            return;
+        }
+        self.running.push(Running {
+            id,
+            seq,
+            st,
+            feed: Vec::new(),
+        });
     }
 
-    loop {
-        // Sequences that still need a forward pass this step.
-        let active: Vec<usize> = (0..seqs.len())
-            .filter(|&i| states[i].as_ref().is_some_and(|s| !s.done) && results[i].is_none())
-            .collect();
-        if active.is_empty() {
-            break;
+    /// One forward step (see [`DecodeBatch`]); returns the sequences that
+    /// finished in it (and any that finished when added), in join order.
+    /// `obs` hears about the step; [`StepWork::seq`] is a sequence's id.
+    pub fn step(&mut self, model: &dyn CausalLm, obs: &mut dyn StepObserver) -> Vec<Finished> {
+        let mut out = self.take_finished();
+        if self.running.is_empty() {
+            return out;
         }
-        // What each active sequence feeds: its next prompt piece, or the
-        // token it sampled last.
-        let mut prefill = vec![false; seqs.len()];
-        let mut snap_after = vec![false; seqs.len()];
-        let mut more = vec![false; seqs.len()];
-        for &i in &active {
-            let st = states[i].as_mut().expect("active sequences have state");
-            if let Some((r, snap)) = st.pieces.pop_front() {
-                feeds[i] = seqs[i].prompt[r].to_vec();
-                prefill[i] = true;
-                snap_after[i] = snap;
-                more[i] = !st.pieces.is_empty();
+        let ctx = model.info().context_length;
+        // Choose what each sequence feeds: decoding ones one token, prefilling
+        // ones their next piece while the budget lasts.
+        let mut left = if self.prefill_budget == 0 {
+            usize::MAX
+        } else {
+            self.prefill_budget
+        };
+        let mut took_piece = false;
+        // (index in running, is a prompt piece, snapshot after, more pieces follow)
+        let mut plan: Vec<(usize, bool, bool, bool)> = Vec::with_capacity(self.running.len());
+        for (k, r) in self.running.iter_mut().enumerate() {
+            match r.st.pieces.front() {
+                Some((range, snap)) => {
+                    let len = range.len();
+                    if took_piece && len > left {
+                        continue;
+                    }
+                    let snap = *snap;
+                    let range = range.clone();
+                    r.st.pieces.pop_front();
+                    r.feed = r.seq.prompt[range].to_vec();
+                    left = left.saturating_sub(len);
+                    took_piece = true;
+                    plan.push((k, true, snap, !r.st.pieces.is_empty()));
+                }
+                None => plan.push((k, false, false, false)),
             }
         }
-        obs.before_step();
-        let t0 = Instant::now();
-        let logits = run_step(model, seqs, &feeds, &active);
-        let ms = t0.elapsed().as_secs_f64() * 1e3;
-        let work: Vec<StepWork> = active
+        let work: Vec<StepWork> = plan
             .iter()
-            .map(|&i| StepWork {
-                seq: i,
-                tokens: feeds[i].len(),
-                prefill: prefill[i],
+            .map(|&(k, prefill, _, _)| StepWork {
+                seq: self.running[k].id as usize,
+                tokens: self.running[k].feed.len(),
+                prefill,
             })
             .collect();
-        obs.after_step(&work, ms);
-        for (&i, lg) in active.iter().zip(logits) {
-            let st = states[i].as_mut().expect("active sequences have state");
-            if prefill[i] {
-                st.gen.prefill_ms += ms;
-            } else {
-                st.gen.decode_ms += ms;
+        obs.before_step();
+        let t0 = Instant::now();
+        let logits = {
+            let picked: Vec<usize> = plan.iter().map(|p| p.0).collect();
+            let mut steps: Vec<SeqStep<'_>> = Vec::with_capacity(picked.len());
+            let mut next = picked.iter().peekable();
+            for (k, r) in self.running.iter_mut().enumerate() {
+                if next.peek() == Some(&&k) {
+                    next.next();
+                    steps.push(SeqStep::new(&r.feed, &mut r.seq.state));
+                }
             }
-            if more[i] {
+            run_step(model, steps)
+        };
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        obs.after_step(&work, ms);
+        self.steps += 1;
+        let mut failed: Vec<(usize, anyhow::Error)> = Vec::new();
+        let mut ended: Vec<usize> = Vec::new();
+        for (&(k, prefill, snap_after, more), lg) in plan.iter().zip(logits) {
+            let r = &mut self.running[k];
+            if prefill {
+                r.st.gen.prefill_ms += ms;
+            } else {
+                r.st.gen.decode_ms += ms;
+            }
+            if more {
                 // A piece of the prompt before its last one: no sampling yet.
                 match lg {
-                    Ok(_) if snap_after[i] => seqs[i].state.snapshot(),
+                    Ok(_) if snap_after => r.seq.state.snapshot(),
                     Ok(_) => {}
-                    Err(e) => results[i] = Some(Err(e)),
+                    Err(e) => failed.push((k, e)),
                 }
                 continue;
             }
             let step = match lg {
-                Ok(lg) => advance(st, &mut seqs[i], &lg, ctx),
+                Ok(lg) => advance(&mut r.st, &mut r.seq, &lg, ctx),
                 Err(e) => Err(e),
             };
             match step {
-                Ok(Some(tok)) => feeds[i] = vec![tok],
-                Ok(None) => st.done = true,
-                Err(e) => results[i] = Some(Err(e)),
+                Ok(Some(tok)) => r.feed = vec![tok],
+                Ok(None) => ended.push(k),
+                Err(e) => failed.push((k, e)),
             }
         }
+        let mut failed: std::collections::BTreeMap<usize, anyhow::Error> =
+            failed.into_iter().collect();
+        let ended: std::collections::BTreeSet<usize> = ended.into_iter().collect();
+        let running = std::mem::take(&mut self.running);
+        for (k, r) in running.into_iter().enumerate() {
+            let result = match failed.remove(&k) {
+                Some(e) => Err(e),
+                None if ended.contains(&k) => Ok(r.st.gen),
+                None => {
+                    self.running.push(r);
+                    continue;
+                }
+            };
+            out.push(Finished {
+                id: r.id,
+                prompt: r.seq.prompt,
+                state: r.seq.state,
+                result,
+            });
+        }
+        out
     }
-    results
-        .into_iter()
-        .zip(states)
-        .map(|(r, s)| match (r, s) {
-            (Some(r), _) => r,
-            (None, Some(s)) => Ok(s.gen),
-            (None, None) => Err(anyhow::anyhow!("generate: sequence without state")),
-        })
-        .collect()
 }
 
-/// One forward pass over the active sequences; on a batch failure each
+/// One forward pass over the given sequences; on a batch failure each
 /// sequence is retried alone so one bad sequence does not fail the others.
-fn run_step(
-    model: &dyn CausalLm,
-    seqs: &mut [GenSeq<'_>],
-    feeds: &[Vec<u32>],
-    active: &[usize],
-) -> Vec<Result<Vec<f32>>> {
-    let mut picked: Vec<&mut GenSeq<'_>> = seqs
-        .iter_mut()
-        .enumerate()
-        .filter(|(i, _)| active.contains(i))
-        .map(|(_, s)| s)
-        .collect();
-    let mut steps: Vec<SeqStep<'_>> = picked
-        .iter_mut()
-        .zip(active)
-        .map(|(s, &i)| SeqStep::new(&feeds[i], s.state))
-        .collect();
+fn run_step(model: &dyn CausalLm, mut steps: Vec<SeqStep<'_>>) -> Vec<Result<Vec<f32>>> {
     match model.forward(&mut steps) {
         Ok(out) => out.iter().map(logits_to_vec).collect(),
         Err(_) if steps.len() > 1 => steps
@@ -395,7 +577,7 @@ fn run_step(
 /// the token to feed next, or `None` when the sequence is finished.
 fn advance(
     st: &mut State,
-    seq: &mut GenSeq<'_>,
+    seq: &mut BatchSeq<'_>,
     logits: &[f32],
     ctx: usize,
 ) -> Result<Option<u32>> {
@@ -417,7 +599,7 @@ fn advance(
             }
         }
     }
-    let opts = seq.options;
+    let opts = &seq.options;
     let eog = if opts.eos_ids.contains(&tok) {
         Some(FinishReason::Eos)
     } else if opts.stop_ids.contains(&tok) {
@@ -432,7 +614,7 @@ fn advance(
         return Ok(None);
     }
     st.gen.generated_tokens = st.gen.tokens.len() as u32;
-    if let (Some(decode), false) = (seq.decode, seq.params.stop.is_empty()) {
+    if let (Some(decode), false) = (seq.decode.as_ref(), seq.params.stop.is_empty()) {
         // A stop string ends in the newest token: decode a tail long enough
         // to hold the longest stop string.
         let tail = (st.max_stop_chars + 8).min(st.gen.tokens.len());

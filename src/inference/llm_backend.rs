@@ -11,8 +11,11 @@
 //! ([`Backend::end_session`]). Beside them, each model has a
 //! [`PrefixCache`] of computed prompt blocks shared by every call, agent and
 //! run: a prompt resumes from whichever is longer, its agent's own state or
-//! the cache. A batch is decoded together with [`generate_batch_observed`];
-//! [`LlmBackend::stats`] counts tokens computed and reused and the time of
+//! the cache. A batch ([`Backend::generate`]) is decoded together to its
+//! end in a [`DecodeBatch`]; with continuous batching ([`Backend::stepwise`],
+//! `[llm] batching = "continuous"`, the default) each model keeps one running
+//! `DecodeBatch` that calls join as they are submitted and leave as they
+//! finish. [`LlmBackend::stats`] counts tokens computed and reused and the time of
 //! prefill, decode and everything else. With an energy meter (`[llm] meter`),
 //! every forward step is metered and each response carries its measured
 //! joules (`crate::meter::attribution`).
@@ -26,11 +29,14 @@ use anyhow::Context;
 use candle_core::Device;
 
 use crate::backend::{
-    Backend, BackendError, MemoryDemand, ModelRequest, ModelResponse, ModelResult, OutputFormat,
+    Answer, Backend, BackendError, MemoryDemand, ModelRequest, ModelResponse, ModelResult,
+    OutputFormat, StepBackend,
 };
 use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
 use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
-use crate::inference::generate::{generate_batch_observed, GenOptions, GenSeq, ThinkingDelims};
+use crate::inference::generate::{
+    BatchSeq, DecodeBatch, Finished, GenOptions, ThinkingDelims, TokenMask,
+};
 use crate::inference::gguf::GgufFile;
 use crate::inference::memory_plan::{
     device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
@@ -39,7 +45,7 @@ use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::prefix_cache::{PrefixCache, PrefixStats};
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
-use crate::meter::attribution::{MeterStatus, Metering, StepObserver, StepWork};
+use crate::meter::attribution::{MeasuredEnergy, MeterStatus, Metering, StepObserver, StepWork};
 use crate::meter::MeterChoice;
 
 /// How structured (JSON) requests are decoded.
@@ -77,6 +83,12 @@ pub struct LlmOptions {
     /// Bytes the agents' own sequence states may hold together; beyond it
     /// the least recently used go (their prefixes stay in the prefix cache).
     pub agent_state_bytes: usize,
+    /// Continuous batching ([`Backend::stepwise`]): calls join the running
+    /// batch at any step. Off: each batch is decoded to its end.
+    pub continuous: bool,
+    /// Continuous batching: prompt tokens one step feeds at most (whole
+    /// prompt pieces; the oldest waiting piece always goes; 0 = no limit).
+    pub prefill_step_tokens: usize,
 }
 
 /// Splits each forward step's time between prefill and decode (by the
@@ -113,6 +125,10 @@ impl StepObserver for StepTiming<'_> {
 
 /// Tokens per block of the prefix cache.
 pub const PREFIX_BLOCK: usize = 64;
+
+/// Prompt tokens a continuous batch's step feeds at most unless `[llm]
+/// prefill_step_tokens` says otherwise (eight 64-token blocks).
+pub const DEFAULT_PREFILL_STEP_TOKENS: usize = 512;
 
 /// What the backend computed so far (tokens and milliseconds, summed over calls).
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -154,6 +170,8 @@ impl Default for LlmOptions {
             plan_context: DEFAULT_PLAN_CONTEXT,
             prefix_cache_bytes: 2048 << 20,
             agent_state_bytes: 2048 << 20,
+            continuous: true,
+            prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
         }
     }
 }
@@ -177,7 +195,7 @@ pub enum SchemaChoice {
 
 struct Loaded {
     model: SharedModel,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     thinking: Option<(ThinkingSupport, ThinkingMarkers)>,
     vocab: Arc<TokenVocab>,
@@ -211,6 +229,87 @@ impl Constraint {
     }
 }
 
+/// What a running call needs besides its sequence to become a response.
+struct CallInfo {
+    model: String,
+    thinking: bool,
+    rendered: String,
+    /// Prompt tokens restored from the prefix cache.
+    restored: usize,
+    /// The agent state it took (given back when it finishes).
+    cache_key: Option<(String, u64, String)>,
+    started: Instant,
+}
+
+/// A call in the continuous batch.
+struct Flight {
+    key: String,
+    request: ModelRequest,
+    info: CallInfo,
+    /// Measured energy so far, `None` once a step of it went unmeasured.
+    measured: Option<MeasuredEnergy>,
+}
+
+/// Continuous batching state: one running batch per model key.
+#[derive(Default)]
+struct Running {
+    batches: std::collections::BTreeMap<String, DecodeBatch<'static>>,
+    flights: HashMap<u64, Flight>,
+    /// Answers ready without a step (failed before decoding).
+    ready: Vec<Answer>,
+    /// The previous step left sequences running (the time until the next
+    /// step is the engine's, not idle).
+    busy: bool,
+}
+
+/// Maps [`StepWork::seq`] from a sequence's id to its position in the
+/// step's meter.
+struct Remap<'a> {
+    inner: &'a mut dyn StepObserver,
+    ids: &'a [u64],
+}
+
+impl StepObserver for Remap<'_> {
+    fn before_step(&mut self) {
+        self.inner.before_step();
+    }
+    fn after_step(&mut self, work: &[StepWork], ms: f64) {
+        let work: Vec<StepWork> = work
+            .iter()
+            .map(|w| StepWork {
+                seq: self
+                    .ids
+                    .iter()
+                    .position(|&id| id as usize == w.seq)
+                    .unwrap_or(usize::MAX),
+                ..*w
+            })
+            .collect();
+        self.inner.after_step(&work, ms);
+    }
+}
+
+fn backend_error(r: &ModelRequest, e: &anyhow::Error) -> BackendError {
+    BackendError {
+        model: r.model.clone(),
+        message: format!("{e:#}"),
+        partial_usage: None,
+    }
+}
+
+/// Add one step's measured energy of a call to what it had.
+fn add_measured(
+    acc: Option<MeasuredEnergy>,
+    step: Option<MeasuredEnergy>,
+) -> Option<MeasuredEnergy> {
+    let (mut a, s) = (acc?, step?);
+    a.prefill_j += s.prefill_j;
+    a.decode_j += s.decode_j;
+    a.prefill_tokens += s.prefill_tokens;
+    a.decode_tokens += s.decode_tokens;
+    Some(a)
+}
+
 /// Local models on candle behind the [`Backend`] interface.
 pub struct LlmBackend {
     device: Device,
@@ -223,6 +322,11 @@ pub struct LlmBackend {
     caches: HashMap<(String, u64, String), (SeqState, u64)>,
     /// Prefix caches per model key.
     prefixes: HashMap<String, PrefixCache>,
+    /// Agent states in use by a running call (a second call of the same
+    /// agent meanwhile gets a fresh state).
+    taken: std::collections::HashSet<(String, u64, String)>,
+    /// Continuous batching: the running batch of each model and its calls.
+    running: Running,
     clock: u64,
     stats: EngineStats,
 }
@@ -235,6 +339,8 @@ impl LlmBackend {
             loaded: HashMap::new(),
             caches: HashMap::new(),
             prefixes: HashMap::new(),
+            taken: Default::default(),
+            running: Running::default(),
             clock: 0,
             stats: EngineStats::default(),
             metering: None,
@@ -337,7 +443,7 @@ impl LlmBackend {
             key.to_string(),
             Loaded {
                 model,
-                tokenizer,
+                tokenizer: Arc::new(tokenizer),
                 template,
                 thinking,
                 vocab,
@@ -406,221 +512,246 @@ impl LlmBackend {
         }
     }
 
+    /// Render, tokenise and constrain one request and give it a sequence
+    /// state: with the prefix cache a fresh one the cache fills
+    /// (block-aligned, so results never depend on what the cache held);
+    /// without it the agent's own state of this run, or a fresh one while
+    /// that is in use by another call.
+    fn prepare(
+        &mut self,
+        key: &str,
+        r: &ModelRequest,
+    ) -> anyhow::Result<(BatchSeq<'static>, CallInfo)> {
+        let started = Instant::now();
+        let lm = self
+            .loaded
+            .get(key)
+            .ok_or_else(|| anyhow::anyhow!("model `{key}` not loaded"))?;
+        let thinking = lm.thinking.as_ref().map(|_| r.params.thinking);
+        let rendered = lm.template.render(&r.messages, true, thinking)?;
+        let prompt = lm.tokenizer.encode(&rendered, false, true)?;
+
+        // The constraint of a structured request in constrained mode.
+        let constraint = match (&r.format, self.options.structured) {
+            (OutputFormat::Json { schema, strict, .. }, StructuredMode::Constrained) => {
+                let schema = match (self.options.schema, strict) {
+                    (SchemaChoice::Strict, Some(s)) => s,
+                    _ => schema,
+                };
+                let style = JsonStyle {
+                    default_max_string_len: self.options.max_string_chars,
+                    ..JsonStyle::default()
+                };
+                let json = JsonConstraint::with_style(schema, lm.vocab.clone(), &style)?;
+                Some(match &lm.thinking {
+                    Some((_, m)) if r.params.thinking => Constraint::ThinkFirst(
+                        ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
+                            .with_open_think(m.open),
+                    ),
+                    _ => Constraint::Json(json),
+                })
+            }
+            _ => None,
+        };
+        let mask_len = lm.mask_len;
+        let mask: Option<Box<dyn TokenMask>> = constraint.map(|mut c| {
+            let mut fed = 0usize;
+            Box::new(
+                move |generated: &[u32]| -> anyhow::Result<Option<Vec<bool>>> {
+                    while fed < generated.len() {
+                        c.advance(generated[fed])?;
+                        fed += 1;
+                    }
+                    let mut m = c.allowed()?.to_bools();
+                    m.resize(mask_len, false);
+                    Ok(Some(m))
+                },
+            ) as Box<dyn TokenMask>
+        });
+        let tokenizer = lm.tokenizer.clone();
+        let decode = Box::new(move |ids: &[u32]| tokenizer.decode(ids, false));
+        let options = lm.options.clone();
+        let mut state = lm.model.new_state();
+
+        let use_prefix = self.options.prefix_cache_bytes > 0;
+        let mut cache_key = None;
+        if !use_prefix {
+            let k = (key.to_string(), r.session, r.agent_id.clone());
+            if !self.taken.contains(&k) {
+                if let Some((c, _)) = self.caches.remove(&k) {
+                    state = c;
+                }
+                self.taken.insert(k.clone());
+                cache_key = Some(k);
+            }
+        }
+
+        // Resume from the prefix cache where it reaches further than the agent's own state.
+        let mut restored = 0;
+        let n = prompt.len();
+        if use_prefix && n >= 2 && n < state.max_len() {
+            let prefix = self
+                .prefixes
+                .entry(key.to_string())
+                .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+            let limit = n - 1;
+            let own = state.reachable(state.common_prefix(&prompt).min(limit));
+            if prefix.reach(&prompt, limit, state.is_recurrent()) > own {
+                let room = (n + r.params.max_tokens as usize + 1).min(state.max_len());
+                restored = prefix.restore(&mut state, &prompt, limit, room)?;
+            }
+        }
+        let info = CallInfo {
+            model: r.model.clone(),
+            thinking: r.params.thinking,
+            rendered,
+            restored,
+            cache_key,
+            started,
+        };
+        let seq = BatchSeq {
+            prompt,
+            state,
+            params: r.params.clone(),
+            options,
+            decode: Some(decode),
+            mask,
+        };
+        Ok((seq, info))
+    }
+
+    /// Turn a finished sequence into its response: put its blocks in the
+    /// prefix cache, give the agent its state back, count, decode.
+    fn respond(
+        &mut self,
+        key: &str,
+        info: CallInfo,
+        f: Finished,
+        measured: Option<MeasuredEnergy>,
+    ) -> ModelResult {
+        let use_prefix = self.options.prefix_cache_bytes > 0;
+        if use_prefix && f.result.is_ok() {
+            if let Some(prefix) = self.prefixes.get_mut(key) {
+                // A failed copy only means this prompt is not cached.
+                let _ = prefix.insert(&f.state, &f.prompt);
+            }
+        }
+        self.clock += 1;
+        if let Some(k) = info.cache_key {
+            self.taken.remove(&k);
+            self.caches.insert(k, (f.state, self.clock));
+        }
+        let g = match f.result {
+            Ok(g) => g,
+            Err(e) => {
+                return Err(BackendError {
+                    model: info.model,
+                    message: format!("{e:#}"),
+                    partial_usage: None,
+                })
+            }
+        };
+        let Some(lm) = self.loaded.get(key) else {
+            return Err(BackendError {
+                model: info.model,
+                message: format!("model `{key}` not loaded"),
+                partial_usage: None,
+            });
+        };
+        let raw = lm.tokenizer.decode(g.text_tokens(&lm.options), false);
+        let (thinking, text) = match &lm.thinking {
+            Some((s, _)) if info.thinking => {
+                split_thinking(&raw, &s.open, &s.close, s.prompt_opens_block)
+            }
+            _ => (String::new(), raw),
+        };
+        let mut usage = g.usage();
+        usage.prompt_tokens = f.prompt.len() as u32;
+        self.stats.calls += 1;
+        self.stats.prompt_tokens += f.prompt.len() as u64;
+        let reused = g.cached_prompt_tokens as u64;
+        let from_prefix = (info.restored as u64).min(reused);
+        self.stats.reused_prefix_tokens += from_prefix;
+        self.stats.reused_own_tokens += reused - from_prefix;
+        self.stats.generated_tokens += g.generated_tokens as u64;
+        Ok(ModelResponse {
+            text,
+            thinking,
+            usage,
+            finish: g.finish,
+            rendered_prompt: Some(info.rendered),
+            latency_ms: info.started.elapsed().as_secs_f64() * 1000.0,
+            count_source: Some(crate::backend::CountSource {
+                charged: "generated_tokens".into(),
+                counted_by: "joule".into(),
+                thinking: None,
+            }),
+            measured,
+        })
+    }
+
+    /// One batch, decoded together to its end (every sequence feeds its
+    /// next prompt piece in every step; [`Backend::generate`]).
     fn batch_metered(
         &mut self,
         batch: &[ModelRequest],
         metering: Option<&mut Metering>,
     ) -> anyhow::Result<Vec<ModelResult>> {
-        let mut meter = metering.map(|m| m.begin_batch(batch.len()));
         let key = self.model_key(&batch[0].model);
         self.load(&key)?;
-        let lm = &self.loaded[&key];
+        let model = self.loaded[&key].model.clone();
         let start = Instant::now();
-
-        // Render and tokenise every request.
-        let mut prompts = Vec::with_capacity(batch.len());
-        let mut rendered = Vec::with_capacity(batch.len());
-        for r in batch {
-            let thinking = lm.thinking.as_ref().map(|_| r.params.thinking);
-            let text = lm.template.render(&r.messages, true, thinking)?;
-            prompts.push(lm.tokenizer.encode(&text, false, true)?);
-            rendered.push(text);
-        }
-
-        // Constraints (structured requests in constrained mode).
-        let mut constraints: Vec<Option<Constraint>> = Vec::with_capacity(batch.len());
-        for r in batch {
-            let c = match (&r.format, self.options.structured) {
-                (OutputFormat::Json { schema, strict, .. }, StructuredMode::Constrained) => {
-                    let schema = match (self.options.schema, strict) {
-                        (SchemaChoice::Strict, Some(s)) => s,
-                        _ => schema,
-                    };
-                    let style = JsonStyle {
-                        default_max_string_len: self.options.max_string_chars,
-                        ..JsonStyle::default()
-                    };
-                    let json = JsonConstraint::with_style(schema, lm.vocab.clone(), &style)?;
-                    Some(match &lm.thinking {
-                        Some((_, m)) if r.params.thinking => Constraint::ThinkFirst(
-                            ThinkThenJson::new(json, m.close, self.options.max_thinking_tokens)?
-                                .with_open_think(m.open),
-                        ),
-                        _ => Constraint::Json(json),
-                    })
+        let mut out: Vec<Option<ModelResult>> = (0..batch.len()).map(|_| None).collect();
+        let mut infos: Vec<Option<CallInfo>> = (0..batch.len()).map(|_| None).collect();
+        let mut running = DecodeBatch::new(0);
+        for (i, r) in batch.iter().enumerate() {
+            match self.prepare(&key, r) {
+                Ok((seq, info)) => {
+                    running.add(model.as_ref(), i as u64, seq);
+                    infos[i] = Some(info);
                 }
-                _ => None,
-            };
-            constraints.push(c);
-        }
-
-        // With the prefix cache, every call starts from a fresh state that
-        // the cache fills (block-aligned, so results never depend on what
-        // the cache held). Without it, each agent of each run keeps its own
-        // state; a second request of the same agent in one batch gets a fresh one.
-        let use_prefix = self.options.prefix_cache_bytes > 0;
-        let mut caches: Vec<SeqState> = Vec::with_capacity(batch.len());
-        let mut keys: Vec<Option<(String, u64, String)>> = Vec::with_capacity(batch.len());
-        for r in batch {
-            if use_prefix {
-                caches.push(lm.model.new_state());
-                keys.push(None);
-                continue;
-            }
-            let k = (key.clone(), r.session, r.agent_id.clone());
-            match self.caches.remove(&k) {
-                Some((c, _)) => {
-                    caches.push(c);
-                    keys.push(Some(k));
-                }
-                None if keys.iter().any(|x| x.as_ref() == Some(&k)) => {
-                    caches.push(lm.model.new_state());
-                    keys.push(None);
-                }
-                None => {
-                    caches.push(lm.model.new_state());
-                    keys.push(Some(k));
-                }
+                Err(e) => out[i] = Some(Err(backend_error(r, &e))),
             }
         }
-
-        // Resume from the prefix cache where it reaches further than the agent's own state.
-        let prefix = self
-            .prefixes
-            .entry(key.clone())
-            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
-        let mut restored = vec![0usize; batch.len()];
-        for (i, (r, (prompt, state))) in batch
-            .iter()
-            .zip(prompts.iter().zip(caches.iter_mut()))
-            .enumerate()
-        {
-            let n = prompt.len();
-            if !use_prefix || n < 2 || n >= state.max_len() {
-                continue;
-            }
-            let limit = n - 1;
-            let own = state.reachable(state.common_prefix(prompt).min(limit));
-            if prefix.reach(prompt, limit, state.is_recurrent()) > own {
-                let room = (n + r.params.max_tokens as usize + 1).min(state.max_len());
-                restored[i] = prefix.restore(state, prompt, limit, room)?;
-            }
-        }
-
-        let tokenizer = &lm.tokenizer;
-        let decode = |ids: &[u32]| tokenizer.decode(ids, false);
-        let mask_len = lm.mask_len;
-        let mut masks: Vec<Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>>> =
-            constraints
-                .into_iter()
-                .map(
-                    |c| -> Box<dyn FnMut(&[u32]) -> anyhow::Result<Option<Vec<bool>>>> {
-                        match c {
-                            None => Box::new(|_: &[u32]| Ok(None)),
-                            Some(mut c) => {
-                                let mut fed = 0usize;
-                                Box::new(move |generated: &[u32]| {
-                                    while fed < generated.len() {
-                                        c.advance(generated[fed])?;
-                                        fed += 1;
-                                    }
-                                    let mut m = c.allowed()?.to_bools();
-                                    m.resize(mask_len, false);
-                                    Ok(Some(m))
-                                })
-                            }
-                        }
-                    },
-                )
-                .collect();
-
-        let mut seqs: Vec<GenSeq<'_>> = Vec::with_capacity(batch.len());
-        for ((r, (prompt, cache)), mask) in batch
-            .iter()
-            .zip(prompts.iter().zip(caches.iter_mut()))
-            .zip(masks.iter_mut())
-        {
-            seqs.push(GenSeq {
-                prompt,
-                state: cache,
-                params: &r.params,
-                options: &lm.options,
-                decode: Some(&decode),
-                mask: Some(mask as &mut dyn crate::inference::generate::TokenMask),
-            });
-        }
+        let mut meter = metering.map(|m| m.begin_batch(batch.len()));
         let mut timing = StepTiming {
             meter: meter.as_mut().map(|m| m as &mut dyn StepObserver),
             prefill_ms: 0.0,
             decode_ms: 0.0,
         };
-        let results = generate_batch_observed(lm.model.as_ref(), &mut seqs, &mut timing);
+        let mut finished = running.take_finished();
+        while !running.is_empty() {
+            finished.extend(running.step(model.as_ref(), &mut timing));
+        }
         let (prefill_ms, decode_ms) = (timing.prefill_ms, timing.decode_ms);
-        drop(seqs);
         let mut measured = meter.map(|m| m.finish()).unwrap_or_default();
-        for (res, (state, prompt)) in results.iter().zip(caches.iter().zip(&prompts)) {
-            if use_prefix && res.is_ok() {
-                // A failed copy only means this prompt is not cached.
-                let _ = prefix.insert(state, prompt);
-            }
-        }
-        let latency_ms = start.elapsed().as_secs_f64() * 1000.0 / batch.len() as f64;
-
-        let mut out = Vec::with_capacity(batch.len());
-        for (i, res) in results.into_iter().enumerate() {
-            let r = &batch[i];
-            out.push(match res {
-                Ok(g) => {
-                    let raw = tokenizer.decode(g.text_tokens(&lm.options), false);
-                    let (thinking, text) = match &lm.thinking {
-                        Some((s, _)) if r.params.thinking => {
-                            split_thinking(&raw, &s.open, &s.close, s.prompt_opens_block)
-                        }
-                        _ => (String::new(), raw),
-                    };
-                    let mut usage = g.usage();
-                    usage.prompt_tokens = prompts[i].len() as u32;
-                    self.stats.calls += 1;
-                    self.stats.prompt_tokens += prompts[i].len() as u64;
-                    let reused = g.cached_prompt_tokens as u64;
-                    let from_prefix = (restored[i] as u64).min(reused);
-                    self.stats.reused_prefix_tokens += from_prefix;
-                    self.stats.reused_own_tokens += reused - from_prefix;
-                    self.stats.generated_tokens += g.generated_tokens as u64;
-                    Ok(ModelResponse {
-                        text,
-                        thinking,
-                        usage,
-                        finish: g.finish,
-                        rendered_prompt: Some(rendered[i].clone()),
-                        latency_ms,
-                        count_source: Some(crate::backend::CountSource {
-                            charged: "generated_tokens".into(),
-                            counted_by: "joule".into(),
-                            thinking: None,
-                        }),
-                        measured: measured.get_mut(i).and_then(Option::take),
-                    })
-                }
-                Err(e) => Err(BackendError {
-                    model: r.model.clone(),
-                    message: format!("{e:#}"),
-                    partial_usage: None,
-                }),
-            });
-        }
-        self.clock += 1;
-        for (k, c) in keys.into_iter().zip(caches) {
-            if let Some(k) = k {
-                self.caches.insert(k, (c, self.clock));
-            }
+        finished.sort_by_key(|f| f.id);
+        for f in finished {
+            let i = f.id as usize;
+            let Some(info) = infos.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            let m = measured.get_mut(i).and_then(Option::take);
+            out[i] = Some(self.respond(&key, info, f, m));
         }
         self.trim_agent_states();
         self.stats.prefill_ms += prefill_ms;
         self.stats.decode_ms += decode_ms;
         self.stats.engine_ms +=
             (start.elapsed().as_secs_f64() * 1000.0 - prefill_ms - decode_ms).max(0.0);
-        Ok(out)
+        Ok(batch
+            .iter()
+            .zip(out)
+            .map(|(r, o)| {
+                o.unwrap_or_else(|| {
+                    Err(BackendError {
+                        model: r.model.clone(),
+                        message: "generation returned no result".into(),
+                        partial_usage: None,
+                    })
+                })
+            })
+            .collect())
     }
 
     /// Drop the least recently used agent states beyond the budget (ties
@@ -679,6 +810,14 @@ impl Backend for LlmBackend {
         self.caches.retain(|(_, s, _), _| *s != session);
     }
 
+    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+        if self.options.continuous {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
         if batch.is_empty() {
             return Vec::new();
@@ -699,12 +838,145 @@ impl Backend for LlmBackend {
     }
 }
 
+impl StepBackend for LlmBackend {
+    fn submit(&mut self, ticket: u64, request: ModelRequest) {
+        let key = self.model_key(&request.model);
+        let loaded = self.load(&key);
+        let start = Instant::now();
+        let prepared = loaded.and_then(|_| self.prepare(&key, &request));
+        self.stats.engine_ms += start.elapsed().as_secs_f64() * 1000.0;
+        match prepared {
+            Ok((seq, info)) => {
+                let model = self.loaded[&key].model.clone();
+                let measured = self.metering.as_ref().map(|m| MeasuredEnergy {
+                    meter: m.name(),
+                    prefill_j: 0.0,
+                    decode_j: 0.0,
+                    prefill_tokens: 0,
+                    decode_tokens: 0,
+                });
+                self.running
+                    .batches
+                    .entry(key.clone())
+                    .or_insert_with(|| DecodeBatch::new(self.options.prefill_step_tokens))
+                    .add(model.as_ref(), ticket, seq);
+                self.running.flights.insert(
+                    ticket,
+                    Flight {
+                        key,
+                        request,
+                        info,
+                        measured,
+                    },
+                );
+            }
+            Err(e) => {
+                let result = Err(backend_error(&request, &e));
+                self.running.ready.push(Answer {
+                    ticket,
+                    request,
+                    result,
+                });
+            }
+        }
+    }
+
+    fn step(&mut self) -> Vec<Answer> {
+        let start = Instant::now();
+        let mut out = std::mem::take(&mut self.running.ready);
+        let keys: Vec<String> = self.running.batches.keys().cloned().collect();
+        let (mut prefill_ms, mut decode_ms) = (0.0, 0.0);
+        let mut metering = self.metering.take();
+        for key in keys {
+            let Some(model) = self.loaded.get(&key).map(|l| l.model.clone()) else {
+                continue;
+            };
+            let Some(batch) = self.running.batches.get_mut(&key) else {
+                continue;
+            };
+            let ids = batch.running_ids();
+            let mut meter = metering
+                .as_mut()
+                .map(|m| m.begin_step(ids.len(), self.running.busy));
+            let mut remap;
+            let mut timing = StepTiming {
+                meter: match meter.as_mut() {
+                    Some(m) => {
+                        remap = Remap {
+                            inner: m as &mut dyn StepObserver,
+                            ids: &ids,
+                        };
+                        Some(&mut remap as &mut dyn StepObserver)
+                    }
+                    None => None,
+                },
+                prefill_ms: 0.0,
+                decode_ms: 0.0,
+            };
+            let finished = batch.step(model.as_ref(), &mut timing);
+            prefill_ms += timing.prefill_ms;
+            decode_ms += timing.decode_ms;
+            if let Some(m) = meter {
+                for (id, e) in ids.iter().zip(m.finish()) {
+                    if let Some(f) = self.running.flights.get_mut(id) {
+                        f.measured = add_measured(f.measured.take(), e);
+                    }
+                }
+            }
+            if batch.is_empty() {
+                self.running.batches.remove(&key);
+            }
+            for f in finished {
+                let ticket = f.id;
+                let Some(flight) = self.running.flights.remove(&ticket) else {
+                    continue;
+                };
+                let result = self.respond(&flight.key, flight.info, f, flight.measured);
+                out.push(Answer {
+                    ticket,
+                    request: flight.request,
+                    result,
+                });
+            }
+        }
+        self.metering = metering;
+        self.running.busy = !self.running.flights.is_empty();
+        self.trim_agent_states();
+        self.stats.prefill_ms += prefill_ms;
+        self.stats.decode_ms += decode_ms;
+        self.stats.engine_ms +=
+            (start.elapsed().as_secs_f64() * 1000.0 - prefill_ms - decode_ms).max(0.0);
+        out
+    }
+
+    fn in_flight(&self) -> usize {
+        self.running.flights.len() + self.running.ready.len()
+    }
+}
+
 /// Routes `scripted:` keys to a scripted backend and every other key to the
 /// model backend (local [`LlmBackend`] by default, or a served one), so one
 /// roster can mix scripted and model-backed agents.
 pub struct MixedBackend<L = LlmBackend> {
     pub scripted: crate::scripted::ScriptedBackend,
     pub llm: L,
+    /// Continuous batching: scripted requests waiting for the next step,
+    /// calls that failed on submission, model calls running.
+    pending: Vec<(u64, ModelRequest)>,
+    failed: Vec<Answer>,
+    llm_in_flight: usize,
+}
+
+impl<L> MixedBackend<L> {
+    pub fn new(scripted: crate::scripted::ScriptedBackend, llm: L) -> Self {
+        Self {
+            scripted,
+            llm,
+            pending: Vec::new(),
+            failed: Vec::new(),
+            llm_in_flight: 0,
+        }
+    }
 }
 
 impl<L: Backend> Backend for MixedBackend<L> {
@@ -746,6 +1018,87 @@ impl<L: Backend> Backend for MixedBackend<L> {
     fn end_session(&mut self, session: u64) {
         self.scripted.end_session(session);
         self.llm.end_session(session);
+    }
+
+    /// Continuous batching when the model backend has it (scripted calls
+    /// are answered at the next step).
+    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+        if self.llm.stepwise().is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl<L: Backend> StepBackend for MixedBackend<L> {
+    fn submit(&mut self, ticket: u64, request: ModelRequest) {
+        if request.model.starts_with(crate::scripted::SCRIPTED_PREFIX) {
+            self.pending.push((ticket, request));
+            return;
+        }
+        match self.llm.stepwise() {
+            Some(llm) => {
+                llm.submit(ticket, request);
+                self.llm_in_flight += 1;
+            }
+            None => {
+                let result = Err(BackendError {
+                    model: request.model.clone(),
+                    message: "the model backend has no continuous batching".into(),
+                    partial_usage: None,
+                });
+                self.failed.push(Answer {
+                    ticket,
+                    request,
+                    result,
+                });
+            }
+        }
+    }
+
+    fn step(&mut self) -> Vec<Answer> {
+        let mut out = std::mem::take(&mut self.failed);
+        // Scripted requests: one batch per batch key, in submission order.
+        let pending = std::mem::take(&mut self.pending);
+        let mut by_key: std::collections::BTreeMap<String, Vec<(u64, ModelRequest)>> =
+            Default::default();
+        for (t, r) in pending {
+            by_key
+                .entry(self.scripted.batch_key(&r.model))
+                .or_default()
+                .push((t, r));
+        }
+        for (_, items) in by_key {
+            let (tickets, batch): (Vec<u64>, Vec<ModelRequest>) = items.into_iter().unzip();
+            let mut results = self.scripted.generate(&batch).into_iter();
+            for (ticket, request) in tickets.into_iter().zip(batch) {
+                let result = results.next().unwrap_or_else(|| {
+                    Err(BackendError {
+                        model: request.model.clone(),
+                        message: "backend returned fewer results than requests".into(),
+                        partial_usage: None,
+                    })
+                });
+                out.push(Answer {
+                    ticket,
+                    request,
+                    result,
+                });
+            }
+        }
+        if self.llm_in_flight > 0 {
+            if let Some(llm) = self.llm.stepwise() {
+                let answers = llm.step();
+                self.llm_in_flight = self.llm_in_flight.saturating_sub(answers.len());
+                out.extend(answers);
+            }
+        }
+        out
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.len() + self.failed.len() + self.llm_in_flight
     }
 }
 
@@ -804,6 +1157,23 @@ pub struct LlmConfig {
     /// local: MiB each model's prefix cache (computed prompt blocks shared
     /// by every call, agent and run) may hold; 0 turns it off.
     pub prefix_cache_mib: usize,
+    /// local: `continuous` (default): a call joins the running batch as soon
+    /// as its scenario asks for it and leaves it when it finishes; `waves`:
+    /// the calls queued together are decoded together to the end of the
+    /// longest. Records are the same either way.
+    pub batching: Batching,
+    /// local, continuous batching: prompt tokens one forward step feeds at
+    /// most (whole 64-token prompt blocks; the oldest waiting one always goes).
+    pub prefill_step_tokens: usize,
+}
+
+/// How the local backend batches calls (`[llm] batching`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Batching {
+    #[default]
+    Continuous,
+    Waves,
 }
 
 impl Default for LlmConfig {
@@ -829,6 +1199,8 @@ impl Default for LlmConfig {
             plan_context: DEFAULT_PLAN_CONTEXT,
             meter: MeterChoice::Auto,
             prefix_cache_mib: 2048,
+            batching: Batching::Continuous,
+            prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
         }
     }
 }
@@ -862,6 +1234,8 @@ impl LlmConfig {
                 schema: self.schema,
                 plan_context: self.plan_context,
                 prefix_cache_bytes: self.prefix_cache_mib << 20,
+                continuous: self.batching == Batching::Continuous,
+                prefill_step_tokens: self.prefill_step_tokens,
                 ..LlmOptions::default()
             },
         )

@@ -216,6 +216,27 @@ impl Metering {
     }
 }
 
+impl Metering {
+    /// Start one step of a continuous batch of `n` running sequences (each
+    /// call's energy is the sum over its steps). The time since the last
+    /// reading is the engine's own work between steps (overhead) when
+    /// `continuing` (sequences were running before this step), else idle;
+    /// a step that continues the running batch does not count as a batch.
+    pub fn begin_step(&mut self, n: usize, continuing: bool) -> BatchMeter<'_> {
+        if !continuing {
+            return self.begin_batch(n);
+        }
+        if let Some(d) = self.tick() {
+            self.totals.overhead_j += d;
+        }
+        BatchMeter {
+            m: self,
+            seqs: vec![Default::default(); n],
+            complete: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 struct SeqAccount {
     prefill_j: f64,

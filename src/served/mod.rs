@@ -28,13 +28,10 @@ pub fn mixed_backend(
     names: ServedNames,
 ) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match llm.backend {
-        BackendKind::Local => Box::new(MixedBackend {
+        BackendKind::Local => Box::new(MixedBackend::new(scripted, llm.backend()?)),
+        BackendKind::Openai => Box::new(MixedBackend::new(
             scripted,
-            llm: llm.backend()?,
-        }),
-        BackendKind::Openai => Box::new(MixedBackend {
-            scripted,
-            llm: openai::OpenAiBackend::connect(llm, names)?,
-        }),
+            openai::OpenAiBackend::connect(llm, names)?,
+        )),
     })
 }
