@@ -1,8 +1,8 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 pub mod bench;
-pub mod calibrate;
 pub mod bench_society;
+pub mod calibrate;
 pub mod generate;
 pub mod jobs;
 pub mod logits;

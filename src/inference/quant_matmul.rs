@@ -470,25 +470,55 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
     ) {
         let (n, kb, simd) = (self.n, self.k / BLOCK, self.simd);
         let act = |r: usize| &acts[r * kb..(r + 1) * kb];
-        for j in js {
-            let w = &self.blocks[j * kb..(j + 1) * kb];
-            // SAFETY: the caller owns y[r, j] for these rows and weight rows.
-            let put = |r: usize, v: f32| unsafe { *y.add(r * n + j) = v };
+        let wrow = |j: usize| &self.blocks[j * kb..(j + 1) * kb];
+        // SAFETY: the caller owns y[r, j] for these rows and weight rows.
+        let put = |r: usize, j: usize, v: f32| unsafe { *y.add(r * n + j) = v };
+        // Two weight rows at a time (each activation block loaded once for
+        // both), each against up to ROW_TILE activation rows.
+        let mut j = js.start;
+        while j < js.end {
+            let two = j + 1 < js.end;
             let mut r = rows.start;
             while r + ROW_TILE <= rows.end {
-                let d = simd.dot_tile::<B, ROW_TILE>(w, std::array::from_fn(|i| act(r + i)));
-                d.iter().enumerate().for_each(|(i, &v)| put(r + i, v));
+                let a: [&[BlockQ81]; ROW_TILE] = std::array::from_fn(|i| act(r + i));
+                if two {
+                    let d = simd.dot_tiles::<B, 2, ROW_TILE>([wrow(j), wrow(j + 1)], a);
+                    for (w, dw) in d.iter().enumerate() {
+                        dw.iter()
+                            .enumerate()
+                            .for_each(|(i, &v)| put(r + i, j + w, v));
+                    }
+                } else {
+                    let d = simd.dot_tile::<B, ROW_TILE>(wrow(j), a);
+                    d.iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
+                }
                 r += ROW_TILE;
             }
             while r + 2 <= rows.end {
-                let d = simd.dot_tile::<B, 2>(w, [act(r), act(r + 1)]);
-                put(r, d[0]);
-                put(r + 1, d[1]);
+                let a = [act(r), act(r + 1)];
+                if two {
+                    let d = simd.dot_tiles::<B, 2, 2>([wrow(j), wrow(j + 1)], a);
+                    for (w, dw) in d.iter().enumerate() {
+                        put(r, j + w, dw[0]);
+                        put(r + 1, j + w, dw[1]);
+                    }
+                } else {
+                    let d = simd.dot_tile::<B, 2>(wrow(j), a);
+                    put(r, j, d[0]);
+                    put(r + 1, j, d[1]);
+                }
                 r += 2;
             }
             if r < rows.end {
-                put(r, simd.dot_tile::<B, 1>(w, [act(r)])[0]);
+                if two {
+                    let d = simd.dot_tiles::<B, 2, 1>([wrow(j), wrow(j + 1)], [act(r)]);
+                    put(r, j, d[0][0]);
+                    put(r, j + 1, d[1][0]);
+                } else {
+                    put(r, j, simd.dot_tile::<B, 1>(wrow(j), [act(r)])[0]);
+                }
             }
+            j += if two { 2 } else { 1 };
         }
     }
 }
@@ -567,14 +597,25 @@ impl Simd {
 
     /// Dot products of one weight row with `N` activation rows.
     fn dot_tile<B: WeightBlock, const N: usize>(self, w: &[B], rows: [&[BlockQ81]; N]) -> [f32; N] {
+        self.dot_tiles::<B, 1, N>([w], rows)[0]
+    }
+
+    /// Dot products of `W` weight rows (of equal length) with `N` activation rows.
+    fn dot_tiles<B: WeightBlock, const W: usize, const N: usize>(
+        self,
+        ws: [&[B]; W],
+        rows: [&[BlockQ81]; N],
+    ) -> [[f32; N]; W] {
         match self {
-            Simd::Portable => std::array::from_fn(|i| dot_portable(w, rows[i])),
+            Simd::Portable => {
+                std::array::from_fn(|w| std::array::from_fn(|i| dot_portable(ws[w], rows[i])))
+            }
             // SAFETY: `detect` checked that the CPU has AVX2 and FMA.
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => unsafe { simd::dot_tile(w, rows) },
+            Simd::Avx2 => unsafe { simd::dot_tile(ws, rows) },
             // SAFETY: `detect` checked AVX2, FMA and AVX-VNNI.
             #[cfg(target_arch = "x86_64")]
-            Simd::AvxVnni => unsafe { simd::dot_tile_vnni(w, rows) },
+            Simd::AvxVnni => unsafe { simd::dot_tile_vnni(ws, rows) },
         }
     }
 }
@@ -645,31 +686,39 @@ mod simd {
         ($(#[$doc:meta])* $name:ident, $features:literal, $isum:expr) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn $name<B: WeightBlock, const N: usize>(
-                w: &[B],
+            pub(super) unsafe fn $name<B: WeightBlock, const W: usize, const N: usize>(
+                ws: [&[B]; W],
                 rows: [&[BlockQ81]; N],
-            ) -> [f32; N] {
-                let mut acc = [_mm256_setzero_ps(); N];
-                let mut macc = [0f32; N];
-                for (b, wb) in w.iter().enumerate() {
-                    let q = wb.load();
-                    let u = if B::SIGNED { _mm256_sign_epi8(q, q) } else { q };
-                    let (d, m) = (wb.d(), wb.m());
+            ) -> [[f32; N]; W] {
+                let mut acc = [[_mm256_setzero_ps(); N]; W];
+                let mut macc = [[0f32; N]; W];
+                for b in 0..ws[0].len() {
+                    // Each weight block is unpacked once for the N rows, each
+                    // activation block loaded once for the W weight rows.
+                    let wb: [&B; W] = std::array::from_fn(|w| ws[w].get_unchecked(b));
+                    let q: [__m256i; W] = std::array::from_fn(|w| wb[w].load());
+                    let u: [__m256i; W] = std::array::from_fn(|w| {
+                        if B::SIGNED { _mm256_sign_epi8(q[w], q[w]) } else { q[w] }
+                    });
                     for i in 0..N {
                         let ab = rows[i].get_unchecked(b);
                         let q8 = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
-                        let q8 = if B::SIGNED { _mm256_sign_epi8(q8, q) } else { q8 };
-                        let p32: __m256i = $isum(u, q8);
-                        let scale = _mm256_set1_ps(d * ab.d);
-                        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[i]);
-                        if !B::SIGNED {
-                            macc[i] += m * ab.s;
+                        for w in 0..W {
+                            let q8w = if B::SIGNED { _mm256_sign_epi8(q8, q[w]) } else { q8 };
+                            let p32: __m256i = $isum(u[w], q8w);
+                            let scale = _mm256_set1_ps(wb[w].d() * ab.d);
+                            acc[w][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[w][i]);
+                            if !B::SIGNED {
+                                macc[w][i] += wb[w].m() * ab.s;
+                            }
                         }
                     }
                 }
-                let mut out = [0f32; N];
-                for i in 0..N {
-                    out[i] = hsum(acc[i]) + macc[i];
+                let mut out = [[0f32; N]; W];
+                for w in 0..W {
+                    for i in 0..N {
+                        out[w][i] = hsum(acc[w][i]) + macc[w][i];
+                    }
                 }
                 out
             }
@@ -834,6 +883,15 @@ mod tests {
                         "{} {p:?}: {g} vs {e}",
                         B::NAME
                     );
+                }
+            }
+            if j + 1 < n {
+                // Two weight rows at once: each row's sums as when alone.
+                let wk = &w.blocks[(j + 1) * kb..(j + 2) * kb];
+                for p in &paths {
+                    let two = p.dot_tiles::<B, 2, 4>([wj, wk], rows);
+                    assert_eq!(two[0], p.dot_tile::<B, 4>(wj, rows), "{} {p:?}", B::NAME);
+                    assert_eq!(two[1], p.dot_tile::<B, 4>(wk, rows), "{} {p:?}", B::NAME);
                 }
             }
             if paths.len() == 3 {
