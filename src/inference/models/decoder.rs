@@ -388,12 +388,13 @@ impl DecoderModel {
             .map_err(|e| candle_core::Error::Msg(format!("CUDA decode attention: {e:#}")))
     }
 
-    /// Decode attention for a step whose sequences all take one token, on
-    /// the CPU, in one pass over all of them (`cpu_attention::decode`, each
-    /// sequence against its own cache). Used for a single sequence too, so
-    /// a sequence's logits do not depend on what it is batched with. `None`
-    /// (the caller runs [`Self::attend`] per sequence) for prompts, other
-    /// devices and with `JOULE_CANDLE_KERNELS_ONLY` set.
+    /// Attention of a batch on the CPU with every one-token sequence in one
+    /// fused pass (`cpu_attention::decode`, each sequence against its own
+    /// cache) and the others (prompts) per sequence through [`Self::attend`].
+    /// A one-token sequence takes the fused pass whatever it is batched with
+    /// (alone too), so its logits do not depend on the other sequences.
+    /// `None` (the caller runs [`Self::attend`] for all) when no sequence
+    /// takes one token, on other devices and with `JOULE_CANDLE_KERNELS_ONLY`.
     #[allow(clippy::type_complexity)]
     fn decode_attention_cpu(
         &self,
@@ -412,8 +413,7 @@ impl DecoderModel {
             ..
         } = self.hp;
         if !self.device.is_cpu()
-            || rows.is_empty()
-            || rows.iter().any(|(r, _)| r.t != 1)
+            || !rows.iter().any(|(r, _)| r.t == 1)
             || std::env::var_os(super::nn::CANDLE_ONLY_ENV).is_some()
         {
             return Ok(None);
@@ -421,6 +421,9 @@ impl DecoderModel {
         let mut qs = Vec::with_capacity(rows.len());
         let mut kv = Vec::with_capacity(rows.len());
         for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            if r.t != 1 {
+                continue;
+            }
             let sel = |y: &Tensor| y.narrow(0, r.off, 1);
             let cs = &tb[layer.kind.rope];
             let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
@@ -430,7 +433,7 @@ impl DecoderModel {
             let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
             kv.push(step.state.append_kv(li, &kr, &vh)?);
         }
-        let q = Tensor::cat(&qs, 0)?;
+        let q1 = Tensor::cat(&qs, 0)?;
         let seqs: Vec<cpu::SeqKv<'_>> = kv.iter().map(|(k, v)| cpu::SeqKv { k, v }).collect();
         let params = AttnParams {
             scale: self
@@ -440,9 +443,29 @@ impl DecoderModel {
             softcap: self.spec.attn_softcap,
             window: layer.kind.window,
         };
-        cpu::decode(&q, &seqs, params)
-            .map(Some)
-            .map_err(|e| candle_core::Error::Msg(format!("CPU decode attention: {e:#}")))
+        let fused = cpu::decode(&q1, &seqs, params)
+            .map_err(|e| candle_core::Error::Msg(format!("CPU decode attention: {e:#}")))?;
+        if seqs.len() == rows.len() {
+            return Ok(Some(fused));
+        }
+        let mut outs = Vec::with_capacity(rows.len());
+        let mut next = 0;
+        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            if r.t == 1 {
+                outs.push(fused.narrow(0, next, 1)?);
+                next += 1;
+            } else {
+                let sel = |y: &Tensor| y.narrow(0, r.off, r.t);
+                outs.push(self.attend(
+                    layer,
+                    li,
+                    (sel(q)?, sel(k)?, sel(v)?),
+                    step.state,
+                    &tb[layer.kind.rope],
+                )?);
+            }
+        }
+        Tensor::cat(&outs, 0).map(Some)
     }
 
     /// The batched forward pass. Every sequence's new tokens are stacked
