@@ -6,7 +6,8 @@
 //! - [`tokenizer`], [`chat_template`], [`thinking`]: tokenizers from GGUF metadata, chat
 //!   templates, thinking-token accounting.
 //! - [`model`], [`models`]: the batch model interface and one file per architecture family;
-//!   [`quant_matmul`]: CPU SIMD matrix products for quantised types candle has no kernel for.
+//!   [`quant_matmul`]: CPU SIMD matrix products for the 32-value quantised types candle runs
+//!   slowly; [`cpu_attention`]: fused decode attention over every sequence of a step.
 //! - [`sampler`], [`generate`]: seeded sampling and batched generation with exact counts.
 //! - [`llm_backend`]: the `Backend` that answers scenario requests with these models.
 //! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).
@@ -14,6 +15,7 @@
 
 pub mod chat_template;
 pub mod constrain;
+pub mod cpu_attention;
 #[cfg(feature = "cuda")]
 pub mod cuda_kernels;
 pub mod device;

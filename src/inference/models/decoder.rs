@@ -388,6 +388,86 @@ impl DecoderModel {
             .map_err(|e| candle_core::Error::Msg(format!("CUDA decode attention: {e:#}")))
     }
 
+    /// Attention of a batch on the CPU with every one-token sequence in one
+    /// fused pass (`cpu_attention::decode`, each sequence against its own
+    /// cache) and the others (prompts) per sequence through [`Self::attend`].
+    /// A one-token sequence takes the fused pass whatever it is batched with
+    /// (alone too), so its logits do not depend on the other sequences.
+    /// `None` (the caller runs [`Self::attend`] for all) when no sequence
+    /// takes one token, on other devices and with `JOULE_CANDLE_KERNELS_ONLY`.
+    #[allow(clippy::type_complexity)]
+    fn decode_attention_cpu(
+        &self,
+        layer: &Layer,
+        li: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        rows: &[(Rows, bool)],
+        tables: &[Vec<(Tensor, Tensor)>],
+        batch: &mut [SeqStep<'_>],
+    ) -> candle_core::Result<Option<Tensor>> {
+        use crate::inference::cpu_attention as cpu;
+        let HyperParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            ..
+        } = self.hp;
+        if !self.device.is_cpu()
+            || !rows.iter().any(|(r, _)| r.t == 1)
+            || std::env::var_os(super::nn::CANDLE_ONLY_ENV).is_some()
+        {
+            return Ok(None);
+        }
+        let mut qs = Vec::with_capacity(rows.len());
+        let mut kv = Vec::with_capacity(rows.len());
+        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            if r.t != 1 {
+                continue;
+            }
+            let sel = |y: &Tensor| y.narrow(0, r.off, 1);
+            let cs = &tb[layer.kind.rope];
+            let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
+            let kh = to_heads(&sel(k)?, n_kv_head, head_dim, layer.k_norm.as_ref())?;
+            let vh = to_heads(&sel(v)?, n_kv_head, head_dim, None)?;
+            qs.push(apply_rope(&qh, cs, self.spec.rope_style)?.reshape((1, n_head, head_dim))?);
+            let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
+            kv.push(step.state.append_kv(li, &kr, &vh)?);
+        }
+        let q1 = Tensor::cat(&qs, 0)?;
+        let seqs: Vec<cpu::SeqKv<'_>> = kv.iter().map(|(k, v)| cpu::SeqKv { k, v }).collect();
+        let params = AttnParams {
+            scale: self
+                .spec
+                .attn_scale
+                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
+            softcap: self.spec.attn_softcap,
+            window: layer.kind.window,
+        };
+        let fused = cpu::decode(&q1, &seqs, params)
+            .map_err(|e| candle_core::Error::Msg(format!("CPU decode attention: {e:#}")))?;
+        if seqs.len() == rows.len() {
+            return Ok(Some(fused));
+        }
+        let mut outs = Vec::with_capacity(rows.len());
+        let mut next = 0;
+        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            if r.t == 1 {
+                outs.push(fused.narrow(0, next, 1)?);
+                next += 1;
+            } else {
+                let sel = |y: &Tensor| y.narrow(0, r.off, r.t);
+                outs.push(self.attend(
+                    layer,
+                    li,
+                    (sel(q)?, sel(k)?, sel(v)?),
+                    step.state,
+                    &tb[layer.kind.rope],
+                )?);
+            }
+        }
+        Tensor::cat(&outs, 0).map(Some)
+    }
+
     /// The batched forward pass. Every sequence's new tokens are stacked
     /// into one `[Σt, n_embd]` matrix, so each projection and MLP reads its
     /// weights once for the whole batch; only attention (own positions, own
@@ -417,14 +497,21 @@ impl DecoderModel {
         }
         for (li, layer) in self.layers.iter().enumerate() {
             let h = layer.attn_norm.forward(&x)?;
-            let q = layer.wq.forward(&h)?;
-            let k = layer.wk.forward(&h)?;
-            let v = layer.wv.forward(&h)?;
+            let [q, k, v]: [Tensor; 3] =
+                Linear::forward_many(&[&layer.wq, &layer.wk, &layer.wv], &h)?
+                    .try_into()
+                    .map_err(|_| anyhow::anyhow!("q/k/v products missing"))?;
             #[cfg(feature = "cuda")]
             let fused =
                 self.decode_attention_cuda(layer, li, (&q, &k, &v), &rows, &tables, batch)?;
             #[cfg(not(feature = "cuda"))]
             let fused: Option<Tensor> = None;
+            let fused = match fused {
+                Some(f) => Some(f),
+                None => {
+                    self.decode_attention_cpu(layer, li, (&q, &k, &v), &rows, &tables, batch)?
+                }
+            };
             let att = match fused {
                 Some(att) => att,
                 None => {

@@ -6,8 +6,8 @@
 
 use crate::inference::gguf::{GgufFile, LoadError};
 use crate::inference::model::ModelInfo;
-use crate::inference::quant_matmul::Q41Matrix;
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use crate::inference::quant_matmul::{self, cpu_matrix, CpuMatmul};
+use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::Arc;
 
@@ -146,26 +146,24 @@ pub fn rms_norm_plain(x: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
 pub const CANDLE_ONLY_ENV: &str = "JOULE_CANDLE_KERNELS_ONLY";
 
 /// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
-/// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q8_0,
-/// Q4_K, Q5_K, Q6_K, ...), or on the CPU for `Q4_1` (which candle runs with
-/// a scalar loop) Joule's own SIMD kernel.
+/// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q4_K,
+/// Q5_K, Q6_K, ...), or on the CPU for the 32-value types candle runs with a
+/// scalar loop or without row blocking (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) Joule's
+/// own SIMD kernel (`quant_matmul`).
 #[derive(Debug, Clone)]
 pub enum Proj {
     Candle(QMatMul),
-    CpuQ41(Arc<Q41Matrix>),
+    Cpu(Arc<dyn CpuMatmul>),
 }
 
 impl Proj {
     pub fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
         let dims = q.shape().dims().to_vec();
-        if device.is_cpu()
-            && q.dtype() == GgmlDType::Q4_1
-            && dims.len() == 2
-            && std::env::var_os(CANDLE_ONLY_ENV).is_none()
-        {
-            let m = Q41Matrix::from_gguf_bytes(&q.data()?, dims[0], dims[1])
-                .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-            return Ok(Proj::CpuQ41(Arc::new(m)));
+        if device.is_cpu() && dims.len() == 2 && std::env::var_os(CANDLE_ONLY_ENV).is_none() {
+            if let Some(m) = cpu_matrix(q.dtype(), &q.data()?, dims[0], dims[1]) {
+                let m = m.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+                return Ok(Proj::Cpu(Arc::from(m)));
+            }
         }
         QMatMul::from_arc(q).map(Proj::Candle)
     }
@@ -173,18 +171,38 @@ impl Proj {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Proj::Candle(m) => m.forward(&x.contiguous()?),
-            Proj::CpuQ41(w) => {
-                let mut dims = x.dims().to_vec();
-                let flat = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
-                let y = w
-                    .matmul(&flat)
-                    .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-                if let Some(last) = dims.last_mut() {
+            Proj::Cpu(_) => Ok(Self::forward_many(&[self], x)?.remove(0)),
+        }
+    }
+
+    /// `[p.forward(x) for p in ps]`; when every projection runs on Joule's
+    /// CPU kernels (and they share `k`), `x` is quantised once and all of
+    /// them run in one pass of the worker pool (a layer's q/k/v, gate/up).
+    pub fn forward_many(ps: &[&Proj], x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        let cpu: Option<Vec<&dyn CpuMatmul>> = ps
+            .iter()
+            .map(|p| match p {
+                Proj::Cpu(w) => Some(w.as_ref()),
+                Proj::Candle(_) => None,
+            })
+            .collect();
+        let Some(ws) = cpu.filter(|ws| ws.windows(2).all(|p| p[0].k() == p[1].k())) else {
+            return ps.iter().map(|p| p.forward(x)).collect();
+        };
+        let dims = x.dims().to_vec();
+        let flat = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        let ys = quant_matmul::matmul_many(&ws, &flat)
+            .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
+        ys.into_iter()
+            .zip(&ws)
+            .map(|(y, w)| {
+                let mut d = dims.clone();
+                if let Some(last) = d.last_mut() {
                     *last = w.n();
                 }
-                Tensor::from_vec(y, dims, x.device())
-            }
-        }
+                Tensor::from_vec(y, d, x.device())
+            })
+            .collect()
     }
 }
 
@@ -202,6 +220,20 @@ impl Linear {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
         }
+    }
+
+    /// `[l.forward(x) for l in ls]`, the products in one pass where they can
+    /// be ([`Proj::forward_many`]).
+    pub fn forward_many(ls: &[&Linear], x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        let ps: Vec<&Proj> = ls.iter().map(|l| &l.w).collect();
+        Proj::forward_many(&ps, x)?
+            .into_iter()
+            .zip(ls)
+            .map(|(y, l)| match &l.b {
+                Some(b) => y.broadcast_add(b),
+                None => Ok(y),
+            })
+            .collect()
     }
 }
 
@@ -249,9 +281,13 @@ impl GatedMlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let g = self.act.apply(&self.gate.forward(x)?)?;
-        let u = self.up.forward(x)?;
-        self.down.forward(&(g * u)?)
+        let mut gu = Proj::forward_many(&[&self.gate, &self.up], x)?;
+        let u = gu.pop();
+        let g = gu.pop();
+        match (g, u) {
+            (Some(g), Some(u)) => self.down.forward(&(self.act.apply(&g)? * u)?),
+            _ => Err(candle_core::Error::Msg("gate/up products missing".into())),
+        }
     }
 }
 
