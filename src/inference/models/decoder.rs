@@ -316,20 +316,57 @@ impl DecoderModel {
         let q = apply_rope(&q, cos_sin, self.spec.rope_style)?;
         let k = apply_rope(&k, cos_sin, self.spec.rope_style)?;
         let (k_all, v_all) = state.append_kv(li, &k, &v)?;
-        let scale = self
-            .spec
-            .attn_scale
-            .unwrap_or(1.0 / (head_dim as f32).sqrt());
-        attention(
-            &q,
-            &k_all,
-            &v_all,
-            AttnParams {
-                scale,
-                softcap: self.spec.attn_softcap,
-                window: layer.kind.window,
-            },
-        )
+        attention(&q, &k_all, &v_all, self.attn_params(layer))
+    }
+
+    /// The attention parameters of `layer`.
+    fn attn_params(&self, layer: &Layer) -> AttnParams {
+        AttnParams {
+            scale: self
+                .spec
+                .attn_scale
+                .unwrap_or(1.0 / (self.hp.head_dim as f32).sqrt()),
+            softcap: self.spec.attn_softcap,
+            window: layer.kind.window,
+        }
+    }
+
+    /// The fused decode paths' inputs: for every one-token sequence of the
+    /// batch, in order, its query (heads, rotary applied) stacked into one
+    /// `[n, n_head, head_dim]` tensor, and its keys and values after this
+    /// token was appended to its cache.
+    #[allow(clippy::type_complexity)]
+    fn decode_rows(
+        &self,
+        layer: &Layer,
+        li: usize,
+        (q, k, v): (&Tensor, &Tensor, &Tensor),
+        rows: &[(Rows, bool)],
+        tables: &[Vec<(Tensor, Tensor)>],
+        batch: &mut [SeqStep<'_>],
+    ) -> candle_core::Result<(Tensor, Vec<(Tensor, Tensor)>)> {
+        let HyperParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            ..
+        } = self.hp;
+        let mut qs = Vec::with_capacity(rows.len());
+        let mut kv = Vec::with_capacity(rows.len());
+        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
+            if r.t != 1 {
+                continue;
+            }
+            let sel = |y: &Tensor| y.narrow(0, r.off, 1);
+            let cs = &tb[layer.kind.rope];
+            let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
+            let kh = to_heads(&sel(k)?, n_kv_head, head_dim, layer.k_norm.as_ref())?;
+            let vh = to_heads(&sel(v)?, n_kv_head, head_dim, None)?;
+            qs.push(apply_rope(&qh, cs, self.spec.rope_style)?.reshape((1, n_head, head_dim))?);
+            let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
+            kv.push(step.state.append_kv(li, &kr, &vh)?);
+        }
+        Ok((Tensor::cat(&qs, 0)?, kv))
     }
 
     /// Decode attention for a batch of one-token steps on a CUDA device in
@@ -348,41 +385,16 @@ impl DecoderModel {
         batch: &mut [SeqStep<'_>],
     ) -> candle_core::Result<Option<Tensor>> {
         use crate::inference::cuda_kernels::attention as gpu;
-        let HyperParams {
-            n_head,
-            n_kv_head,
-            head_dim,
-            ..
-        } = self.hp;
         if !self.device.is_cuda()
             || rows.len() < 2
             || rows.iter().any(|(r, _)| r.t != 1)
-            || !gpu::supported(head_dim)
+            || !gpu::supported(self.hp.head_dim)
         {
             return Ok(None);
         }
-        let mut qs = Vec::with_capacity(rows.len());
-        let mut kv = Vec::with_capacity(rows.len());
-        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
-            let sel = |y: &Tensor| y.narrow(0, r.off, 1);
-            let cs = &tb[layer.kind.rope];
-            let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
-            let kh = to_heads(&sel(k)?, n_kv_head, head_dim, layer.k_norm.as_ref())?;
-            let vh = to_heads(&sel(v)?, n_kv_head, head_dim, None)?;
-            qs.push(apply_rope(&qh, cs, self.spec.rope_style)?.reshape((1, n_head, head_dim))?);
-            let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
-            kv.push(step.state.append_kv(li, &kr, &vh)?);
-        }
-        let q = Tensor::cat(&qs, 0)?;
+        let (q, kv) = self.decode_rows(layer, li, (q, k, v), rows, tables, batch)?;
         let seqs: Vec<gpu::SeqKv<'_>> = kv.iter().map(|(k, v)| gpu::SeqKv { k, v }).collect();
-        let params = AttnParams {
-            scale: self
-                .spec
-                .attn_scale
-                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
-            softcap: self.spec.attn_softcap,
-            window: layer.kind.window,
-        };
+        let params = self.attn_params(layer);
         gpu::decode(&q, &seqs, params)
             .map(Some)
             .map_err(|e| candle_core::Error::Msg(format!("CUDA decode attention: {e:#}")))
@@ -406,43 +418,15 @@ impl DecoderModel {
         batch: &mut [SeqStep<'_>],
     ) -> candle_core::Result<Option<Tensor>> {
         use crate::inference::cpu_attention as cpu;
-        let HyperParams {
-            n_head,
-            n_kv_head,
-            head_dim,
-            ..
-        } = self.hp;
         if !self.device.is_cpu()
             || !rows.iter().any(|(r, _)| r.t == 1)
             || std::env::var_os(super::nn::CANDLE_ONLY_ENV).is_some()
         {
             return Ok(None);
         }
-        let mut qs = Vec::with_capacity(rows.len());
-        let mut kv = Vec::with_capacity(rows.len());
-        for (((r, _), tb), step) in rows.iter().zip(tables).zip(batch.iter_mut()) {
-            if r.t != 1 {
-                continue;
-            }
-            let sel = |y: &Tensor| y.narrow(0, r.off, 1);
-            let cs = &tb[layer.kind.rope];
-            let qh = to_heads(&sel(q)?, n_head, head_dim, layer.q_norm.as_ref())?;
-            let kh = to_heads(&sel(k)?, n_kv_head, head_dim, layer.k_norm.as_ref())?;
-            let vh = to_heads(&sel(v)?, n_kv_head, head_dim, None)?;
-            qs.push(apply_rope(&qh, cs, self.spec.rope_style)?.reshape((1, n_head, head_dim))?);
-            let kr = apply_rope(&kh, cs, self.spec.rope_style)?;
-            kv.push(step.state.append_kv(li, &kr, &vh)?);
-        }
-        let q1 = Tensor::cat(&qs, 0)?;
+        let (q1, kv) = self.decode_rows(layer, li, (q, k, v), rows, tables, batch)?;
         let seqs: Vec<cpu::SeqKv<'_>> = kv.iter().map(|(k, v)| cpu::SeqKv { k, v }).collect();
-        let params = AttnParams {
-            scale: self
-                .spec
-                .attn_scale
-                .unwrap_or(1.0 / (head_dim as f32).sqrt()),
-            softcap: self.spec.attn_softcap,
-            window: layer.kind.window,
-        };
+        let params = self.attn_params(layer);
         let fused = cpu::decode(&q1, &seqs, params)
             .map_err(|e| candle_core::Error::Msg(format!("CPU decode attention: {e:#}")))?;
         if seqs.len() == rows.len() {
