@@ -7,38 +7,55 @@
 //! k-quants (Q4_K, Q5_K, Q6_K) stay on candle's own kernels, which already
 //! repack them for AVX2, AVX-VNNI and AVX-512 VNNI (chosen at run time).
 //!
-//! [`QuantMatrix`] holds a `[n, k]` weight in blocks of 32 (each block's f16
-//! scales widened to f32 once at load). A weight is either `d·u + m` with `u`
-//! unsigned ([`WeightBlock::SIGNED`] false: Q4_0/Q5_0 as `m = −8d`/`−16d`,
-//! Q4_1/Q5_1 with their own `m`) or `d·s` with `s` a signed byte (Q8_0).
+//! [`QuantMatrix`] holds a `[n, k]` weight as the file's bytes regrouped: each
+//! block's integer payload (nibbles, fifth bits, bytes) in one array, and its
+//! f16 scales `d` (and offsets `m`) in separate per-row arrays padded to a
+//! multiple of [`GROUP`] blocks, so the scales of eight blocks are one vector
+//! load and one F16C conversion. The matrix takes exactly the bytes of the
+//! file (plus that padding): decode reads every weight once per step. A weight
+//! is either `d·u + m` with `u` unsigned ([`WeightBlock::SIGNED`] false:
+//! Q4_0/Q5_0 as `m = −8d`/`−16d`, Q4_1/Q5_1 with their own `m`) or `d·s` with
+//! `s` a signed byte (Q8_0).
+//!
 //! [`QuantMatrix::matmul`] computes `y = x · Wᵀ` for `m` activation rows the
 //! way llama.cpp does: each activation row is quantised once to 8-bit blocks
-//! (`Q8_1`: `x ≈ d₈·q₈`, with the block's `d₈·Σq₈` kept), and a block's
-//! contribution is `d·d₈·Σ u·q₈ + m·d₈·Σq₈`. The integer sums use AVX-VNNI or
-//! AVX2 when the CPU has them (checked at run time) and a portable loop
-//! otherwise; all give the same integer sums, so the paths differ only by
-//! float summation order.
+//! ([`Acts`]: `x ≈ d₈·q₈`, with `s = d₈·Σq₈` kept), and a block's contribution
+//! is `d·d₈·Σ u·q₈ + m·s`. The integer sums use AVX-VNNI or AVX2 when the CPU
+//! has them (checked at run time) and a portable loop otherwise; all give the
+//! same integer sums, so the paths differ only by float summation order. The
+//! SIMD paths multiply the scales of eight blocks at once (`d·d₈` for eight
+//! blocks in one product, the `m·s` terms of eight blocks in one fused
+//! multiply-add), leaving per block and row only the integer product, its
+//! conversion and one fused multiply-add with a broadcast scale.
 //!
 //! Work is split over weight rows across candle's CPU worker pool. Each weight
 //! block is unpacked once and multiplied with up to [`ROW_TILE`] activation
 //! rows, so a batch of decode rows (several agents' next tokens) reads the
-//! weights once: that is what makes batched decoding pay on a CPU.
+//! weights once: that is what makes batched decoding pay on a CPU. A row's
+//! result does not depend on the tile it was computed in (the same operations
+//! in the same order for every `(weight row, activation row)` pair), so a
+//! sequence's logits do not depend on what it is batched with.
 //! [`matmul_many`] multiplies one input with several matrices (a layer's
 //! q/k/v, or gate/up) after quantising it once, in one pass of the pool.
 
 use anyhow::{bail, Result};
 use candle_core::quantized::GgmlDType;
 use std::fmt::Debug;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 /// Values per quantisation block (GGUF's QK4_0 … QK8_0 and QK8_1).
 pub const BLOCK: usize = 32;
+/// Blocks whose scales are read, converted and multiplied as one vector.
+pub const GROUP: usize = 8;
 /// Activation rows multiplied with one unpacked weight block.
 pub const ROW_TILE: usize = 4;
 /// Activation rows per work item (their 8-bit blocks stay in L2).
 const ROW_BLOCK: usize = 64;
 /// Weight rows per work item (their blocks stay in L1).
 const WEIGHT_CHUNK: usize = 16;
+/// Activation rows from which quantising them is split over the worker pool.
+const PARALLEL_QUANTISE_ROWS: usize = 16;
 
 /// A `[n, k]` weight matrix this module multiplies, whatever its block type.
 pub trait CpuMatmul: Debug + Send + Sync {
@@ -48,19 +65,13 @@ pub trait CpuMatmul: Debug + Send + Sync {
     fn k(&self) -> usize;
     /// The weight as f32, row major (for tests and reference checks).
     fn dequantize(&self) -> Vec<f32>;
-    /// `y[r·n + j]` for activation rows `rows` of `acts` (`k / 32` blocks a
-    /// row) and weight rows `js`.
+    /// `y[r·n + j]` for activation rows `rows` of `acts` and weight rows `js`.
     ///
     /// # Safety
-    /// `y` must point to `m·n` writable floats (`m` the rows of `acts`), and
-    /// no other thread may write the same `(r, j)` while this runs.
-    unsafe fn run_chunk(
-        &self,
-        acts: &[BlockQ81],
-        rows: Range<usize>,
-        js: Range<usize>,
-        y: *mut f32,
-    );
+    /// `acts` must have rows of `k` values, `y` must point to `m·n` writable
+    /// floats (`m` the rows of `acts`), and no other thread may write the same
+    /// `(r, j)` while this runs.
+    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32);
 }
 
 /// `y = x · Wᵀ` for `x` of `m = x.len() / k` rows; `y` row major (`[m, n]`).
@@ -82,7 +93,7 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
             w.k()
         );
     }
-    if x.len() % k != 0 {
+    if k == 0 || k % BLOCK != 0 || x.len() % k != 0 {
         bail!(
             "activations of {} values are not rows of {k} for a [{}, {k}] weight",
             x.len(),
@@ -90,9 +101,9 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
         );
     }
     let m = x.len() / k;
-    let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
+    let acts = Acts::quantize(x, k);
     let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.n()]).collect();
-    let ptrs: Vec<SendPtr> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
+    let ptrs: Vec<SendPtr<f32>> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
     // Work items are (matrix, block of activation rows, chunk of weight
     // rows): a block of activations stays in L2 and a chunk of weights in L1
     // while every pair is multiplied. Run on candle's own worker pool, so
@@ -113,8 +124,9 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
             let w = ws[wi];
             let rows = rb * ROW_BLOCK..m.min((rb + 1) * ROW_BLOCK);
             let js = wc * WEIGHT_CHUNK..w.n().min((wc + 1) * WEIGHT_CHUNK);
-            // SAFETY: `ys[wi]` holds m·n floats and outlives the pass; item
-            // (wi, rb, wc) is the only writer of its rows and weight rows.
+            // SAFETY: `acts` has rows of k values; `ys[wi]` holds m·n floats
+            // and outlives the pass; item (wi, rb, wc) is the only writer of
+            // its rows and weight rows.
             unsafe { w.run_chunk(&acts, rows, js, ptrs[wi].get()) };
         }
     });
@@ -142,7 +154,8 @@ pub fn cpu_matrix(
     })
 }
 
-/// One 32-value weight block as this module keeps it.
+/// One GGUF 32-value block type: how its bytes split into scales and an
+/// integer payload, and how the payload becomes 32 integers.
 pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
     /// GGUF's name of the type (for errors).
     const NAME: &'static str;
@@ -150,23 +163,31 @@ pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
     const BYTES: usize;
     /// `d·s` with signed bytes `s` (true) or `d·u + m` with unsigned `u`.
     const SIGNED: bool;
-    /// Parse one GGUF block of [`Self::BYTES`] bytes.
-    fn parse(c: &[u8]) -> Self;
-    fn d(&self) -> f32;
-    /// The offset `m` (0 for signed types).
-    fn m(&self) -> f32;
+    /// Each block stores its own offset `m` (Q4_1, Q5_1); otherwise
+    /// `m = OFFSET·d` (Q4_0: −8, Q5_0: −16, Q8_0: 0).
+    const OWN_M: bool;
+    const OFFSET: f32;
+    /// The integer payload of one block as the file stores it.
+    type Ints: Copy + Debug + Send + Sync + 'static;
+    /// `(d, m, payload)` of one GGUF block of [`Self::BYTES`] bytes (`d` and
+    /// `m` as f16 bits; `m` 0 unless [`Self::OWN_M`]).
+    fn parse(c: &[u8]) -> (u16, u16, Self::Ints);
     /// The 32 integer values (`u` or `s`).
-    fn ints(&self) -> [i32; BLOCK];
+    fn ints(q: &Self::Ints) -> [i32; BLOCK];
     /// The 32 integer values as bytes in one AVX register (value `j` in byte `j`).
     ///
     /// # Safety
     /// The CPU must have AVX2 (the caller is compiled with it enabled).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i;
+    unsafe fn load(q: &Self::Ints) -> std::arch::x86_64::__m256i;
 }
 
-fn f16_at(c: &[u8], i: usize) -> f32 {
-    half::f16::from_le_bytes([c[i], c[i + 1]]).to_f32()
+fn f16_bits(b: u16) -> f32 {
+    half::f16::from_bits(b).to_f32()
+}
+
+fn u16_at(c: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([c[i], c[i + 1]])
 }
 
 /// 32 unsigned 4-bit values: low nibbles are values 0..16, high 16..32 (GGUF).
@@ -180,8 +201,9 @@ fn nibbles(qs: &[u8; 16]) -> [i32; BLOCK] {
 }
 
 /// Nibbles with a fifth bit: bit `j` of `qh` is bit 4 of value `j` (GGUF Q5).
-fn nibbles5(qs: &[u8; 16], qh: u32) -> [i32; BLOCK] {
-    let mut v = nibbles(qs);
+fn nibbles5(q: &Q5Ints) -> [i32; BLOCK] {
+    let qh = u32::from_le_bytes(q.qh);
+    let mut v = nibbles(&q.qs);
     for (j, x) in v.iter_mut().enumerate() {
         *x |= (((qh >> j) & 1) as i32) << 4;
     }
@@ -194,216 +216,260 @@ fn qs16(c: &[u8]) -> [u8; 16] {
     qs
 }
 
-/// GGUF `block_q4_0`: f16 d, 16 bytes of nibbles; `x = d·(u − 8)`.
+/// The payload of a Q5 block: 32 fifth bits and 16 bytes of nibbles.
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
-pub struct BlockQ40 {
-    d: f32,
+pub struct Q5Ints {
+    qh: [u8; 4],
     qs: [u8; 16],
 }
+
+fn q5_ints(c: &[u8]) -> Q5Ints {
+    Q5Ints {
+        qh: [c[0], c[1], c[2], c[3]],
+        qs: qs16(&c[4..]),
+    }
+}
+
+/// GGUF `block_q4_0`: f16 d, 16 bytes of nibbles; `x = d·(u − 8)`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ40;
 
 impl WeightBlock for BlockQ40 {
     const NAME: &'static str = "Q4_0";
     const BYTES: usize = 18;
     const SIGNED: bool = false;
-    fn parse(c: &[u8]) -> Self {
-        Self {
-            d: f16_at(c, 0),
-            qs: qs16(&c[2..]),
-        }
+    const OWN_M: bool = false;
+    const OFFSET: f32 = -8.0;
+    type Ints = [u8; 16];
+    fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
+        (u16_at(c, 0), 0, qs16(&c[2..]))
     }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        -8.0 * self.d
-    }
-    fn ints(&self) -> [i32; BLOCK] {
-        nibbles(&self.qs)
+    fn ints(q: &[u8; 16]) -> [i32; BLOCK] {
+        nibbles(q)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
-        simd::nibbles(&self.qs)
+    unsafe fn load(q: &[u8; 16]) -> std::arch::x86_64::__m256i {
+        simd::nibbles(q)
     }
 }
 
 /// GGUF `block_q4_1`: f16 d, f16 m, 16 bytes of nibbles; `x = d·u + m`.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
-pub struct BlockQ41 {
-    d: f32,
-    m: f32,
-    qs: [u8; 16],
-}
+pub struct BlockQ41;
 
 impl WeightBlock for BlockQ41 {
     const NAME: &'static str = "Q4_1";
     const BYTES: usize = 20;
     const SIGNED: bool = false;
-    fn parse(c: &[u8]) -> Self {
-        Self {
-            d: f16_at(c, 0),
-            m: f16_at(c, 2),
-            qs: qs16(&c[4..]),
-        }
+    const OWN_M: bool = true;
+    const OFFSET: f32 = 0.0;
+    type Ints = [u8; 16];
+    fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
+        (u16_at(c, 0), u16_at(c, 2), qs16(&c[4..]))
     }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        self.m
-    }
-    fn ints(&self) -> [i32; BLOCK] {
-        nibbles(&self.qs)
+    fn ints(q: &[u8; 16]) -> [i32; BLOCK] {
+        nibbles(q)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
-        simd::nibbles(&self.qs)
+    unsafe fn load(q: &[u8; 16]) -> std::arch::x86_64::__m256i {
+        simd::nibbles(q)
     }
 }
 
 /// GGUF `block_q5_0`: f16 d, 32 high bits, 16 bytes of nibbles; `x = d·(u − 16)`.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
-pub struct BlockQ50 {
-    d: f32,
-    qh: u32,
-    qs: [u8; 16],
-}
+pub struct BlockQ50;
 
 impl WeightBlock for BlockQ50 {
     const NAME: &'static str = "Q5_0";
     const BYTES: usize = 22;
     const SIGNED: bool = false;
-    fn parse(c: &[u8]) -> Self {
-        Self {
-            d: f16_at(c, 0),
-            qh: u32::from_le_bytes([c[2], c[3], c[4], c[5]]),
-            qs: qs16(&c[6..]),
-        }
+    const OWN_M: bool = false;
+    const OFFSET: f32 = -16.0;
+    type Ints = Q5Ints;
+    fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
+        (u16_at(c, 0), 0, q5_ints(&c[2..]))
     }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        -16.0 * self.d
-    }
-    fn ints(&self) -> [i32; BLOCK] {
-        nibbles5(&self.qs, self.qh)
+    fn ints(q: &Q5Ints) -> [i32; BLOCK] {
+        nibbles5(q)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
-        simd::nibbles5(&self.qs, self.qh)
+    unsafe fn load(q: &Q5Ints) -> std::arch::x86_64::__m256i {
+        simd::nibbles5(&q.qs, u32::from_le_bytes(q.qh))
     }
 }
 
 /// GGUF `block_q5_1`: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; `x = d·u + m`.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
-pub struct BlockQ51 {
-    d: f32,
-    m: f32,
-    qh: u32,
-    qs: [u8; 16],
-}
+pub struct BlockQ51;
 
 impl WeightBlock for BlockQ51 {
     const NAME: &'static str = "Q5_1";
     const BYTES: usize = 24;
     const SIGNED: bool = false;
-    fn parse(c: &[u8]) -> Self {
-        Self {
-            d: f16_at(c, 0),
-            m: f16_at(c, 2),
-            qh: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-            qs: qs16(&c[8..]),
-        }
+    const OWN_M: bool = true;
+    const OFFSET: f32 = 0.0;
+    type Ints = Q5Ints;
+    fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
+        (u16_at(c, 0), u16_at(c, 2), q5_ints(&c[4..]))
     }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        self.m
-    }
-    fn ints(&self) -> [i32; BLOCK] {
-        nibbles5(&self.qs, self.qh)
+    fn ints(q: &Q5Ints) -> [i32; BLOCK] {
+        nibbles5(q)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
-        simd::nibbles5(&self.qs, self.qh)
+    unsafe fn load(q: &Q5Ints) -> std::arch::x86_64::__m256i {
+        simd::nibbles5(&q.qs, u32::from_le_bytes(q.qh))
     }
 }
 
+/// 32 signed bytes aligned to 32, so a vector load never spans two cache
+/// lines (unaligned 32-byte loads of a weight streamed from memory halved
+/// Q8_0's decode speed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(32))]
+pub struct Q8Ints(pub [i8; 32]);
+
 /// GGUF `block_q8_0`: f16 d, 32 signed bytes; `x = d·s`.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
-pub struct BlockQ80 {
-    d: f32,
-    qs: [i8; 32],
-}
+pub struct BlockQ80;
 
 impl WeightBlock for BlockQ80 {
     const NAME: &'static str = "Q8_0";
     const BYTES: usize = 34;
     const SIGNED: bool = true;
-    fn parse(c: &[u8]) -> Self {
+    const OWN_M: bool = false;
+    const OFFSET: f32 = 0.0;
+    type Ints = Q8Ints;
+    fn parse(c: &[u8]) -> (u16, u16, Q8Ints) {
         let mut qs = [0i8; 32];
         for (q, &b) in qs.iter_mut().zip(&c[2..34]) {
             *q = b as i8;
         }
-        Self {
-            d: f16_at(c, 0),
-            qs,
-        }
+        (u16_at(c, 0), 0, Q8Ints(qs))
     }
-    fn d(&self) -> f32 {
-        self.d
-    }
-    fn m(&self) -> f32 {
-        0.0
-    }
-    fn ints(&self) -> [i32; BLOCK] {
-        self.qs.map(i32::from)
+    fn ints(q: &Q8Ints) -> [i32; BLOCK] {
+        q.0.map(i32::from)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
+    unsafe fn load(q: &Q8Ints) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
-        _mm256_loadu_si256(self.qs.as_ptr() as *const __m256i)
+        _mm256_load_si256(q.0.as_ptr() as *const __m256i)
     }
 }
 
-/// One quantised activation block: `x[j] ≈ d·q[j]`, `s = d·Σq`.
-#[derive(Debug, Clone, Copy)]
-#[repr(C, align(32))]
-pub struct BlockQ81 {
-    qs: [i8; 32],
-    d: f32,
-    s: f32,
+/// Blocks of a row rounded up to whole groups (the stride of the scale arrays).
+fn padded(kb: usize) -> usize {
+    kb.div_ceil(GROUP) * GROUP
 }
 
-impl Default for BlockQ81 {
-    fn default() -> Self {
-        Self {
-            qs: [0; 32],
-            d: 0.0,
-            s: 0.0,
+/// Activation rows quantised to 8 bits the way llama.cpp's
+/// `quantize_row_q8_1` does (round to nearest, `d = max|x| / 127`), `d` and
+/// `s = d·Σq` kept in f32 in per-row arrays padded with zeros to whole groups.
+#[derive(Debug, Clone)]
+pub struct Acts {
+    /// Blocks per row, and the padded stride of `d` and `s`.
+    kb: usize,
+    kbp: usize,
+    qs: Vec<Q8Ints>,
+    d: Vec<f32>,
+    s: Vec<f32>,
+}
+
+impl Acts {
+    /// Quantise `x` (rows of `k` values, `k` a multiple of 32); rows are split
+    /// over the worker pool when there are many.
+    pub fn quantize(x: &[f32], k: usize) -> Self {
+        let kb = k / BLOCK;
+        let kbp = padded(kb);
+        let m = x.len().checked_div(k).unwrap_or(0);
+        let mut acts = Acts {
+            kb,
+            kbp,
+            qs: vec![Q8Ints([0i8; BLOCK]); m * kb],
+            d: vec![0f32; m * kbp],
+            s: vec![0f32; m * kbp],
+        };
+        let (qp, dp, sp) = (
+            SendPtr(acts.qs.as_mut_ptr()),
+            SendPtr(acts.d.as_mut_ptr()),
+            SendPtr(acts.s.as_mut_ptr()),
+        );
+        let row = |r: usize| {
+            for b in 0..kb {
+                let (q, d, s) = quantize_block(&x[(r * kb + b) * BLOCK..(r * kb + b + 1) * BLOCK]);
+                // SAFETY: row r's entries are written by this call alone, and
+                // every index is inside the vectors sized above.
+                unsafe {
+                    *qp.get().add(r * kb + b) = Q8Ints(q);
+                    *dp.get().add(r * kbp + b) = d;
+                    *sp.get().add(r * kbp + b) = s;
+                }
+            }
+        };
+        if m >= PARALLEL_QUANTISE_ROWS {
+            candle_core::utils::barrier_pool().execute_chunked(m, |rows| rows.for_each(row));
+        } else {
+            (0..m).for_each(row);
         }
+        acts
     }
+
+    fn rows(&self) -> usize {
+        self.qs.len().checked_div(self.kb).unwrap_or(0)
+    }
+}
+
+/// One block of 32 activations: 8-bit values, `d`, and `s = d·Σq`.
+fn quantize_block(x: &[f32]) -> ([i8; BLOCK], f32, f32) {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; BLOCK];
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        let r = (v * id).round() as i32;
+        *q = r as i8;
+        sum += r;
+    }
+    (qs, d, d * sum as f32)
 }
 
 /// A `[n, k]` weight of block type `B` ready for [`CpuMatmul::matmul`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct QuantMatrix<B: WeightBlock> {
     n: usize,
     k: usize,
-    blocks: Vec<B>,
+    /// Blocks per row, and the padded stride of `d` and `m`.
+    kb: usize,
+    kbp: usize,
+    /// `n·kb` payloads, row major.
+    ints: Vec<B::Ints>,
+    /// `n·kbp` f16 scales (zero in the padding).
+    d: Vec<u16>,
+    /// `n·kbp` f16 offsets when `B::OWN_M`, else empty.
+    m: Vec<u16>,
     /// The dot-product implementation, chosen for this CPU at load.
     simd: Simd,
+    _block: PhantomData<B>,
+}
+
+impl<B: WeightBlock> Debug for QuantMatrix<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QuantMatrix<{}>[{}, {}] ({:?})",
+            B::NAME,
+            self.n,
+            self.k,
+            self.simd
+        )
+    }
 }
 
 /// The default model's type, by its old name.
@@ -418,21 +484,42 @@ impl<B: WeightBlock> QuantMatrix<B> {
                 B::NAME
             );
         }
-        let nb = n * (k / BLOCK);
-        if bytes.len() != nb * B::BYTES {
+        let kb = k / BLOCK;
+        let kbp = padded(kb);
+        if bytes.len() != n * kb * B::BYTES {
             bail!(
                 "{} tensor [{n}, {k}] needs {} bytes, got {}",
                 B::NAME,
-                nb * B::BYTES,
+                n * kb * B::BYTES,
                 bytes.len()
             );
         }
-        let blocks = bytes.chunks_exact(B::BYTES).map(B::parse).collect();
+        let mut ints = Vec::with_capacity(n * kb);
+        let mut d = vec![0u16; n * kbp];
+        let mut m = if B::OWN_M {
+            vec![0u16; n * kbp]
+        } else {
+            Vec::new()
+        };
+        for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {
+            let (db, mb, q) = B::parse(c);
+            let at = (i / kb) * kbp + i % kb;
+            d[at] = db;
+            if B::OWN_M {
+                m[at] = mb;
+            }
+            ints.push(q);
+        }
         Ok(Self {
             n,
             k,
-            blocks,
+            kb,
+            kbp,
+            ints,
+            d,
+            m,
             simd: Simd::detect(),
+            _block: PhantomData,
         })
     }
 
@@ -440,6 +527,57 @@ impl<B: WeightBlock> QuantMatrix<B> {
     fn with_simd(mut self, simd: Simd) -> Self {
         self.simd = simd;
         self
+    }
+
+    /// `m` of block `b` of row `j`, given its `d`.
+    fn m_at(&self, j: usize, b: usize, d: f32) -> f32 {
+        if B::OWN_M {
+            f16_bits(self.m[j * self.kbp + b])
+        } else {
+            B::OFFSET * d
+        }
+    }
+
+    /// `y = x · Wᵀ` (see [`matmul`]).
+    pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
+        matmul(self, x)
+    }
+
+    /// Dot products of weight rows `js` with activation rows `rows` of `acts`.
+    fn dot_tiles<const W: usize, const N: usize>(
+        &self,
+        js: [usize; W],
+        acts: &Acts,
+        rows: [usize; N],
+    ) -> [[f32; N]; W] {
+        match self.simd {
+            Simd::Portable => std::array::from_fn(|w| {
+                std::array::from_fn(|i| self.dot_portable(js[w], acts, rows[i]))
+            }),
+            // SAFETY: `detect` checked that the CPU has AVX2, FMA and F16C;
+            // `run_chunk`'s caller guarantees the rows exist.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { simd::dot_tile(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => unsafe { simd::dot_tile_vnni(self, js, acts, rows) },
+        }
+    }
+
+    fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
+        let mut acc = 0f32;
+        for b in 0..self.kb {
+            let q = &self.ints[j * self.kb + b];
+            let x = &a.qs[r * a.kb + b].0;
+            let isum: i32 = B::ints(q)
+                .iter()
+                .zip(x)
+                .map(|(&q, &x)| q * i32::from(x))
+                .sum();
+            let d = f16_bits(self.d[j * self.kbp + b]);
+            acc += d * a.d[r * a.kbp + b] * isum as f32 + self.m_at(j, b, d) * a.s[r * a.kbp + b];
+        }
+        acc
     }
 }
 
@@ -454,23 +592,23 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
 
     fn dequantize(&self) -> Vec<f32> {
         let mut out = Vec::with_capacity(self.n * self.k);
-        for b in &self.blocks {
-            let (d, m) = (b.d(), b.m());
-            out.extend(b.ints().iter().map(|&q| d * q as f32 + m));
+        for j in 0..self.n {
+            for b in 0..self.kb {
+                let d = f16_bits(self.d[j * self.kbp + b]);
+                let m = self.m_at(j, b, d);
+                out.extend(
+                    B::ints(&self.ints[j * self.kb + b])
+                        .iter()
+                        .map(|&q| d * q as f32 + m),
+                );
+            }
         }
         out
     }
 
-    unsafe fn run_chunk(
-        &self,
-        acts: &[BlockQ81],
-        rows: Range<usize>,
-        js: Range<usize>,
-        y: *mut f32,
-    ) {
-        let (n, kb, simd) = (self.n, self.k / BLOCK, self.simd);
-        let act = |r: usize| &acts[r * kb..(r + 1) * kb];
-        let wrow = |j: usize| &self.blocks[j * kb..(j + 1) * kb];
+    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
+        let n = self.n;
+        debug_assert!(acts.kb == self.kb && rows.end <= acts.rows());
         // SAFETY: the caller owns y[r, j] for these rows and weight rows.
         let put = |r: usize, j: usize, v: f32| unsafe { *y.add(r * n + j) = v };
         // Two weight rows at a time (each activation block loaded once for
@@ -480,42 +618,41 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
             let two = j + 1 < js.end;
             let mut r = rows.start;
             while r + ROW_TILE <= rows.end {
-                let a: [&[BlockQ81]; ROW_TILE] = std::array::from_fn(|i| act(r + i));
+                let a: [usize; ROW_TILE] = std::array::from_fn(|i| r + i);
                 if two {
-                    let d = simd.dot_tiles::<B, 2, ROW_TILE>([wrow(j), wrow(j + 1)], a);
+                    let d = self.dot_tiles::<2, ROW_TILE>([j, j + 1], acts, a);
                     for (w, dw) in d.iter().enumerate() {
                         dw.iter()
                             .enumerate()
                             .for_each(|(i, &v)| put(r + i, j + w, v));
                     }
                 } else {
-                    let d = simd.dot_tile::<B, ROW_TILE>(wrow(j), a);
-                    d.iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
+                    let d = self.dot_tiles::<1, ROW_TILE>([j], acts, a);
+                    d[0].iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
                 }
                 r += ROW_TILE;
             }
             while r + 2 <= rows.end {
-                let a = [act(r), act(r + 1)];
                 if two {
-                    let d = simd.dot_tiles::<B, 2, 2>([wrow(j), wrow(j + 1)], a);
+                    let d = self.dot_tiles::<2, 2>([j, j + 1], acts, [r, r + 1]);
                     for (w, dw) in d.iter().enumerate() {
                         put(r, j + w, dw[0]);
                         put(r + 1, j + w, dw[1]);
                     }
                 } else {
-                    let d = simd.dot_tile::<B, 2>(wrow(j), a);
-                    put(r, j, d[0]);
-                    put(r + 1, j, d[1]);
+                    let d = self.dot_tiles::<1, 2>([j], acts, [r, r + 1]);
+                    put(r, j, d[0][0]);
+                    put(r + 1, j, d[0][1]);
                 }
                 r += 2;
             }
             if r < rows.end {
                 if two {
-                    let d = simd.dot_tiles::<B, 2, 1>([wrow(j), wrow(j + 1)], [act(r)]);
+                    let d = self.dot_tiles::<2, 1>([j, j + 1], acts, [r]);
                     put(r, j, d[0][0]);
                     put(r, j + 1, d[1][0]);
                 } else {
-                    put(r, j, simd.dot_tile::<B, 1>(wrow(j), [act(r)])[0]);
+                    put(r, j, self.dot_tiles::<1, 1>([j], acts, [r])[0][0]);
                 }
             }
             j += if two { 2 } else { 1 };
@@ -523,42 +660,20 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
     }
 }
 
-impl<B: WeightBlock> QuantMatrix<B> {
-    /// `y = x · Wᵀ` (see [`matmul`]).
-    pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
-        matmul(self, x)
-    }
-}
-
-/// Quantise 32 activations to 8 bits the way llama.cpp's `quantize_row_q8_1`
-/// does (round to nearest, scale = max|x| / 127), keeping d and s in f32.
-fn quantize_block(x: &[f32]) -> BlockQ81 {
-    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut b = BlockQ81 {
-        d,
-        ..BlockQ81::default()
-    };
-    let mut sum = 0i32;
-    for (q, &v) in b.qs.iter_mut().zip(x) {
-        let r = (v * id).round() as i32;
-        *q = r as i8;
-        sum += r;
-    }
-    b.s = d * sum as f32;
-    b
-}
-
 /// A raw output pointer shared by the pool's workers (each writes its own rows).
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-// SAFETY: workers write disjoint ranges; see `matmul_many`.
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: workers write disjoint ranges; see `matmul_many` and `Acts::quantize`.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
-impl SendPtr {
-    fn get(self) -> *mut f32 {
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
         self.0
     }
 }
@@ -580,7 +695,10 @@ impl Simd {
         let mut paths = vec![Simd::Portable];
         #[cfg(target_arch = "x86_64")]
         {
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
                 paths.push(Simd::Avx2);
                 if is_x86_feature_detected!("avxvnni") {
                     paths.push(Simd::AvxVnni);
@@ -594,49 +712,14 @@ impl Simd {
     pub fn detect() -> Self {
         Self::available().pop().unwrap_or(Simd::Portable)
     }
-
-    /// Dot products of one weight row with `N` activation rows.
-    fn dot_tile<B: WeightBlock, const N: usize>(self, w: &[B], rows: [&[BlockQ81]; N]) -> [f32; N] {
-        self.dot_tiles::<B, 1, N>([w], rows)[0]
-    }
-
-    /// Dot products of `W` weight rows (of equal length) with `N` activation rows.
-    fn dot_tiles<B: WeightBlock, const W: usize, const N: usize>(
-        self,
-        ws: [&[B]; W],
-        rows: [&[BlockQ81]; N],
-    ) -> [[f32; N]; W] {
-        match self {
-            Simd::Portable => {
-                std::array::from_fn(|w| std::array::from_fn(|i| dot_portable(ws[w], rows[i])))
-            }
-            // SAFETY: `detect` checked that the CPU has AVX2 and FMA.
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => unsafe { simd::dot_tile(ws, rows) },
-            // SAFETY: `detect` checked AVX2, FMA and AVX-VNNI.
-            #[cfg(target_arch = "x86_64")]
-            Simd::AvxVnni => unsafe { simd::dot_tile_vnni(ws, rows) },
-        }
-    }
-}
-
-fn dot_portable<B: WeightBlock>(w: &[B], a: &[BlockQ81]) -> f32 {
-    let mut acc = 0f32;
-    for (wb, ab) in w.iter().zip(a) {
-        let isum: i32 = wb
-            .ints()
-            .iter()
-            .zip(&ab.qs)
-            .map(|(&q, &x)| q * i32::from(x))
-            .sum();
-        acc += wb.d() * ab.d * isum as f32 + wb.m() * ab.s;
-    }
-    acc
 }
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{BlockQ81, WeightBlock};
+    use super::{Acts, Q8Ints, QuantMatrix, WeightBlock, GROUP};
+
+    /// How far ahead of the current block the weights are prefetched.
+    const PREFETCH: usize = 512;
     use std::arch::x86_64::*;
 
     /// Nibbles as 32 bytes: value `j` in byte `j` (low nibbles first).
@@ -678,38 +761,81 @@ mod simd {
         _mm_cvtss_f32(s)
     }
 
+    /// Eight f16 scales (bits) at `p` as f32.
+    #[inline(always)]
+    unsafe fn scales(p: *const u16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+
     /// One body for both integer paths: `$isum(u, q8)` gives eight i32
     /// lanes whose sum is `Σ u·q8` over the 32 values of a block for
     /// unsigned weight bytes `u`; signed weights go through `|w|` and the
-    /// activation with `w`'s sign.
+    /// activation with `w`'s sign. Per group of eight blocks, the products
+    /// `d·d₈` of all eight are one vector multiply (kept on the stack and
+    /// broadcast per block) and their `m·s` terms one fused multiply-add into
+    /// the accumulator; per block and pair only the integer product, its
+    /// conversion and one fused multiply-add remain. Each (weight row,
+    /// activation row) pair runs the same operations whatever `W` and `N`.
     macro_rules! dot_tile_fn {
         ($(#[$doc:meta])* $name:ident, $features:literal, $isum:expr) => {
             $(#[$doc])*
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $name<B: WeightBlock, const W: usize, const N: usize>(
-                ws: [&[B]; W],
-                rows: [&[BlockQ81]; N],
+                mat: &QuantMatrix<B>,
+                js: [usize; W],
+                acts: &Acts,
+                rows: [usize; N],
             ) -> [[f32; N]; W] {
+                let (kb, kbp) = (mat.kb, mat.kbp);
                 let mut acc = [[_mm256_setzero_ps(); N]; W];
-                let mut macc = [[0f32; N]; W];
-                for b in 0..ws[0].len() {
-                    // Each weight block is unpacked once for the N rows, each
-                    // activation block loaded once for the W weight rows.
-                    let wb: [&B; W] = std::array::from_fn(|w| ws[w].get_unchecked(b));
-                    let q: [__m256i; W] = std::array::from_fn(|w| wb[w].load());
-                    let u: [__m256i; W] = std::array::from_fn(|w| {
-                        if B::SIGNED { _mm256_sign_epi8(q[w], q[w]) } else { q[w] }
-                    });
+                let mut dd = [[[0f32; GROUP]; N]; W];
+                let offset = _mm256_set1_ps(B::OFFSET);
+                let with_m = B::OWN_M || B::OFFSET != 0.0;
+                let ints: [*const B::Ints; W] =
+                    std::array::from_fn(|w| mat.ints.as_ptr().add(js[w] * kb));
+                let q8s: [*const Q8Ints; N] =
+                    std::array::from_fn(|i| acts.qs.as_ptr().add(rows[i] * kb));
+                for g in (0..kb).step_by(GROUP) {
+                    let dw: [__m256; W] =
+                        std::array::from_fn(|w| scales(mat.d.as_ptr().add(js[w] * kbp + g)));
                     for i in 0..N {
-                        let ab = rows[i].get_unchecked(b);
-                        let q8 = _mm256_loadu_si256(ab.qs.as_ptr() as *const __m256i);
+                        let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
                         for w in 0..W {
-                            let q8w = if B::SIGNED { _mm256_sign_epi8(q8, q[w]) } else { q8 };
-                            let p32: __m256i = $isum(u[w], q8w);
-                            let scale = _mm256_set1_ps(wb[w].d() * ab.d);
-                            acc[w][i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[w][i]);
-                            if !B::SIGNED {
-                                macc[w][i] += wb[w].m() * ab.s;
+                            _mm256_storeu_ps(dd[w][i].as_mut_ptr(), _mm256_mul_ps(dw[w], da));
+                        }
+                        if with_m {
+                            let sa = _mm256_loadu_ps(acts.s.as_ptr().add(rows[i] * kbp + g));
+                            for w in 0..W {
+                                let mw = if B::OWN_M {
+                                    scales(mat.m.as_ptr().add(js[w] * kbp + g))
+                                } else {
+                                    _mm256_mul_ps(dw[w], offset)
+                                };
+                                acc[w][i] = _mm256_fmadd_ps(mw, sa, acc[w][i]);
+                            }
+                        }
+                    }
+                    for b in g..kb.min(g + GROUP) {
+                        // Each weight block is unpacked once for the N rows,
+                        // each activation block loaded once for the W rows.
+                        for p in ints {
+                            // Weights stream from memory once per step in
+                            // decode: ask for them PREFETCH bytes ahead.
+                            let ahead = (p.add(b) as *const i8).wrapping_add(PREFETCH);
+                            _mm_prefetch::<_MM_HINT_T0>(ahead);
+                        }
+                        let q: [__m256i; W] = std::array::from_fn(|w| B::load(&*ints[w].add(b)));
+                        let u: [__m256i; W] = std::array::from_fn(|w| {
+                            if B::SIGNED { _mm256_sign_epi8(q[w], q[w]) } else { q[w] }
+                        });
+                        for i in 0..N {
+                            let q8 = _mm256_load_si256(q8s[i].add(b) as *const __m256i);
+                            for w in 0..W {
+                                let q8w = if B::SIGNED { _mm256_sign_epi8(q8, q[w]) } else { q8 };
+                                let p32: __m256i = $isum(u[w], q8w);
+                                let scale = _mm256_broadcast_ss(&dd[w][i][b - g]);
+                                acc[w][i] =
+                                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[w][i]);
                             }
                         }
                     }
@@ -717,7 +843,7 @@ mod simd {
                 let mut out = [[0f32; N]; W];
                 for w in 0..W {
                     for i in 0..N {
-                        out[w][i] = hsum(acc[w][i]) + macc[w][i];
+                        out[w][i] = hsum(acc[w][i]);
                     }
                 }
                 out
@@ -726,17 +852,18 @@ mod simd {
     }
 
     dot_tile_fn!(
-        /// See [`super::Simd::dot_tile`]. Caller guarantees AVX2 and FMA.
+        /// See [`super::QuantMatrix::dot_tiles`]. Caller guarantees AVX2,
+        /// FMA and F16C, and that the rows exist.
         dot_tile,
-        "avx2,fma",
+        "avx2,fma,f16c",
         |u, q8| _mm256_madd_epi16(_mm256_maddubs_epi16(u, q8), _mm256_set1_epi16(1))
     );
 
     dot_tile_fn!(
         /// [`dot_tile`] with one AVX-VNNI instruction per block and row.
-        /// Caller guarantees AVX2, FMA and AVX-VNNI.
+        /// Caller guarantees AVX2, FMA, F16C and AVX-VNNI.
         dot_tile_vnni,
-        "avx2,fma,avxvnni",
+        "avx2,fma,f16c,avxvnni",
         |u, q8| _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, q8)
     );
 }
@@ -818,8 +945,14 @@ mod tests {
     /// GGUF's own dequantisation, on random blocks and activations.
     fn check_type<B: WeightBlock>(seed: u64) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let (n, k) = (37, 96);
-        let bytes = random_blocks::<B>(&mut rng, n, k);
+        for (n, k) in [(37, 96), (9, 544)] {
+            check_shape::<B>(&mut rng, n, k);
+        }
+    }
+
+    /// [`check_type`] for one shape.
+    fn check_shape<B: WeightBlock>(rng: &mut impl Rng, n: usize, k: usize) {
+        let bytes = random_blocks::<B>(rng, n, k);
         let w = QuantMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
         let wf: Vec<f32> = bytes
             .chunks_exact(B::BYTES)
@@ -856,49 +989,62 @@ mod tests {
     }
 
     /// The SIMD paths give the portable path's integer sums: results agree
-    /// to float rounding, and a row computed alone equals the same row in a batch.
+    /// to float rounding, and a row's result is the same bits alone, in a
+    /// batch, and in every tile shape (rows of 9 blocks: a whole group of
+    /// scales and a partial one).
     fn check_paths_agree<B: WeightBlock>(seed: u64) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let (n, k) = (20, 256);
+        let (n, k) = (20, 288);
         let w =
             QuantMatrix::<B>::from_gguf_bytes(&random_blocks::<B>(&mut rng, n, k), n, k).unwrap();
         let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
-        let acts: Vec<BlockQ81> = x.chunks_exact(BLOCK).map(quantize_block).collect();
-        let kb = k / BLOCK;
+        let acts = Acts::quantize(&x, k);
         let batch = w.matmul(&x).unwrap();
         for r in 0..6 {
             let alone = w.matmul(&x[r * k..(r + 1) * k]).unwrap();
             assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
         }
-        let paths = Simd::available();
+        let paths: Vec<QuantMatrix<B>> = Simd::available()
+            .into_iter()
+            .map(|p| w.clone().with_simd(p))
+            .collect();
+        let rows = [0, 1, 2, 3];
         for j in 0..n {
-            let wj = &w.blocks[j * kb..(j + 1) * kb];
-            let rows: [&[BlockQ81]; 4] = std::array::from_fn(|r| &acts[r * kb..(r + 1) * kb]);
-            let want = Simd::Portable.dot_tile::<B, 4>(wj, rows);
+            let want = paths[0].dot_tiles::<1, 4>([j], &acts, rows)[0];
             for p in &paths {
-                let got = p.dot_tile::<B, 4>(wj, rows);
+                let got = p.dot_tiles::<1, 4>([j], &acts, rows)[0];
                 for (g, e) in got.iter().zip(&want) {
                     assert!(
                         (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                        "{} {p:?}: {g} vs {e}",
-                        B::NAME
+                        "{} {:?}: {g} vs {e}",
+                        B::NAME,
+                        p.simd
                     );
                 }
-            }
-            if j + 1 < n {
-                // Two weight rows at once: each row's sums as when alone.
-                let wk = &w.blocks[(j + 1) * kb..(j + 2) * kb];
-                for p in &paths {
-                    let two = p.dot_tiles::<B, 2, 4>([wj, wk], rows);
-                    assert_eq!(two[0], p.dot_tile::<B, 4>(wj, rows), "{} {p:?}", B::NAME);
-                    assert_eq!(two[1], p.dot_tile::<B, 4>(wk, rows), "{} {p:?}", B::NAME);
+                for (i, &g) in got.iter().enumerate() {
+                    let one = p.dot_tiles::<1, 1>([j], &acts, [i])[0][0];
+                    assert_eq!(one.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+                    let two = p.dot_tiles::<1, 2>([j], &acts, [i, 5])[0][0];
+                    assert_eq!(two.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+                }
+                if j + 1 < n {
+                    // Two weight rows at once: each row's sums as when alone.
+                    let two = p.dot_tiles::<2, 4>([j, j + 1], &acts, rows);
+                    assert_eq!(two[0], got, "{} {:?}", B::NAME, p.simd);
+                    assert_eq!(
+                        two[1],
+                        p.dot_tiles::<1, 4>([j + 1], &acts, rows)[0],
+                        "{} {:?}",
+                        B::NAME,
+                        p.simd
+                    );
                 }
             }
             if paths.len() == 3 {
                 // Same integer sums, same float operations: bit-identical.
                 assert_eq!(
-                    paths[1].dot_tile::<B, 4>(wj, rows),
-                    paths[2].dot_tile::<B, 4>(wj, rows)
+                    paths[1].dot_tiles::<1, 4>([j], &acts, rows),
+                    paths[2].dot_tiles::<1, 4>([j], &acts, rows)
                 );
             }
         }
@@ -941,6 +1087,25 @@ mod tests {
         let short =
             Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 2, 32), 2, 32).unwrap();
         assert!(matmul_many(&[&a, &short], &[0f32; 64]).is_err());
+    }
+
+    #[test]
+    fn rows_quantised_on_the_pool_equal_rows_quantised_alone() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let k = 96;
+        let m = 2 * PARALLEL_QUANTISE_ROWS + 3;
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let all = Acts::quantize(&x, k);
+        for r in [0, PARALLEL_QUANTISE_ROWS, m - 1] {
+            let one = Acts::quantize(&x[r * k..(r + 1) * k], k);
+            assert_eq!(one.qs[..], all.qs[r * all.kb..(r + 1) * all.kb]);
+            assert_eq!(one.d[..], all.d[r * all.kbp..(r + 1) * all.kbp]);
+            assert_eq!(one.s[..], all.s[r * all.kbp..(r + 1) * all.kbp]);
+        }
+        let w =
+            Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 5, k), 5, k).unwrap();
+        let y = w.matmul(&x).unwrap();
+        assert_eq!(y[(m - 1) * 5..], w.matmul(&x[(m - 1) * k..]).unwrap()[..]);
     }
 
     #[test]
