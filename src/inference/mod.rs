@@ -7,7 +7,8 @@
 //!   templates, thinking-token accounting.
 //! - [`model`], [`models`]: the batch model interface and one file per architecture family;
 //!   [`quant_matmul`]: CPU SIMD matrix products for the 32-value quantised types candle runs
-//!   slowly; [`cpu_attention`]: fused decode attention over every sequence of a step.
+//!   slowly; [`cpu_attention`]: fused attention on the CPU (decode steps of every sequence,
+//!   prompts in tiles), the same per query row however a prompt is split.
 //! - [`sampler`], [`generate`]: seeded sampling and batched generation with exact counts.
 //! - [`llm_backend`]: the `Backend` that answers scenario requests with these models.
 //! - [`constrain`]: structured output (constrained JSON decoding, free-mode parsing).

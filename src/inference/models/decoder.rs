@@ -295,7 +295,9 @@ impl DecoderModel {
 
     /// Attention of one sequence: `q`, `k`, `v` are its rows of the batch's
     /// projections (`[t, heads·head_dim]`); appends to its state and returns
-    /// `[t, n_head·head_dim]` (before the output projection).
+    /// `[t, n_head·head_dim]` (before the output projection). On the CPU
+    /// `nn::attention` runs the fused `cpu_attention::prefill`, whose rows
+    /// equal `cpu_attention::decode`'s bit for bit.
     fn attend(
         &self,
         layer: &Layer,

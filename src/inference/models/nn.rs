@@ -506,10 +506,29 @@ pub struct AttnParams {
 /// Causal attention of one sequence's `t` new queries `q` (`[n_head, t,
 /// head_dim]`, already normed and rotated) over all its keys and values
 /// `k`, `v` (`[n_kv_head, start + t, head_dim | v_dim]`, this step's
-/// included). Query heads sharing a key/value head are consecutive. Long
-/// steps run in chunks of [`ATTENTION_CHUNK`] queries, each against only
-/// the keys it can see. Returns `[t, n_head · v_dim]`.
+/// included). Query heads sharing a key/value head are consecutive. Returns
+/// `[t, n_head · v_dim]`. f32 on the CPU runs Joule's fused pass
+/// (`cpu_attention::prefill`: caches read in place, and each query row's
+/// result independent of how its prompt was split into steps); other devices
+/// and dtypes, and `JOULE_CANDLE_KERNELS_ONLY`, run [`attention_candle`].
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_core::Result<Tensor> {
+    let f32_cpu = |x: &Tensor| x.device().is_cpu() && x.dtype() == DType::F32;
+    if f32_cpu(q) && f32_cpu(k) && f32_cpu(v) && std::env::var_os(CANDLE_ONLY_ENV).is_none() {
+        return crate::inference::cpu_attention::prefill(q, k, v, p)
+            .map_err(|e| candle_core::Error::Msg(format!("CPU attention: {e:#}")));
+    }
+    attention_candle(q, k, v, p)
+}
+
+/// [`attention`] in candle's operations: long steps run in chunks of
+/// [`ATTENTION_CHUNK`] queries, each against only the keys it can see (the
+/// reference the fused CPU pass is tested against).
+pub fn attention_candle(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    p: AttnParams,
+) -> candle_core::Result<Tensor> {
     let (n_head, t, hd) = q.dims3()?;
     let (n_kv, l_all, _) = k.dims3()?;
     let vd = v.dim(2)?;
