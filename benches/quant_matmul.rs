@@ -27,7 +27,12 @@ fn random_tensor(rng: &mut impl Rng, n: usize, k: usize, block_bytes: usize) -> 
 }
 
 fn main() -> anyhow::Result<()> {
-    if let Some(t) = std::env::args().nth(1).filter(|a| a.parse::<usize>().is_ok()) {
+    // cargo adds `--bench`; the positional arguments are THREADS and TYPE.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if let Some(t) = args.first().filter(|a| a.parse::<usize>().is_ok()) {
         std::env::set_var("RAYON_NUM_THREADS", t);
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
@@ -42,7 +47,7 @@ fn main() -> anyhow::Result<()> {
     let shapes = [("49152x576 (head)", 49152, 576), ("1536x1536", 1536, 1536)];
     println!("| type | matrix | MB | decode GB/s | prefill m=64 GMAC/s |");
     println!("| --- | --- | ---: | ---: | ---: |");
-    let only = std::env::args().nth(2);
+    let only = args.get(1);
     for (dtype, bb) in types {
         if only.as_ref().is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
