@@ -49,7 +49,7 @@ fn main() -> anyhow::Result<()> {
     println!("| --- | --- | ---: | ---: | ---: |");
     let only = args.get(1);
     for (dtype, bb) in types {
-        if only.as_ref().is_some_and(|o| *o != format!("{dtype:?}")) {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
         }
         for (name, n, k) in shapes {

@@ -24,7 +24,7 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" --json > "$out/joule.json"
 cat "$out/joule.json"
 # 4,096 tokens of context per slot (the society's prompts are ~1,500 tokens).
-"$bin/llama-server" -m "$model" -np "$sims" -c $((sims * 4096)) -t "$t" -tb "$t" \
+"$bin/llama-server" -m "$model" -a smollm2 -np "$sims" -c $((sims * 4096)) -t "$t" -tb "$t" \
     --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
