@@ -168,18 +168,57 @@ pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
     const OWN_M: bool;
     const OFFSET: f32;
     /// The integer payload of one block as the file stores it.
-    type Ints: Copy + Debug + Send + Sync + 'static;
+    type Ints: Payload;
     /// `(d, m, payload)` of one GGUF block of [`Self::BYTES`] bytes (`d` and
     /// `m` as f16 bits; `m` 0 unless [`Self::OWN_M`]).
     fn parse(c: &[u8]) -> (u16, u16, Self::Ints);
+}
+
+/// A block's integer payload: 16 bytes of nibbles (Q4_0, Q4_1), nibbles and
+/// fifth bits (Q5_0, Q5_1) or 32 signed bytes (Q8_0).
+pub trait Payload: Copy + Debug + Send + Sync + 'static {
     /// The 32 integer values (`u` or `s`).
-    fn ints(q: &Self::Ints) -> [i32; BLOCK];
+    fn ints(&self) -> [i32; BLOCK];
     /// The 32 integer values as bytes in one AVX register (value `j` in byte `j`).
     ///
     /// # Safety
     /// The CPU must have AVX2 (the caller is compiled with it enabled).
     #[cfg(target_arch = "x86_64")]
-    unsafe fn load(q: &Self::Ints) -> std::arch::x86_64::__m256i;
+    unsafe fn load(&self) -> std::arch::x86_64::__m256i;
+}
+
+impl Payload for [u8; 16] {
+    fn ints(&self) -> [i32; BLOCK] {
+        nibbles(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
+        simd::nibbles(self)
+    }
+}
+
+impl Payload for Q5Ints {
+    fn ints(&self) -> [i32; BLOCK] {
+        nibbles5(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
+        simd::nibbles5(&self.qs, u32::from_le_bytes(self.qh))
+    }
+}
+
+impl Payload for Q8Ints {
+    fn ints(&self) -> [i32; BLOCK] {
+        self.0.map(i32::from)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        _mm256_load_si256(self.0.as_ptr() as *const __m256i)
+    }
 }
 
 fn f16_bits(b: u16) -> f32 {
@@ -245,14 +284,6 @@ impl WeightBlock for BlockQ40 {
     fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
         (u16_at(c, 0), 0, qs16(&c[2..]))
     }
-    fn ints(q: &[u8; 16]) -> [i32; BLOCK] {
-        nibbles(q)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load(q: &[u8; 16]) -> std::arch::x86_64::__m256i {
-        simd::nibbles(q)
-    }
 }
 
 /// GGUF `block_q4_1`: f16 d, f16 m, 16 bytes of nibbles; `x = d·u + m`.
@@ -268,14 +299,6 @@ impl WeightBlock for BlockQ41 {
     type Ints = [u8; 16];
     fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
         (u16_at(c, 0), u16_at(c, 2), qs16(&c[4..]))
-    }
-    fn ints(q: &[u8; 16]) -> [i32; BLOCK] {
-        nibbles(q)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load(q: &[u8; 16]) -> std::arch::x86_64::__m256i {
-        simd::nibbles(q)
     }
 }
 
@@ -293,14 +316,6 @@ impl WeightBlock for BlockQ50 {
     fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
         (u16_at(c, 0), 0, q5_ints(&c[2..]))
     }
-    fn ints(q: &Q5Ints) -> [i32; BLOCK] {
-        nibbles5(q)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load(q: &Q5Ints) -> std::arch::x86_64::__m256i {
-        simd::nibbles5(&q.qs, u32::from_le_bytes(q.qh))
-    }
 }
 
 /// GGUF `block_q5_1`: f16 d, f16 m, 32 high bits, 16 bytes of nibbles; `x = d·u + m`.
@@ -316,14 +331,6 @@ impl WeightBlock for BlockQ51 {
     type Ints = Q5Ints;
     fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
         (u16_at(c, 0), u16_at(c, 2), q5_ints(&c[4..]))
-    }
-    fn ints(q: &Q5Ints) -> [i32; BLOCK] {
-        nibbles5(q)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load(q: &Q5Ints) -> std::arch::x86_64::__m256i {
-        simd::nibbles5(&q.qs, u32::from_le_bytes(q.qh))
     }
 }
 
@@ -351,15 +358,6 @@ impl WeightBlock for BlockQ80 {
             *q = b as i8;
         }
         (u16_at(c, 0), 0, Q8Ints(qs))
-    }
-    fn ints(q: &Q8Ints) -> [i32; BLOCK] {
-        q.0.map(i32::from)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn load(q: &Q8Ints) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        _mm256_load_si256(q.0.as_ptr() as *const __m256i)
     }
 }
 
@@ -576,7 +574,8 @@ impl<B: WeightBlock> QuantMatrix<B> {
         for b in 0..self.kb {
             let q = &self.ints[j * self.kb + b];
             let x = &a.qs[r * a.kb + b].0;
-            let isum: i32 = B::ints(q)
+            let isum: i32 = q
+                .ints()
                 .iter()
                 .zip(x)
                 .map(|(&q, &x)| q * i32::from(x))
@@ -604,7 +603,8 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
                 let d = f16_bits(self.d[j * self.kbp + b]);
                 let m = self.m_at(j, b, d);
                 out.extend(
-                    B::ints(&self.ints[j * self.kb + b])
+                    self.ints[j * self.kb + b]
+                        .ints()
                         .iter()
                         .map(|&q| d * q as f32 + m),
                 );
@@ -723,7 +723,7 @@ impl Simd {
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{Acts, Q8Ints, QuantMatrix, WeightBlock, GROUP};
+    use super::{Acts, Payload, Q8Ints, QuantMatrix, WeightBlock, GROUP};
 
     /// How far ahead of the current block the weights are prefetched.
     const PREFETCH: usize = 512;
@@ -831,7 +831,7 @@ mod simd {
                             let ahead = (p.add(b) as *const i8).wrapping_add(PREFETCH);
                             _mm_prefetch::<_MM_HINT_T0>(ahead);
                         }
-                        let q: [__m256i; W] = std::array::from_fn(|w| B::load(&*ints[w].add(b)));
+                        let q: [__m256i; W] = std::array::from_fn(|w| (*ints[w].add(b)).load());
                         let u: [__m256i; W] = std::array::from_fn(|w| {
                             if B::SIGNED { _mm256_sign_epi8(q[w], q[w]) } else { q[w] }
                         });
