@@ -1,29 +1,55 @@
 //! Speed of Joule's CPU quantised matrix products (`inference::quant_matmul`)
-//! on random weights of the default model's shapes: for each 32-value type,
-//! one activation row (decode: bound by reading the weights, reported in GB/s
-//! of weight bytes) and 64 rows (prefill: reported in GMAC/s).
+//! on random weights, for every type the module has (whether or not
+//! `JOULE_CPU_KERNEL_TYPES` gives it to Joule's kernels by default), beside
+//! candle's own quantised matmul on the same bytes: one activation row
+//! (decode: bound by reading the weights, reported in GB/s of weight bytes)
+//! and 64 rows (prefill: reported in GMAC/s), at SmolLM2's output head, a
+//! matrix that fits in L2/L3, and a 4B model's FFN projection.
 //! Run: `cargo bench --bench quant_matmul [-- THREADS [TYPE]]` (prints timings;
 //! asserts nothing about speed). THREADS sets candle's worker pool
-//! (`RAYON_NUM_THREADS`), default all cores.
+//! (`RAYON_NUM_THREADS`), default all cores; `JOULE_SIMD` picks Joule's
+//! kernel (`portable`, `avx2`, `avxvnni`, `avx512vnni`).
 
+use std::borrow::Cow;
 use std::time::Instant;
 
-use candle_core::quantized::GgmlDType;
-use joule::inference::quant_matmul::{cpu_matrix, matmul};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::{Module, Tensor};
+use joule::inference::quant_matmul::{cpu_matrix_of, matmul};
 use rand::{Rng, SeedableRng};
 
-/// Random GGUF bytes for `n·k/32` blocks of `bytes` each, f16 scales sane.
-fn random_tensor(rng: &mut impl Rng, n: usize, k: usize, block_bytes: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n * k / 32 * block_bytes);
-    for _ in 0..n * k / 32 {
+/// Random GGUF bytes for `n·k/values` blocks of `bytes` each, f16 scales sane.
+fn random_tensor(rng: &mut impl Rng, n: usize, k: usize, dtype: GgmlDType) -> Vec<u8> {
+    let (values, block_bytes) = (dtype.block_size(), dtype.type_size());
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    let mut out = Vec::with_capacity(n * k / values * block_bytes);
+    for _ in 0..n * k / values {
         let mut b: Vec<u8> = (0..block_bytes).map(|_| rng.gen()).collect();
-        b[..2].copy_from_slice(&half::f16::from_f32(rng.gen_range(0.001..0.05)).to_le_bytes());
-        if block_bytes == 20 || block_bytes == 24 {
-            b[2..4].copy_from_slice(&half::f16::from_f32(-0.1).to_le_bytes());
+        match dtype {
+            GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
+                b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05)));
+                b[2..4].copy_from_slice(&f16(-0.1));
+            }
+            GgmlDType::Q4K | GgmlDType::Q5K => {
+                b[..2].copy_from_slice(&f16(rng.gen_range(0.0001..0.002)));
+                b[2..4].copy_from_slice(&f16(0.002));
+            }
+            GgmlDType::Q6K => b[208..210].copy_from_slice(&f16(rng.gen_range(0.0001..0.001))),
+            _ => b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05))),
         }
         out.extend_from_slice(&b);
     }
     out
+}
+
+/// Seconds per call of `f`, the mean of `reps` calls after one warm-up.
+fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    f()?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        f()?;
+    }
+    Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,44 +63,56 @@ fn main() -> anyhow::Result<()> {
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let types = [
-        (GgmlDType::Q4_0, 18),
-        (GgmlDType::Q4_1, 20),
-        (GgmlDType::Q5_0, 22),
-        (GgmlDType::Q5_1, 24),
-        (GgmlDType::Q8_0, 34),
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
     ];
-    // SmolLM2's output head (larger than the caches) and a matrix that fits in L2/L3.
-    let shapes = [("49152x576 (head)", 49152, 576), ("1536x1536", 1536, 1536)];
-    println!("| type | matrix | MB | decode GB/s | prefill m=64 GMAC/s |");
-    println!("| --- | --- | ---: | ---: | ---: |");
+    // SmolLM2's output head (larger than the caches), a matrix that fits in
+    // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
+    let shapes = [
+        ("49152x576 (head)", 49152, 576),
+        ("1536x1536", 1536, 1536),
+        ("9728x2560 (4B FFN)", 9728, 2560),
+    ];
+    println!(
+        "| type | matrix | MB | decode GB/s | prefill m=64 GMAC/s | candle decode GB/s | candle prefill GMAC/s |"
+    );
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     let only = args.get(1);
-    for (dtype, bb) in types {
+    let cpu = candle_core::Device::Cpu;
+    for dtype in types {
         if only.is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
         }
         for (name, n, k) in shapes {
-            let bytes = random_tensor(&mut rng, n, k, bb);
-            let Some(w) = cpu_matrix(dtype, &bytes, n, k) else {
+            if k % dtype.block_size() != 0 {
+                continue;
+            }
+            let bytes = random_tensor(&mut rng, n, k, dtype);
+            let Some(w) = cpu_matrix_of(dtype, &bytes, n, k) else {
                 continue;
             };
             let w = w?;
             let x1: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let x64: Vec<f32> = (0..64 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            matmul(w.as_ref(), &x1)?;
-            let reps = 20;
-            let t = Instant::now();
-            for _ in 0..reps {
-                std::hint::black_box(matmul(w.as_ref(), &x1)?);
-            }
-            let dec = bytes.len() as f64 * reps as f64 / t.elapsed().as_secs_f64() / 1e9;
-            let reps = 3;
-            let t = Instant::now();
-            for _ in 0..reps {
-                std::hint::black_box(matmul(w.as_ref(), &x64)?);
-            }
-            let pre = (64 * n * k) as f64 * reps as f64 / t.elapsed().as_secs_f64() / 1e9;
+            let gb = bytes.len() as f64 / 1e9;
+            let gmac = (64 * n * k) as f64 / 1e9;
+            let dec = gb / time(20, || Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x1)?))))?;
+            let pre = gmac / time(3, || Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x64)?))))?;
+            // The same bytes through candle's own quantised matmul.
+            let storage = QStorage::from_data(Cow::Borrowed(&bytes), &cpu, dtype)?;
+            let q = QMatMul::from_qtensor(QTensor::new(storage, (n, k))?)?;
+            let t1 = Tensor::from_slice(&x1, (1, k), &cpu)?;
+            let t64 = Tensor::from_slice(&x64, (64, k), &cpu)?;
+            let cdec = gb / time(20, || Ok(drop(std::hint::black_box(q.forward(&t1)?))))?;
+            let cpre = gmac / time(3, || Ok(drop(std::hint::black_box(q.forward(&t64)?))))?;
             println!(
-                "| {dtype:?} | {name} | {:.1} | {dec:.2} | {pre:.1} |",
+                "| {dtype:?} | {name} | {:.1} | {dec:.2} | {pre:.1} | {cdec:.2} | {cpre:.1} |",
                 bytes.len() as f64 / 1e6
             );
         }

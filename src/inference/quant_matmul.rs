@@ -1,32 +1,44 @@
-//! CPU matrix products for the 32-value GGUF weight types candle runs with a
-//! scalar loop or without row blocking: `Q4_0`, `Q4_1` (the default SmolLM2
-//! model's type), `Q5_0`, `Q5_1` (most matrices of a Q4_K_M file whose rows are
-//! not a multiple of 256 values, SmolLM2's among them) and `Q8_0`. candle 0.11
-//! computes Q4_1/Q5_0/Q5_1 dot products with scalar loops, which made prefill
-//! three times and decode 1.4 times slower than llama.cpp here. The 256-value
-//! k-quants (Q4_K, Q5_K, Q6_K) stay on candle's own kernels, which already
-//! repack them for AVX2, AVX-VNNI and AVX-512 VNNI (chosen at run time).
+//! CPU matrix products for the GGUF weight types of the roster's files:
+//! the 32-value types `Q4_0`, `Q4_1` (the default SmolLM2 model's type),
+//! `Q5_0`, `Q5_1`, `Q8_0`, and the 256-value k-quants `Q4_K`, `Q5_K`, `Q6_K`
+//! (Ollama's Q4_K_M files are Q4_K with Q6_K for part of `ffn_down`/`attn_v`
+//! and the output; a Q4_K_M file whose rows are not a multiple of 256 values,
+//! SmolLM2's, falls back to Q5_0/Q8_0). candle 0.11 computes Q4_1/Q5_0/Q5_1
+//! dot products with scalar loops, which made prefill three times and decode
+//! 1.4 times slower than llama.cpp here. Which types these kernels take is
+//! [`DEFAULT_TYPES`] (those where they beat candle in
+//! `benches/quant_matmul.rs`; candle's repacked Q4_K and Q6_K kernels are
+//! faster on an AVX-512 CPU) unless `JOULE_CPU_KERNEL_TYPES` names others.
+//!
+//! A k-quant super-block is one group of eight 32-value blocks here: Q4_K and
+//! Q5_K blocks are Q4_1/Q5_1 blocks whose `d = d·sc` and `m = −dmin·mn` come
+//! from the super-block's 6-bit scales (exact in f32, computed per group in
+//! the kernel), and Q6_K blocks are signed bytes `q − 32` with one scale per
+//! 16 values (a block's two halves are scaled separately).
 //!
 //! [`QuantMatrix`] holds a `[n, k]` weight as the file's bytes regrouped: each
-//! block's integer payload (nibbles, fifth bits, bytes) in one array, and its
-//! f16 scales `d` (and offsets `m`) in separate per-row arrays padded to a
-//! multiple of [`GROUP`] blocks, so the scales of eight blocks are one vector
-//! load and one F16C conversion. The matrix takes exactly the bytes of the
-//! file (plus that padding): decode reads every weight once per step. A weight
-//! is either `d·u + m` with `u` unsigned ([`WeightBlock::SIGNED`] false:
-//! Q4_0/Q5_0 as `m = −8d`/`−16d`, Q4_1/Q5_1 with their own `m`) or `d·s` with
-//! `s` a signed byte (Q8_0).
+//! 32-value block's integer payload (nibbles, fifth bits, bytes) in one array,
+//! and the scales of each group of [`GROUP`] blocks of a row ([`GroupScales`]:
+//! eight f16 `d` (and `m`), or a k-quant's super-block scales) in another,
+//! rows padded to whole groups, so the scales of eight blocks are one vector
+//! load and one conversion. The matrix takes the bytes of the file (plus that
+//! padding; Q6_K's six-bit values take a byte each): decode reads every weight
+//! once per step. A weight is either `d·u + m` with `u` unsigned
+//! ([`WeightBlock::SIGNED`] false: Q4_0/Q5_0 as `m = −8d`/`−16d`, Q4_1/Q5_1
+//! with their own `m`, Q4_K/Q5_K) or `d·s` with `s` a signed byte (Q8_0, Q6_K).
 //!
 //! [`QuantMatrix::matmul`] computes `y = x · Wᵀ` for `m` activation rows the
 //! way llama.cpp does: each activation row is quantised once to 8-bit blocks
 //! ([`Acts`]: `x ≈ d₈·q₈`, with `s = d₈·Σq₈` kept), and a block's contribution
-//! is `d·d₈·Σ u·q₈ + m·s`. The integer sums use AVX-VNNI or AVX2 when the CPU
-//! has them (checked at run time) and a portable loop otherwise; all give the
-//! same integer sums, so the paths differ only by float summation order. The
-//! SIMD paths multiply the scales of eight blocks at once (`d·d₈` for eight
-//! blocks in one product, the `m·s` terms of eight blocks in one fused
-//! multiply-add), leaving per block and row only the integer product, its
-//! conversion and one fused multiply-add with a broadcast scale.
+//! is `d·d₈·Σ u·q₈ + m·s`. The integer sums use AVX-512 VNNI (two blocks per
+//! 512-bit register), AVX-VNNI or AVX2 when the CPU has them (checked at run
+//! time; `JOULE_SIMD` picks another to compare) and a portable loop otherwise;
+//! all give the same integer sums, so the paths differ only by float
+//! summation order. The SIMD paths multiply the scales of eight blocks at once
+//! (`d·d₈` for eight blocks in one product, the `m·s` terms of eight blocks in
+//! one fused multiply-add), leaving per block (AVX-512: per pair of blocks)
+//! and row only the integer product, its conversion, the scale's broadcast
+//! and one fused multiply-add.
 //!
 //! Work is split over weight rows across candle's CPU worker pool. Each weight
 //! block is unpacked once and multiplied with up to [`ROW_TILE`] activation
@@ -133,9 +145,98 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
     Ok(ys)
 }
 
+/// The environment variable naming the GGUF types this module multiplies
+/// (a comma-separated list of names such as `Q4_K,Q6_K`, or `all`); unset,
+/// [`DEFAULT_TYPES`].
+pub const TYPES_ENV: &str = "JOULE_CPU_KERNEL_TYPES";
+
+/// The types this module takes by default: those whose products it computes
+/// faster than candle 0.11 (`benches/quant_matmul.rs`, both columns).
+/// candle's repacked eight-row kernels for Q4_K and Q6_K were faster on the
+/// AVX-512 Xeon measured (prefill 1.1–2.4×, decode 1.0–1.7×: they keep
+/// 256-value activation blocks and sum a super-block's eight sub-blocks in
+/// integers), so those two stay on candle unless [`TYPES_ENV`] names them.
+pub const DEFAULT_TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q5K,
+];
+
+/// Every type this module can multiply.
+pub const ALL_TYPES: [GgmlDType; 8] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+/// GGUF's name of a type this module has (`Q4_K`, not candle's `Q4K`).
+fn type_name(dtype: GgmlDType) -> Option<&'static str> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => "Q4_0",
+        GgmlDType::Q4_1 => "Q4_1",
+        GgmlDType::Q5_0 => "Q5_0",
+        GgmlDType::Q5_1 => "Q5_1",
+        GgmlDType::Q8_0 => "Q8_0",
+        GgmlDType::Q4K => "Q4_K",
+        GgmlDType::Q5K => "Q5_K",
+        GgmlDType::Q6K => "Q6_K",
+        _ => return None,
+    })
+}
+
+/// The types a [`TYPES_ENV`] value names (`None` or empty: the defaults).
+pub fn kernel_types(spec: Option<&str>) -> Result<Vec<GgmlDType>> {
+    let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(DEFAULT_TYPES.to_vec());
+    };
+    if spec.eq_ignore_ascii_case("all") {
+        return Ok(ALL_TYPES.to_vec());
+    }
+    spec.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            ALL_TYPES
+                .into_iter()
+                .find(|&d| type_name(d).is_some_and(|n| n.eq_ignore_ascii_case(t)))
+                .ok_or_else(|| {
+                    let names: Vec<&str> = ALL_TYPES.iter().filter_map(|&d| type_name(d)).collect();
+                    anyhow::anyhow!(
+                        "{TYPES_ENV}={spec:?}: {t:?} is not a type Joule's CPU kernels have \
+                         (expected `all` or a comma-separated list of {})",
+                        names.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
 /// This module's matrix for a GGUF tensor of `dtype`, or `None` for a type it
-/// leaves to candle.
+/// leaves to candle (not one of [`kernel_types`] of [`TYPES_ENV`]).
 pub fn cpu_matrix(
+    dtype: GgmlDType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    match kernel_types(std::env::var(TYPES_ENV).ok().as_deref()) {
+        Ok(types) if !types.contains(&dtype) => return None,
+        Ok(_) => {}
+        Err(e) => return Some(Err(e)),
+    }
+    cpu_matrix_of(dtype, bytes, n, k)
+}
+
+/// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.
+pub fn cpu_matrix_of(
     dtype: GgmlDType,
     bytes: &[u8],
     n: usize,
@@ -150,28 +251,163 @@ pub fn cpu_matrix(
         GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
         GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
         GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
+        GgmlDType::Q4K => boxed::<BlockQ4K>(bytes, n, k),
+        GgmlDType::Q5K => boxed::<BlockQ5K>(bytes, n, k),
+        GgmlDType::Q6K => boxed::<BlockQ6K>(bytes, n, k),
         _ => return None,
     })
 }
 
-/// One GGUF 32-value block type: how its bytes split into scales and an
-/// integer payload, and how the payload becomes 32 integers.
+/// One GGUF block type: how its bytes split into the scales of 32-value
+/// blocks and their integer payloads.
 pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
     /// GGUF's name of the type (for errors).
     const NAME: &'static str;
+    /// Values of one GGUF block: 32, or 256 for a k-quant super-block (one
+    /// group of eight 32-value blocks here).
+    const VALUES: usize;
     /// Bytes of one GGUF block.
     const BYTES: usize;
     /// `d·s` with signed bytes `s` (true) or `d·u + m` with unsigned `u`.
     const SIGNED: bool;
-    /// Each block stores its own offset `m` (Q4_1, Q5_1); otherwise
-    /// `m = OFFSET·d` (Q4_0: −8, Q5_0: −16, Q8_0: 0).
-    const OWN_M: bool;
-    const OFFSET: f32;
-    /// The integer payload of one block as the file stores it.
+    /// The integer payload of one 32-value block.
     type Ints: Payload;
-    /// `(d, m, payload)` of one GGUF block of [`Self::BYTES`] bytes (`d` and
-    /// `m` as f16 bits; `m` 0 unless [`Self::OWN_M`]).
-    fn parse(c: &[u8]) -> (u16, u16, Self::Ints);
+    /// The scales of a group of [`GROUP`] 32-value blocks.
+    type Scales: GroupScales;
+    /// Split GGUF block `c` ([`Self::BYTES`] bytes): push its `VALUES / 32`
+    /// payloads onto `ints` and set their scales in `group`, starting at
+    /// position `at` of the group.
+    fn parse(c: &[u8], at: usize, group: &mut Self::Scales, ints: &mut Vec<Self::Ints>);
+}
+
+/// The scales of [`GROUP`] consecutive 32-value blocks of a weight row: each
+/// block's value is `d·u + m` (or `d·s` when signed), `d` and `m` exact in f32.
+/// Unused positions (a row's last group) are zero.
+pub trait GroupScales: Copy + Default + Debug + Send + Sync + 'static {
+    /// Whether the `m` terms exist (Q8_0 and Q6_K have none).
+    const WITH_M: bool;
+    /// Whether a block's values 16..32 have their own `d` (Q6_K's 16-value
+    /// scales); otherwise one `d` serves all 32.
+    const SPLIT: bool = false;
+    /// `(d, m)` of block `i` of the group (`d` of values 0..16 when split).
+    fn block(&self, i: usize) -> (f32, f32);
+    /// `d` of values 16..32 of block `i`.
+    fn high_d(&self, i: usize) -> f32 {
+        self.block(i).0
+    }
+    /// The eight `d` and the eight `m` as two vectors.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C (the caller is compiled with them).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256);
+    /// The eight [`GroupScales::high_d`] as a vector.
+    ///
+    /// # Safety
+    /// As [`GroupScales::load`].
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load_high(&self) -> std::arch::x86_64::__m256 {
+        self.load().0
+    }
+}
+
+/// f16 `d` per block and `m = OFF·d` (Q4_0: −8, Q5_0: −16, Q8_0: 0).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(16))]
+pub struct ScalesD<const OFF: i32> {
+    d: [u16; GROUP],
+}
+
+impl<const OFF: i32> GroupScales for ScalesD<OFF> {
+    const WITH_M: bool = OFF != 0;
+    fn block(&self, i: usize) -> (f32, f32) {
+        let d = f16_bits(self.d[i]);
+        (d, OFF as f32 * d)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        let d = _mm256_cvtph_ps(_mm_load_si128(self.d.as_ptr() as *const __m128i));
+        (d, _mm256_mul_ps(d, _mm256_set1_ps(OFF as f32)))
+    }
+}
+
+/// f16 `d` and `m` per block (Q4_1, Q5_1).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+pub struct ScalesDM {
+    d: [u16; GROUP],
+    m: [u16; GROUP],
+}
+
+impl GroupScales for ScalesDM {
+    const WITH_M: bool = true;
+    fn block(&self, i: usize) -> (f32, f32) {
+        (f16_bits(self.d[i]), f16_bits(self.m[i]))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        (
+            _mm256_cvtph_ps(_mm_load_si128(self.d.as_ptr() as *const __m128i)),
+            _mm256_cvtph_ps(_mm_load_si128(self.m.as_ptr() as *const __m128i)),
+        )
+    }
+}
+
+/// A k-quant super-block's scales (Q4_K, Q5_K): f16 `d` and `dmin` and a
+/// 6-bit scale and min per 32-value block; block `i` is `d·sc[i]·u −
+/// dmin·mn[i]` (the products are exact in f32).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+pub struct ScalesK {
+    sc: [u8; GROUP],
+    mn: [u8; GROUP],
+    d: u16,
+    dmin: u16,
+}
+
+impl ScalesK {
+    /// From a super-block's f16 `d`, `dmin` and its 12 packed scale bytes
+    /// (GGUF's `get_scale_min_k4`: eight 6-bit scales and eight 6-bit mins).
+    fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
+        let mut s = ScalesK { d, dmin, ..Default::default() };
+        for j in 0..GROUP {
+            let (sc, mn) = if j < 4 {
+                (q[j] & 63, q[j + 4] & 63)
+            } else {
+                ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+            };
+            s.sc[j] = sc;
+            s.mn[j] = mn;
+        }
+        s
+    }
+}
+
+impl GroupScales for ScalesK {
+    const WITH_M: bool = true;
+    fn block(&self, i: usize) -> (f32, f32) {
+        (
+            f16_bits(self.d) * f32::from(self.sc[i]),
+            -(f16_bits(self.dmin) * f32::from(self.mn[i])),
+        )
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        let bytes = |p: &[u8; GROUP]| {
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.as_ptr() as *const __m128i)))
+        };
+        (
+            _mm256_mul_ps(bytes(&self.sc), _mm256_set1_ps(f16_bits(self.d))),
+            _mm256_mul_ps(bytes(&self.mn), _mm256_set1_ps(-f16_bits(self.dmin))),
+        )
+    }
 }
 
 /// A block's integer payload: 16 bytes of nibbles (Q4_0, Q4_1), nibbles and
@@ -185,6 +421,23 @@ pub trait Payload: Copy + Debug + Send + Sync + 'static {
     /// The CPU must have AVX2 (the caller is compiled with it enabled).
     #[cfg(target_arch = "x86_64")]
     unsafe fn load(&self) -> std::arch::x86_64::__m256i;
+    /// The values of this block and the next one (value `j` of the second in
+    /// byte `32 + j`) in one AVX-512 register.
+    ///
+    /// # Safety
+    /// `pair` and `pair + 1` must be payloads, and the CPU must have
+    /// AVX-512 F and BW (the caller is compiled with them enabled).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load2(pair: *const Self) -> std::arch::x86_64::__m512i;
+    /// [`Payload::load`] in the low half of an AVX-512 register, zeros above.
+    ///
+    /// # Safety
+    /// As [`Payload::load2`] for this block alone.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load_zext(&self) -> std::arch::x86_64::__m512i {
+        std::arch::x86_64::_mm512_zextsi256_si512(self.load())
+    }
 }
 
 impl Payload for [u8; 16] {
@@ -195,6 +448,12 @@ impl Payload for [u8; 16] {
     #[inline(always)]
     unsafe fn load(&self) -> std::arch::x86_64::__m256i {
         simd::nibbles(self)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load2(pair: *const Self) -> std::arch::x86_64::__m512i {
+        // Two blocks' nibbles are 32 contiguous bytes.
+        simd::nibbles_pair(std::arch::x86_64::_mm256_loadu_si256(pair as *const _))
     }
 }
 
@@ -207,6 +466,13 @@ impl Payload for Q5Ints {
     unsafe fn load(&self) -> std::arch::x86_64::__m256i {
         simd::nibbles5(&self.qs, u32::from_le_bytes(self.qh))
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load2(pair: *const Self) -> std::arch::x86_64::__m512i {
+        let (a, b) = (&*pair, &*pair.add(1));
+        let qh = u64::from(u32::from_le_bytes(a.qh)) | u64::from(u32::from_le_bytes(b.qh)) << 32;
+        simd::nibbles5_pair(&a.qs, &b.qs, qh)
+    }
 }
 
 impl Payload for Q8Ints {
@@ -218,6 +484,12 @@ impl Payload for Q8Ints {
     unsafe fn load(&self) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
         _mm256_load_si256(self.0.as_ptr() as *const __m256i)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load2(pair: *const Self) -> std::arch::x86_64::__m512i {
+        // Two 32-byte payloads are 64 contiguous bytes.
+        std::arch::x86_64::_mm512_loadu_si512(pair as *const _)
     }
 }
 
@@ -270,19 +542,61 @@ fn q5_ints(c: &[u8]) -> Q5Ints {
     }
 }
 
+/// A Q6_K super-block's scales: f16 `d` and a signed 8-bit scale per 16
+/// values; block `i`'s values 0..16 are `d·lo[i]·s`, 16..32 `d·hi[i]·s`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(32))]
+pub struct ScalesQ6K {
+    lo: [i8; GROUP],
+    hi: [i8; GROUP],
+    d: u16,
+}
+
+impl GroupScales for ScalesQ6K {
+    const WITH_M: bool = false;
+    const SPLIT: bool = true;
+    fn block(&self, i: usize) -> (f32, f32) {
+        (f16_bits(self.d) * f32::from(self.lo[i]), 0.0)
+    }
+    fn high_d(&self, i: usize) -> f32 {
+        f16_bits(self.d) * f32::from(self.hi[i])
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+        use std::arch::x86_64::*;
+        (i8_scales(&self.lo, self.d), _mm256_setzero_ps())
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load_high(&self) -> std::arch::x86_64::__m256 {
+        i8_scales(&self.hi, self.d)
+    }
+}
+
+/// Eight signed 8-bit scales times the f16 `d`, as f32 (exact).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn i8_scales(sc: &[i8; GROUP], d: u16) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
+    _mm256_mul_ps(v, _mm256_set1_ps(f16_bits(d)))
+}
+
 /// GGUF `block_q4_0`: f16 d, 16 bytes of nibbles; `x = d·(u − 8)`.
 #[derive(Debug, Clone, Copy)]
 pub struct BlockQ40;
 
 impl WeightBlock for BlockQ40 {
     const NAME: &'static str = "Q4_0";
+    const VALUES: usize = BLOCK;
     const BYTES: usize = 18;
     const SIGNED: bool = false;
-    const OWN_M: bool = false;
-    const OFFSET: f32 = -8.0;
     type Ints = [u8; 16];
-    fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
-        (u16_at(c, 0), 0, qs16(&c[2..]))
+    type Scales = ScalesD<-8>;
+    fn parse(c: &[u8], at: usize, group: &mut ScalesD<-8>, ints: &mut Vec<[u8; 16]>) {
+        group.d[at] = u16_at(c, 0);
+        ints.push(qs16(&c[2..]));
     }
 }
 
@@ -292,13 +606,15 @@ pub struct BlockQ41;
 
 impl WeightBlock for BlockQ41 {
     const NAME: &'static str = "Q4_1";
+    const VALUES: usize = BLOCK;
     const BYTES: usize = 20;
     const SIGNED: bool = false;
-    const OWN_M: bool = true;
-    const OFFSET: f32 = 0.0;
     type Ints = [u8; 16];
-    fn parse(c: &[u8]) -> (u16, u16, [u8; 16]) {
-        (u16_at(c, 0), u16_at(c, 2), qs16(&c[4..]))
+    type Scales = ScalesDM;
+    fn parse(c: &[u8], at: usize, group: &mut ScalesDM, ints: &mut Vec<[u8; 16]>) {
+        group.d[at] = u16_at(c, 0);
+        group.m[at] = u16_at(c, 2);
+        ints.push(qs16(&c[4..]));
     }
 }
 
@@ -308,13 +624,14 @@ pub struct BlockQ50;
 
 impl WeightBlock for BlockQ50 {
     const NAME: &'static str = "Q5_0";
+    const VALUES: usize = BLOCK;
     const BYTES: usize = 22;
     const SIGNED: bool = false;
-    const OWN_M: bool = false;
-    const OFFSET: f32 = -16.0;
     type Ints = Q5Ints;
-    fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
-        (u16_at(c, 0), 0, q5_ints(&c[2..]))
+    type Scales = ScalesD<-16>;
+    fn parse(c: &[u8], at: usize, group: &mut ScalesD<-16>, ints: &mut Vec<Q5Ints>) {
+        group.d[at] = u16_at(c, 0);
+        ints.push(q5_ints(&c[2..]));
     }
 }
 
@@ -324,13 +641,15 @@ pub struct BlockQ51;
 
 impl WeightBlock for BlockQ51 {
     const NAME: &'static str = "Q5_1";
+    const VALUES: usize = BLOCK;
     const BYTES: usize = 24;
     const SIGNED: bool = false;
-    const OWN_M: bool = true;
-    const OFFSET: f32 = 0.0;
     type Ints = Q5Ints;
-    fn parse(c: &[u8]) -> (u16, u16, Q5Ints) {
-        (u16_at(c, 0), u16_at(c, 2), q5_ints(&c[4..]))
+    type Scales = ScalesDM;
+    fn parse(c: &[u8], at: usize, group: &mut ScalesDM, ints: &mut Vec<Q5Ints>) {
+        group.d[at] = u16_at(c, 0);
+        group.m[at] = u16_at(c, 2);
+        ints.push(q5_ints(&c[4..]));
     }
 }
 
@@ -347,17 +666,107 @@ pub struct BlockQ80;
 
 impl WeightBlock for BlockQ80 {
     const NAME: &'static str = "Q8_0";
+    const VALUES: usize = BLOCK;
     const BYTES: usize = 34;
     const SIGNED: bool = true;
-    const OWN_M: bool = false;
-    const OFFSET: f32 = 0.0;
     type Ints = Q8Ints;
-    fn parse(c: &[u8]) -> (u16, u16, Q8Ints) {
+    type Scales = ScalesD<0>;
+    fn parse(c: &[u8], at: usize, group: &mut ScalesD<0>, ints: &mut Vec<Q8Ints>) {
         let mut qs = [0i8; 32];
         for (q, &b) in qs.iter_mut().zip(&c[2..34]) {
             *q = b as i8;
         }
-        (u16_at(c, 0), 0, Q8Ints(qs))
+        group.d[at] = u16_at(c, 0);
+        ints.push(Q8Ints(qs));
+    }
+}
+
+/// GGUF `block_q4_K`: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins,
+/// 128 bytes of nibbles for 256 values. Each 64 values share 32 bytes: the
+/// low nibbles are the first 32-value block, the high nibbles the second;
+/// block `i` is `x = d·sc[i]·u − dmin·mn[i]`, the layout of Q4_1 with exact
+/// f32 scales.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ4K;
+
+/// One 32-value block of nibbles in this module's order (value `j` in the low
+/// nibble of byte `j`, value `16 + j` in its high nibble) from 32 values.
+fn pack_nibbles(v: impl Fn(usize) -> u8) -> [u8; 16] {
+    std::array::from_fn(|j| (v(j) & 0x0f) | (v(j + 16) & 0x0f) << 4)
+}
+
+impl WeightBlock for BlockQ4K {
+    const NAME: &'static str = "Q4_K";
+    const VALUES: usize = GROUP * BLOCK;
+    const BYTES: usize = 144;
+    const SIGNED: bool = false;
+    type Ints = [u8; 16];
+    type Scales = ScalesK;
+    fn parse(c: &[u8], _at: usize, group: &mut ScalesK, ints: &mut Vec<[u8; 16]>) {
+        *group = ScalesK::unpack(u16_at(c, 0), u16_at(c, 2), &c[4..16]);
+        let qs = &c[16..144];
+        for i in 0..GROUP {
+            let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
+            ints.push(pack_nibbles(|l| chunk[l] >> shift));
+        }
+    }
+}
+
+/// GGUF `block_q5_K`: [`BlockQ4K`] with 32 bytes of fifth bits: bit `i` of
+/// byte `l` is bit 4 of value `l` of 32-value block `i`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ5K;
+
+impl WeightBlock for BlockQ5K {
+    const NAME: &'static str = "Q5_K";
+    const VALUES: usize = GROUP * BLOCK;
+    const BYTES: usize = 176;
+    const SIGNED: bool = false;
+    type Ints = Q5Ints;
+    type Scales = ScalesK;
+    fn parse(c: &[u8], _at: usize, group: &mut ScalesK, ints: &mut Vec<Q5Ints>) {
+        *group = ScalesK::unpack(u16_at(c, 0), u16_at(c, 2), &c[4..16]);
+        let (qh, qs) = (&c[16..48], &c[48..176]);
+        for i in 0..GROUP {
+            let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
+            let high = (0..32).fold(0u32, |h, l| h | u32::from((qh[l] >> i) & 1) << l);
+            ints.push(Q5Ints {
+                qh: high.to_le_bytes(),
+                qs: pack_nibbles(|l| chunk[l] >> shift),
+            });
+        }
+    }
+}
+
+/// GGUF `block_q6_K`: 128 bytes of low nibbles, 64 bytes of high bit pairs,
+/// 16 signed 8-bit scales (one per 16 values) and f16 d for 256 values of
+/// `x = d·sc·(q − 32)`, `q` six bits. Each 32-value block keeps `q − 32` as
+/// signed bytes (Q8_0's payload) and its two scales.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockQ6K;
+
+impl WeightBlock for BlockQ6K {
+    const NAME: &'static str = "Q6_K";
+    const VALUES: usize = GROUP * BLOCK;
+    const BYTES: usize = 210;
+    const SIGNED: bool = true;
+    type Ints = Q8Ints;
+    type Scales = ScalesQ6K;
+    fn parse(c: &[u8], _at: usize, group: &mut ScalesQ6K, ints: &mut Vec<Q8Ints>) {
+        group.d = u16_at(c, 208);
+        for i in 0..GROUP {
+            group.lo[i] = c[192 + 2 * i] as i8;
+            group.hi[i] = c[192 + 2 * i + 1] as i8;
+            // Values 128·h + 32·t + l come from ql[64h + l + 32(t%2)]'s
+            // nibble t/2 and bits 2t, 2t+1 of qh[32h + l].
+            let (h, t) = (i / 4, i % 4);
+            let (ql, qh) = (&c[64 * h..64 * h + 64], &c[128 + 32 * h..128 + 32 * h + 32]);
+            ints.push(Q8Ints(std::array::from_fn(|l| {
+                let low = (ql[l + 32 * (t % 2)] >> (4 * (t / 2))) & 0x0f;
+                let high = (qh[l] >> (2 * t)) & 3;
+                (low | high << 4) as i8 - 32
+            })));
+        }
     }
 }
 
@@ -450,15 +859,13 @@ fn quantize_block(x: &[f32]) -> ([i8; BLOCK], f32, f32) {
 pub struct QuantMatrix<B: WeightBlock> {
     n: usize,
     k: usize,
-    /// Blocks per row, and the padded stride of `d` and `m`.
+    /// 32-value blocks per row, and that rounded up to whole groups.
     kb: usize,
     kbp: usize,
     /// `n·kb` payloads, row major.
     ints: Vec<B::Ints>,
-    /// `n·kbp` f16 scales (zero in the padding).
-    d: Vec<u16>,
-    /// `n·kbp` f16 offsets when `B::OWN_M`, else empty.
-    m: Vec<u16>,
+    /// `n·kbp/GROUP` group scales, row major (zero in the padding).
+    scales: Vec<B::Scales>,
     /// The dot-product implementation, chosen for this CPU at load.
     simd: Simd,
     _block: PhantomData<B>,
@@ -483,37 +890,33 @@ pub type Q41Matrix = QuantMatrix<BlockQ41>;
 impl<B: WeightBlock> QuantMatrix<B> {
     /// Build from GGUF block bytes of a `[n, k]` tensor (row major).
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
-        if k == 0 || k % BLOCK != 0 {
+        if k == 0 || k % B::VALUES != 0 {
             bail!(
-                "{} rows of {k} values are not whole blocks of {BLOCK}",
-                B::NAME
+                "{} rows of {k} values are not whole blocks of {}",
+                B::NAME,
+                B::VALUES
             );
         }
         let kb = k / BLOCK;
         let kbp = padded(kb);
-        if bytes.len() != n * kb * B::BYTES {
+        let per_row = k / B::VALUES;
+        if bytes.len() != n * per_row * B::BYTES {
             bail!(
                 "{} tensor [{n}, {k}] needs {} bytes, got {}",
                 B::NAME,
-                n * kb * B::BYTES,
+                n * per_row * B::BYTES,
                 bytes.len()
             );
         }
+        let groups = kbp / GROUP;
         let mut ints = Vec::with_capacity(n * kb);
-        let mut d = vec![0u16; n * kbp];
-        let mut m = if B::OWN_M {
-            vec![0u16; n * kbp]
-        } else {
-            Vec::new()
-        };
+        let mut scales = vec![B::Scales::default(); n * groups];
+        let sub = B::VALUES / BLOCK;
         for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {
-            let (db, mb, q) = B::parse(c);
-            let at = (i / kb) * kbp + i % kb;
-            d[at] = db;
-            if B::OWN_M {
-                m[at] = mb;
-            }
-            ints.push(q);
+            // The first 32-value block of GGUF block i, within its row.
+            let b = (i % per_row) * sub;
+            let group = &mut scales[(i / per_row) * groups + b / GROUP];
+            B::parse(c, b % GROUP, group, &mut ints);
         }
         Ok(Self {
             n,
@@ -521,9 +924,8 @@ impl<B: WeightBlock> QuantMatrix<B> {
             kb,
             kbp,
             ints,
-            d,
-            m,
-            simd: Simd::detect(),
+            scales,
+            simd: Simd::detect()?,
             _block: PhantomData,
         })
     }
@@ -534,13 +936,14 @@ impl<B: WeightBlock> QuantMatrix<B> {
         self
     }
 
-    /// `m` of block `b` of row `j`, given its `d`.
-    fn m_at(&self, j: usize, b: usize, d: f32) -> f32 {
-        if B::OWN_M {
-            f16_bits(self.m[j * self.kbp + b])
-        } else {
-            B::OFFSET * d
-        }
+    /// The scales of the group holding block `b` of row `j`.
+    fn group(&self, j: usize, b: usize) -> &B::Scales {
+        &self.scales[j * (self.kbp / GROUP) + b / GROUP]
+    }
+
+    /// `(d, m)` of block `b` of row `j`.
+    fn dm_at(&self, j: usize, b: usize) -> (f32, f32) {
+        self.group(j, b).block(b % GROUP)
     }
 
     /// `y = x · Wᵀ` (see [`matmul`]).
@@ -566,6 +969,9 @@ impl<B: WeightBlock> QuantMatrix<B> {
             // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-VNNI.
             #[cfg(target_arch = "x86_64")]
             Simd::AvxVnni => unsafe { simd::dot_tile_vnni(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => unsafe { simd::dot_tile_512(self, js, acts, rows) },
         }
     }
 
@@ -574,14 +980,16 @@ impl<B: WeightBlock> QuantMatrix<B> {
         for b in 0..self.kb {
             let q = &self.ints[j * self.kb + b];
             let x = &a.qs[r * a.kb + b].0;
-            let isum: i32 = q
-                .ints()
-                .iter()
-                .zip(x)
-                .map(|(&q, &x)| q * i32::from(x))
-                .sum();
-            let d = f16_bits(self.d[j * self.kbp + b]);
-            acc += d * a.d[r * a.kbp + b] * isum as f32 + self.m_at(j, b, d) * a.s[r * a.kbp + b];
+            let ints = q.ints();
+            let isum = |v: Range<usize>| -> i32 { v.map(|i| ints[i] * i32::from(x[i])).sum() };
+            let (d, m) = self.dm_at(j, b);
+            let d8 = a.d[r * a.kbp + b];
+            if <B::Scales as GroupScales>::SPLIT {
+                let dh = self.group(j, b).high_d(b % GROUP);
+                acc += d * d8 * isum(0..16) as f32 + dh * d8 * isum(16..32) as f32;
+            } else {
+                acc += d * d8 * isum(0..BLOCK) as f32 + m * a.s[r * a.kbp + b];
+            }
         }
         acc
     }
@@ -600,13 +1008,14 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
         let mut out = Vec::with_capacity(self.n * self.k);
         for j in 0..self.n {
             for b in 0..self.kb {
-                let d = f16_bits(self.d[j * self.kbp + b]);
-                let m = self.m_at(j, b, d);
+                let (d, m) = self.dm_at(j, b);
+                let dh = self.group(j, b).high_d(b % GROUP);
                 out.extend(
                     self.ints[j * self.kb + b]
                         .ints()
                         .iter()
-                        .map(|&q| d * q as f32 + m),
+                        .enumerate()
+                        .map(|(i, &q)| if i < 16 { d } else { dh } * q as f32 + m),
                 );
             }
         }
@@ -685,6 +1094,9 @@ impl<T> SendPtr<T> {
     }
 }
 
+/// The environment variable that picks a kernel by [`Simd::name`].
+pub const SIMD_ENV: &str = "JOULE_SIMD";
+
 /// Which dot-product implementation the CPU supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Simd {
@@ -693,6 +1105,9 @@ pub enum Simd {
     Avx2,
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
+    /// Two blocks per 512-bit register, one VNNI instruction per pair.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
 }
 
 impl Simd {
@@ -710,20 +1125,60 @@ impl Simd {
                 if is_x86_feature_detected!("avxvnni") {
                     paths.push(Simd::AvxVnni);
                 }
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+                {
+                    paths.push(Simd::Avx512Vnni);
+                }
             }
         }
         paths
     }
 
-    /// The fastest implementation this CPU can run.
-    pub fn detect() -> Self {
-        Self::available().pop().unwrap_or(Simd::Portable)
+    /// The name `JOULE_SIMD` takes for this implementation.
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => "avxvnni",
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// The fastest implementation this CPU can run, or the one the
+    /// environment variable [`SIMD_ENV`] names (to compare paths on one
+    /// machine); a name this CPU cannot run is an error.
+    pub fn detect() -> Result<Self> {
+        Self::chosen(std::env::var(SIMD_ENV).ok().as_deref())
+    }
+
+    /// The implementation `name` names (unset or empty: the fastest).
+    fn chosen(name: Option<&str>) -> Result<Self> {
+        let available = Self::available();
+        match name {
+            Some(name) if !name.is_empty() => available
+                .iter()
+                .copied()
+                .find(|s| s.name() == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = available.iter().map(|s| s.name()).collect();
+                    anyhow::anyhow!(
+                        "{SIMD_ENV}={name:?}: expected one of {} (the kernels this CPU can run)",
+                        names.join(", ")
+                    )
+                }),
+            _ => Ok(available.last().copied().unwrap_or(Simd::Portable)),
+        }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod simd {
-    use super::{Acts, Payload, Q8Ints, QuantMatrix, WeightBlock, GROUP};
+    use super::{Acts, GroupScales, Payload, Q8Ints, QuantMatrix, WeightBlock, GROUP};
 
     /// How far ahead of the current block the weights are prefetched.
     const PREFETCH: usize = 512;
@@ -758,6 +1213,154 @@ mod simd {
         _mm256_or_si256(nibbles(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
     }
 
+    /// Two blocks' nibbles (16 bytes each, contiguous in `packed`) as 64
+    /// bytes: block 0's values in bytes 0..32, block 1's in 32..64.
+    #[inline(always)]
+    pub(super) unsafe fn nibbles_pair(packed: __m256i) -> __m512i {
+        // 128-bit lanes [b0, b0, b1, b1]; the odd lanes shifted down by four
+        // bits give the high nibbles once every byte is masked to 0x0f.
+        let z = _mm512_castsi256_si512(packed);
+        let z = _mm512_shuffle_i64x2::<0b01_01_00_00>(z, z);
+        let z = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+        _mm512_and_si512(z, _mm512_set1_epi8(0x0f))
+    }
+
+    /// [`nibbles_pair`] of two Q5 blocks, bit `j` of `qh` as bit 4 of byte `j`.
+    #[inline(always)]
+    pub(super) unsafe fn nibbles5_pair(qs0: &[u8; 16], qs1: &[u8; 16], qh: u64) -> __m512i {
+        let packed = _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_loadu_si128(qs0.as_ptr() as *const __m128i)),
+            _mm_loadu_si128(qs1.as_ptr() as *const __m128i),
+        );
+        let low = nibbles_pair(packed);
+        // (a nibble is below 16, so adding 16 sets bit 4)
+        _mm512_mask_add_epi8(low, qh, low, _mm512_set1_epi8(0x10))
+    }
+
+    /// The permutation that puts scale `a` (of a group's eight) in lanes
+    /// 0..8 and scale `b` in lanes 8..16 (both below 8: the upper half of
+    /// the permuted register is never read).
+    #[inline(always)]
+    unsafe fn pair_index(a: usize, b: usize) -> __m512i {
+        let (a, b) = (a as i32, b as i32);
+        _mm512_set_epi32(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a)
+    }
+
+    /// [`pair_index`] for split scales: lanes 0..4 take scale `a`, 4..8 its
+    /// high half's (`8 + a`), 8..12 scale `b`, 12..16 `8 + b`.
+    #[inline(always)]
+    unsafe fn split_pair_index(a: usize, b: usize) -> __m512i {
+        let (a, b, ah, bh) = (a as i32, b as i32, a as i32 + 8, b as i32 + 8);
+        _mm512_set_epi32(bh, bh, bh, bh, b, b, b, b, ah, ah, ah, ah, a, a, a, a)
+    }
+
+    /// See [`super::QuantMatrix::dot_tiles`]: the AVX-512 VNNI path. Two
+    /// consecutive blocks are one 512-bit register, so per pair of blocks,
+    /// row and weight row one `vpdpbusd`, one conversion, one permutation of
+    /// the group's eight `d·d₈` (lanes 0..8 take block `b`'s, 8..16 block
+    /// `b+1`'s) and one fused multiply-add remain; a group's odd last block
+    /// goes alone in the low half. The `m·s` terms of a group are one fused
+    /// multiply-add into the low half of the accumulator. Each (weight row,
+    /// activation row) pair runs the same operations whatever `W` and `N`.
+    /// Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW and VNNI, and that
+    /// the rows exist.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn dot_tile_512<B: WeightBlock, const W: usize, const N: usize>(
+        mat: &QuantMatrix<B>,
+        js: [usize; W],
+        acts: &Acts,
+        rows: [usize; N],
+    ) -> [[f32; N]; W] {
+        let (kb, kbp) = (mat.kb, mat.kbp);
+        let mut acc = [[_mm512_setzero_ps(); N]; W];
+        // `d·d₈` of a group's eight blocks in lanes 0..8 and, for split
+        // scales, of their values 16..32 in lanes 8..16.
+        let mut dd = [[_mm512_setzero_ps(); N]; W];
+        let split = <B::Scales as GroupScales>::SPLIT;
+        let with_m = <B::Scales as GroupScales>::WITH_M;
+        let gs: [*const B::Scales; W] =
+            std::array::from_fn(|w| mat.scales.as_ptr().add(js[w] * (kbp / GROUP)));
+        let ints: [*const B::Ints; W] = std::array::from_fn(|w| mat.ints.as_ptr().add(js[w] * kb));
+        let q8s: [*const Q8Ints; N] = std::array::from_fn(|i| acts.qs.as_ptr().add(rows[i] * kb));
+        // Negate the activation bytes where the (signed) weight is negative.
+        let signed = |q8: __m512i, q: __m512i| {
+            _mm512_mask_sub_epi8(q8, _mm512_movepi8_mask(q), _mm512_setzero_si512(), q8)
+        };
+        for g in (0..kb).step_by(GROUP) {
+            let dm: [(__m256, __m256); W] =
+                std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
+            for i in 0..N {
+                let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
+                for w in 0..W {
+                    let low = _mm512_castps256_ps512(_mm256_mul_ps(dm[w].0, da));
+                    dd[w][i] = if split {
+                        let dh = (*gs[w].add(g / GROUP)).load_high();
+                        _mm512_insertf32x8::<1>(low, _mm256_mul_ps(dh, da))
+                    } else {
+                        low
+                    };
+                }
+                if with_m {
+                    let sa = _mm256_loadu_ps(acts.s.as_ptr().add(rows[i] * kbp + g));
+                    for w in 0..W {
+                        acc[w][i] = _mm512_fmadd_ps(
+                            _mm512_zextps256_ps512(dm[w].1),
+                            _mm512_zextps256_ps512(sa),
+                            acc[w][i],
+                        );
+                    }
+                }
+            }
+            let end = kb.min(g + GROUP);
+            let mut b = g;
+            while b < end {
+                let pair = b + 1 < end;
+                for p in ints {
+                    let ahead = (p.add(b) as *const i8).wrapping_add(PREFETCH);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead);
+                }
+                let q: [__m512i; W] = std::array::from_fn(|w| {
+                    if pair {
+                        B::Ints::load2(ints[w].add(b))
+                    } else {
+                        (*ints[w].add(b)).load_zext()
+                    }
+                });
+                let u: [__m512i; W] = std::array::from_fn(|w| {
+                    if B::SIGNED { _mm512_abs_epi8(q[w]) } else { q[w] }
+                });
+                // A lone block's upper half is zeros: its scale is repeated.
+                let second = if pair { b + 1 - g } else { b - g };
+                let index = if split {
+                    split_pair_index(b - g, second)
+                } else {
+                    pair_index(b - g, second)
+                };
+                for i in 0..N {
+                    let q8 = if pair {
+                        _mm512_loadu_si512(q8s[i].add(b) as *const _)
+                    } else {
+                        _mm512_zextsi256_si512(_mm256_load_si256(q8s[i].add(b) as *const __m256i))
+                    };
+                    for w in 0..W {
+                        let q8w = if B::SIGNED { signed(q8, q[w]) } else { q8 };
+                        let p32 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[w], q8w);
+                        let scale = _mm512_permutexvar_ps(index, dd[w][i]);
+                        acc[w][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p32), scale, acc[w][i]);
+                    }
+                }
+                b += if pair { 2 } else { 1 };
+            }
+        }
+        let mut out = [[0f32; N]; W];
+        for w in 0..W {
+            for i in 0..N {
+                out[w][i] = _mm512_reduce_add_ps(acc[w][i]);
+            }
+        }
+        out
+    }
+
     #[inline(always)]
     unsafe fn hsum(v: __m256) -> f32 {
         let lo = _mm256_castps256_ps128(v);
@@ -766,12 +1369,6 @@ mod simd {
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_movehdup_ps(s));
         _mm_cvtss_f32(s)
-    }
-
-    /// Eight f16 scales (bits) at `p` as f32.
-    #[inline(always)]
-    unsafe fn scales(p: *const u16) -> __m256 {
-        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
 
     /// One body for both integer paths: `$isum(u, q8)` gives eight i32
@@ -796,29 +1393,32 @@ mod simd {
                 let (kb, kbp) = (mat.kb, mat.kbp);
                 let mut acc = [[_mm256_setzero_ps(); N]; W];
                 let mut dd = [[[0f32; GROUP]; N]; W];
-                let offset = _mm256_set1_ps(B::OFFSET);
-                let with_m = B::OWN_M || B::OFFSET != 0.0;
+                // `d·d₈` of the blocks' values 16..32 when they have their own.
+                let mut ddh = [[[0f32; GROUP]; N]; W];
+                let split = <B::Scales as GroupScales>::SPLIT;
+                let with_m = <B::Scales as GroupScales>::WITH_M;
+                let gs: [*const B::Scales; W] =
+                    std::array::from_fn(|w| mat.scales.as_ptr().add(js[w] * (kbp / GROUP)));
                 let ints: [*const B::Ints; W] =
                     std::array::from_fn(|w| mat.ints.as_ptr().add(js[w] * kb));
                 let q8s: [*const Q8Ints; N] =
                     std::array::from_fn(|i| acts.qs.as_ptr().add(rows[i] * kb));
                 for g in (0..kb).step_by(GROUP) {
-                    let dw: [__m256; W] =
-                        std::array::from_fn(|w| scales(mat.d.as_ptr().add(js[w] * kbp + g)));
+                    let dm: [(__m256, __m256); W] =
+                        std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
                     for i in 0..N {
                         let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
                         for w in 0..W {
-                            _mm256_storeu_ps(dd[w][i].as_mut_ptr(), _mm256_mul_ps(dw[w], da));
+                            _mm256_storeu_ps(dd[w][i].as_mut_ptr(), _mm256_mul_ps(dm[w].0, da));
+                            if split {
+                                let dh = (*gs[w].add(g / GROUP)).load_high();
+                                _mm256_storeu_ps(ddh[w][i].as_mut_ptr(), _mm256_mul_ps(dh, da));
+                            }
                         }
                         if with_m {
                             let sa = _mm256_loadu_ps(acts.s.as_ptr().add(rows[i] * kbp + g));
                             for w in 0..W {
-                                let mw = if B::OWN_M {
-                                    scales(mat.m.as_ptr().add(js[w] * kbp + g))
-                                } else {
-                                    _mm256_mul_ps(dw[w], offset)
-                                };
-                                acc[w][i] = _mm256_fmadd_ps(mw, sa, acc[w][i]);
+                                acc[w][i] = _mm256_fmadd_ps(dm[w].1, sa, acc[w][i]);
                             }
                         }
                     }
@@ -840,7 +1440,15 @@ mod simd {
                             for w in 0..W {
                                 let q8w = if B::SIGNED { _mm256_sign_epi8(q8, q[w]) } else { q8 };
                                 let p32: __m256i = $isum(u[w], q8w);
-                                let scale = _mm256_broadcast_ss(&dd[w][i][b - g]);
+                                // Lanes 0..4 sum values 0..16, lanes 4..8 values 16..32.
+                                let scale = if split {
+                                    _mm256_insertf128_ps::<1>(
+                                        _mm256_castps128_ps256(_mm_broadcast_ss(&dd[w][i][b - g])),
+                                        _mm_broadcast_ss(&ddh[w][i][b - g]),
+                                    )
+                                } else {
+                                    _mm256_broadcast_ss(&dd[w][i][b - g])
+                                };
                                 acc[w][i] =
                                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), scale, acc[w][i]);
                             }
@@ -880,17 +1488,31 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// Random GGUF bytes of `n·k/32` blocks of `B`: f16 scales in a sane
+    /// Random GGUF bytes of `n·k/VALUES` blocks of `B`: f16 scales in a sane
     /// range where the layout has them, every other byte random.
     fn random_blocks<B: WeightBlock>(rng: &mut impl Rng, n: usize, k: usize) -> Vec<u8> {
         let mut bytes = Vec::new();
-        for _ in 0..n * k / BLOCK {
+        for _ in 0..n * k / B::VALUES {
             let mut blk: Vec<u8> = (0..B::BYTES).map(|_| rng.gen()).collect();
             let d = half::f16::from_f32(rng.gen_range(0.001..0.05)).to_le_bytes();
             blk[..2].copy_from_slice(&d);
-            if B::NAME == "Q4_1" || B::NAME == "Q5_1" {
+            if matches!(B::NAME, "Q4_1" | "Q5_1") {
                 let m = half::f16::from_f32(rng.gen_range(-0.2..0.0)).to_le_bytes();
                 blk[2..4].copy_from_slice(&m);
+            }
+            if matches!(B::NAME, "Q4_K" | "Q5_K") {
+                // d is per 6-bit scale unit, dmin per 6-bit min unit.
+                let d = half::f16::from_f32(rng.gen_range(0.0001..0.002)).to_le_bytes();
+                let dmin = half::f16::from_f32(rng.gen_range(0.0..0.005)).to_le_bytes();
+                blk[..2].copy_from_slice(&d);
+                blk[2..4].copy_from_slice(&dmin);
+            }
+            if B::NAME == "Q6_K" {
+                let d = half::f16::from_f32(rng.gen_range(0.0001..0.001)).to_le_bytes();
+                // Q6_K starts with payload bytes, and keeps d at its end.
+                blk[0] = rng.gen();
+                blk[1] = rng.gen();
+                blk[208..210].copy_from_slice(&d);
             }
             bytes.extend_from_slice(&blk);
         }
@@ -898,10 +1520,61 @@ mod tests {
     }
 
     /// GGUF's own dequantisation of one block, written from the format's
-    /// definition (not through [`WeightBlock::ints`]).
-    fn gguf_dequant(name: &str, c: &[u8]) -> [f32; BLOCK] {
+    /// definition (ggml's `dequantize_row_*`, not through this module's
+    /// payloads and scales).
+    fn gguf_dequant(name: &str, c: &[u8]) -> Vec<f32> {
         let f = |i: usize| half::f16::from_le_bytes([c[i], c[i + 1]]).to_f32();
-        let mut out = [0f32; BLOCK];
+        if name == "Q6_K" {
+            let d = f(208);
+            let mut y = vec![0f32; 256];
+            for n in 0..2 {
+                let (ql, qh, sc) = (&c[64 * n..], &c[128 + 32 * n..], &c[192 + 8 * n..]);
+                let sc = |i: usize| f32::from(sc[i] as i8);
+                for l in 0..32 {
+                    let is = l / 16;
+                    let q = |v: u8| f32::from(v as i8 - 32);
+                    let q1 = q((ql[l] & 0xf) | ((qh[l] & 3) << 4));
+                    let q2 = q((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4));
+                    let q3 = q((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                    let q4 = q((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                    y[128 * n + l] = d * sc(is) * q1;
+                    y[128 * n + l + 32] = d * sc(is + 2) * q2;
+                    y[128 * n + l + 64] = d * sc(is + 4) * q3;
+                    y[128 * n + l + 96] = d * sc(is + 6) * q4;
+                }
+            }
+            return y;
+        }
+        if name == "Q4_K" || name == "Q5_K" {
+            let (d, dmin, q) = (f(0), f(2), &c[4..16]);
+            // ggml's get_scale_min_k4.
+            let scale_min = |j: usize| {
+                if j < 4 {
+                    (q[j] & 63, q[j + 4] & 63)
+                } else {
+                    ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+                }
+            };
+            let (qh, ql) = if name == "Q5_K" { (&c[16..48], &c[48..176]) } else { (&c[0..0], &c[16..144]) };
+            let mut out = Vec::with_capacity(256);
+            for chunk in 0..4 {
+                let qs = &ql[32 * chunk..32 * chunk + 32];
+                for half in 0..2 {
+                    let is = 2 * chunk + half;
+                    let (sc, m) = scale_min(is);
+                    let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
+                    for l in 0..32 {
+                        let mut u = (qs[l] >> (4 * half)) & 0xf;
+                        if !qh.is_empty() && qh[l] & (1 << is) != 0 {
+                            u += 16;
+                        }
+                        out.push(d1 * f32::from(u) - m1);
+                    }
+                }
+            }
+            return out;
+        }
+        let mut out = vec![0f32; BLOCK];
         let qs = match name {
             "Q4_0" => &c[2..],
             "Q4_1" => &c[4..],
@@ -952,7 +1625,13 @@ mod tests {
     /// GGUF's own dequantisation, on random blocks and activations.
     fn check_type<B: WeightBlock>(seed: u64) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        for (n, k) in [(37, 96), (9, 544)] {
+        let shapes = if B::VALUES == BLOCK {
+            [(37, 96), (9, 544)]
+        } else {
+            // 8 blocks (one group), 24 (three).
+            [(37, 256), (9, 768)]
+        };
+        for (n, k) in shapes {
             check_shape::<B>(&mut rng, n, k);
         }
     }
@@ -993,6 +1672,9 @@ mod tests {
         check_type::<BlockQ50>(2);
         check_type::<BlockQ51>(3);
         check_type::<BlockQ80>(4);
+        check_type::<BlockQ4K>(5);
+        check_type::<BlockQ5K>(6);
+        check_type::<BlockQ6K>(8);
     }
 
     /// The SIMD paths give the portable path's integer sums: results agree
@@ -1001,7 +1683,9 @@ mod tests {
     /// scales and a partial one).
     fn check_paths_agree<B: WeightBlock>(seed: u64) {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let (n, k) = (20, 288);
+        // Rows of 9 blocks (a whole group of scales and a partial one), or
+        // for a k-quant 16 (two groups).
+        let (n, k) = (20, if B::VALUES == BLOCK { 288 } else { 512 });
         let w =
             QuantMatrix::<B>::from_gguf_bytes(&random_blocks::<B>(&mut rng, n, k), n, k).unwrap();
         let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
@@ -1047,12 +1731,16 @@ mod tests {
                     );
                 }
             }
-            if paths.len() == 3 {
-                // Same integer sums, same float operations: bit-identical.
-                assert_eq!(
-                    paths[1].dot_tiles::<1, 4>([j], &acts, rows),
-                    paths[2].dot_tiles::<1, 4>([j], &acts, rows)
-                );
+            #[cfg(target_arch = "x86_64")]
+            {
+                let by = |s: Simd| paths.iter().find(|p| p.simd == s);
+                if let (Some(a), Some(v)) = (by(Simd::Avx2), by(Simd::AvxVnni)) {
+                    // Same integer sums, same float operations: bit-identical.
+                    assert_eq!(
+                        a.dot_tiles::<1, 4>([j], &acts, rows),
+                        v.dot_tiles::<1, 4>([j], &acts, rows)
+                    );
+                }
             }
         }
     }
@@ -1064,6 +1752,9 @@ mod tests {
         check_paths_agree::<BlockQ50>(13);
         check_paths_agree::<BlockQ51>(14);
         check_paths_agree::<BlockQ80>(15);
+        check_paths_agree::<BlockQ4K>(16);
+        check_paths_agree::<BlockQ5K>(17);
+        check_paths_agree::<BlockQ6K>(18);
     }
 
     #[test]
@@ -1115,6 +1806,70 @@ mod tests {
         assert_eq!(y[(m - 1) * 5..], w.matmul(&x[(m - 1) * k..]).unwrap()[..]);
     }
 
+    /// candle's quantiser and dequantiser (an implementation of GGUF's types
+    /// independent of this module's) against this module's view of the same
+    /// bytes, for every type it takes.
+    #[test]
+    fn every_type_dequantises_as_candle_does() {
+        use candle_core::quantized::QTensor;
+        use candle_core::{Device, Tensor};
+        let dev = Device::Cpu;
+        let (n, k) = (8, 512);
+        let w = Tensor::randn(0f32, 0.5, (n, k), &dev).unwrap();
+        for dt in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+            GgmlDType::Q4K,
+            GgmlDType::Q5K,
+            GgmlDType::Q6K,
+        ] {
+            let q = QTensor::quantize(&w, dt).unwrap();
+            let ours = cpu_matrix_of(dt, &q.data().unwrap(), n, k)
+                .unwrap()
+                .unwrap()
+                .dequantize();
+            let theirs: Vec<f32> = q
+                .dequantize(&dev)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert_eq!(ours, theirs, "{dt:?}");
+        }
+    }
+
+    #[test]
+    fn kernel_types_take_defaults_all_or_a_list_and_name_a_bad_one() {
+        assert_eq!(kernel_types(None).unwrap(), DEFAULT_TYPES.to_vec());
+        assert_eq!(kernel_types(Some(" ")).unwrap(), DEFAULT_TYPES.to_vec());
+        assert_eq!(kernel_types(Some("all")).unwrap(), ALL_TYPES.to_vec());
+        assert_eq!(
+            kernel_types(Some("q4_k, Q6_K")).unwrap(),
+            vec![GgmlDType::Q4K, GgmlDType::Q6K]
+        );
+        let err = kernel_types(Some("Q4_K,IQ2_XS")).unwrap_err().to_string();
+        assert!(err.contains(TYPES_ENV) && err.contains("IQ2_XS") && err.contains("Q6_K"), "{err}");
+    }
+
+    #[test]
+    fn joule_simd_names_a_kernel_this_cpu_has() {
+        let fastest = *Simd::available().last().unwrap();
+        assert_eq!(Simd::chosen(None).unwrap(), fastest);
+        assert_eq!(Simd::chosen(Some("")).unwrap(), fastest);
+        for simd in Simd::available() {
+            assert_eq!(Simd::chosen(Some(simd.name())).unwrap(), simd);
+        }
+        let err = Simd::chosen(Some("avx9000")).unwrap_err().to_string();
+        assert!(
+            err.contains("JOULE_SIMD") && err.contains("avx9000") && err.contains("portable"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn extreme_q8_0_weights_do_not_overflow() {
         // −128 and 127 weights against ±127 activations: the sign trick must
@@ -1134,8 +1889,18 @@ mod tests {
 
     #[test]
     fn types_candle_keeps_are_not_taken_and_bad_shapes_are_errors() {
-        assert!(cpu_matrix(GgmlDType::Q4K, &[], 1, 256).is_none());
-        assert!(cpu_matrix(GgmlDType::Q6K, &[], 1, 256).is_none());
+        assert!(cpu_matrix(GgmlDType::F16, &[], 1, 256).is_none());
+        assert!(cpu_matrix_of(GgmlDType::F16, &[], 1, 256).is_none());
+        assert!(cpu_matrix_of(GgmlDType::Q4K, &[0u8; 144], 1, 256)
+            .unwrap()
+            .is_ok());
+        // A k-quant row is whole super-blocks of 256 values.
+        let err = QuantMatrix::<BlockQ4K>::from_gguf_bytes(&[0u8; 144], 1, 128).unwrap_err();
+        assert!(err.to_string().contains("256"), "{err}");
+        assert!(QuantMatrix::<BlockQ5K>::from_gguf_bytes(&[0u8; 175], 1, 256).is_err());
+        assert!(cpu_matrix_of(GgmlDType::Q6K, &[0u8; 210], 1, 256)
+            .unwrap()
+            .is_ok());
         assert!(cpu_matrix(GgmlDType::Q5_0, &[0u8; 22], 1, 32)
             .unwrap()
             .is_ok());

@@ -147,9 +147,9 @@ pub const CANDLE_ONLY_ENV: &str = "JOULE_CANDLE_KERNELS_ONLY";
 
 /// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
 /// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q4_K,
-/// Q5_K, Q6_K, ...), or on the CPU for the 32-value types candle runs with a
-/// scalar loop or without row blocking (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) Joule's
-/// own SIMD kernel (`quant_matmul`).
+/// Q6_K, ...), or on the CPU for the types Joule's own SIMD kernels compute
+/// faster (`quant_matmul::DEFAULT_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q5_K;
+/// `JOULE_CPU_KERNEL_TYPES` names others) those kernels.
 #[derive(Debug, Clone)]
 pub enum Proj {
     Candle(QMatMul),
