@@ -102,8 +102,14 @@ fn main() -> anyhow::Result<()> {
             let x64: Vec<f32> = (0..64 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let gb = bytes.len() as f64 / 1e9;
             let gmac = (64 * n * k) as f64 / 1e9;
-            let dec = gb / time(20, || Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x1)?))))?;
-            let pre = gmac / time(3, || Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x64)?))))?;
+            let dec = gb
+                / time(20, || {
+                    Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x1)?)))
+                })?;
+            let pre = gmac
+                / time(3, || {
+                    Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x64)?)))
+                })?;
             // The same bytes through candle's own quantised matmul.
             let storage = QStorage::from_data(Cow::Borrowed(&bytes), &cpu, dtype)?;
             let q = QMatMul::from_qtensor(QTensor::new(storage, (n, k))?)?;

@@ -150,12 +150,13 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
 /// [`DEFAULT_TYPES`].
 pub const TYPES_ENV: &str = "JOULE_CPU_KERNEL_TYPES";
 
-/// The types this module takes by default: those whose products it computes
-/// faster than candle 0.11 (`benches/quant_matmul.rs`, both columns).
-/// candle's repacked eight-row kernels for Q4_K and Q6_K were faster on the
-/// AVX-512 Xeon measured (prefill 1.1–2.4×, decode 1.0–1.7×: they keep
-/// 256-value activation blocks and sum a super-block's eight sub-blocks in
-/// integers), so those two stay on candle unless [`TYPES_ENV`] names them.
+/// The types this module takes by default, unless candle repacks the
+/// matrix ([`candle_repacks`]): those whose products it computes faster than
+/// candle 0.11 (`benches/quant_matmul.rs`, both columns). candle's repacked
+/// 16-row kernels for Q4_K and Q6_K were faster on the AVX-512 Xeon measured
+/// (prefill 1.1–2.4×, decode 1.0–1.7×: they keep 256-value activation blocks
+/// and sum a super-block's sub-blocks in integers), so those two stay on
+/// candle unless [`TYPES_ENV`] names them.
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -164,6 +165,31 @@ pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q8_0,
     GgmlDType::Q5K,
 ];
+
+/// Whether candle 0.11.1 multiplies a `[n, k]` matrix of `dtype` with its
+/// repacked x86 kernels (its `repack_x86::select`: `k` whole 256-value
+/// super-blocks, `n` whole tiles of 16 rows, and for Q8_0 a CPU with
+/// AVX-512 VNNI or AVX-VNNI). A default Q8_0 matrix of that shape goes to
+/// candle: its repacked Q8_0 was 2× faster than this module's at the 4B FFN
+/// and 1536-wide shapes (prefill and decode), while at SmolLM2's 576-wide
+/// output head, which candle does not repack, this module's prefill was 2.3×
+/// candle's.
+pub fn candle_repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
+    const TILE_N: usize = 16;
+    const QK_K: usize = 256;
+    if k == 0 || n % TILE_N != 0 || k % QK_K != 0 {
+        return false;
+    }
+    match dtype {
+        GgmlDType::Q4K | GgmlDType::Q6K => true,
+        #[cfg(target_arch = "x86_64")]
+        GgmlDType::Q8_0 => {
+            is_x86_feature_detected!("avxvnni")
+                || (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"))
+        }
+        _ => false,
+    }
+}
 
 /// Every type this module can multiply.
 pub const ALL_TYPES: [GgmlDType; 8] = [
@@ -219,16 +245,25 @@ pub fn kernel_types(spec: Option<&str>) -> Result<Vec<GgmlDType>> {
         .collect()
 }
 
-/// This module's matrix for a GGUF tensor of `dtype`, or `None` for a type it
-/// leaves to candle (not one of [`kernel_types`] of [`TYPES_ENV`]).
+/// This module's matrix for a GGUF tensor of `dtype`, or `None` for a matrix
+/// it leaves to candle: a type not among [`kernel_types`] of [`TYPES_ENV`],
+/// or with [`TYPES_ENV`] unset one that [`candle_repacks`].
 pub fn cpu_matrix(
     dtype: GgmlDType,
     bytes: &[u8],
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    match kernel_types(std::env::var(TYPES_ENV).ok().as_deref()) {
+    let spec = std::env::var(TYPES_ENV).ok();
+    match kernel_types(spec.as_deref()) {
         Ok(types) if !types.contains(&dtype) => return None,
+        // Named explicitly, a type is taken whatever its shape.
+        Ok(_)
+            if spec.as_deref().map_or(true, |s| s.trim().is_empty())
+                && candle_repacks(dtype, n, k) =>
+        {
+            return None
+        }
         Ok(_) => {}
         Err(e) => return Some(Err(e)),
     }
@@ -374,12 +409,19 @@ impl ScalesK {
     /// From a super-block's f16 `d`, `dmin` and its 12 packed scale bytes
     /// (GGUF's `get_scale_min_k4`: eight 6-bit scales and eight 6-bit mins).
     fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
-        let mut s = ScalesK { d, dmin, ..Default::default() };
+        let mut s = ScalesK {
+            d,
+            dmin,
+            ..Default::default()
+        };
         for j in 0..GROUP {
             let (sc, mn) = if j < 4 {
                 (q[j] & 63, q[j + 4] & 63)
             } else {
-                ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+                (
+                    (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+                    (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+                )
             };
             s.sc[j] = sc;
             s.mn[j] = mn;
@@ -401,7 +443,9 @@ impl GroupScales for ScalesK {
     unsafe fn load(&self) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
         use std::arch::x86_64::*;
         let bytes = |p: &[u8; GROUP]| {
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p.as_ptr() as *const __m128i)))
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                p.as_ptr() as *const __m128i
+            )))
         };
         (
             _mm256_mul_ps(bytes(&self.sc), _mm256_set1_ps(f16_bits(self.d))),
@@ -579,7 +623,9 @@ impl GroupScales for ScalesQ6K {
 #[inline(always)]
 unsafe fn i8_scales(sc: &[i8; GROUP], d: u16) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(sc.as_ptr() as *const __m128i)));
+    let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+        sc.as_ptr() as *const __m128i
+    )));
     _mm256_mul_ps(v, _mm256_set1_ps(f16_bits(d)))
 }
 
@@ -1287,8 +1333,7 @@ mod simd {
             _mm512_mask_sub_epi8(q8, _mm512_movepi8_mask(q), _mm512_setzero_si512(), q8)
         };
         for g in (0..kb).step_by(GROUP) {
-            let dm: [(__m256, __m256); W] =
-                std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
+            let dm: [(__m256, __m256); W] = std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
             for i in 0..N {
                 let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
                 for w in 0..W {
@@ -1327,7 +1372,11 @@ mod simd {
                     }
                 });
                 let u: [__m512i; W] = std::array::from_fn(|w| {
-                    if B::SIGNED { _mm512_abs_epi8(q[w]) } else { q[w] }
+                    if B::SIGNED {
+                        _mm512_abs_epi8(q[w])
+                    } else {
+                        q[w]
+                    }
                 });
                 // A lone block's upper half is zeros: its scale is repeated.
                 let second = if pair { b + 1 - g } else { b - g };
@@ -1552,10 +1601,17 @@ mod tests {
                 if j < 4 {
                     (q[j] & 63, q[j + 4] & 63)
                 } else {
-                    ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+                    (
+                        (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+                        (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+                    )
                 }
             };
-            let (qh, ql) = if name == "Q5_K" { (&c[16..48], &c[48..176]) } else { (&c[0..0], &c[16..144]) };
+            let (qh, ql) = if name == "Q5_K" {
+                (&c[16..48], &c[48..176])
+            } else {
+                (&c[0..0], &c[16..144])
+            };
             let mut out = Vec::with_capacity(256);
             for chunk in 0..4 {
                 let qs = &ql[32 * chunk..32 * chunk + 32];
@@ -1843,6 +1899,26 @@ mod tests {
     }
 
     #[test]
+    fn repacked_shapes_are_left_to_candle() {
+        // Not whole 256-value super-blocks, or not whole 16-row tiles.
+        assert!(!candle_repacks(GgmlDType::Q8_0, 49152, 576));
+        assert!(!candle_repacks(GgmlDType::Q4K, 40, 256));
+        assert!(candle_repacks(GgmlDType::Q4K, 9728, 2560));
+        assert!(candle_repacks(GgmlDType::Q6K, 32, 512));
+        assert!(!candle_repacks(GgmlDType::Q4_1, 9728, 2560));
+        assert!(!candle_repacks(GgmlDType::Q5K, 9728, 2560));
+        if std::env::var_os(TYPES_ENV).is_none() {
+            let bytes = vec![0u8; 16 * 8 * 34];
+            let repacked = candle_repacks(GgmlDType::Q8_0, 16, 256);
+            assert_eq!(
+                cpu_matrix(GgmlDType::Q8_0, &bytes, 16, 256).is_none(),
+                repacked
+            );
+            assert!(cpu_matrix(GgmlDType::Q8_0, &bytes[..8 * 34], 1, 256).is_some());
+        }
+    }
+
+    #[test]
     fn kernel_types_take_defaults_all_or_a_list_and_name_a_bad_one() {
         assert_eq!(kernel_types(None).unwrap(), DEFAULT_TYPES.to_vec());
         assert_eq!(kernel_types(Some(" ")).unwrap(), DEFAULT_TYPES.to_vec());
@@ -1852,7 +1928,10 @@ mod tests {
             vec![GgmlDType::Q4K, GgmlDType::Q6K]
         );
         let err = kernel_types(Some("Q4_K,IQ2_XS")).unwrap_err().to_string();
-        assert!(err.contains(TYPES_ENV) && err.contains("IQ2_XS") && err.contains("Q6_K"), "{err}");
+        assert!(
+            err.contains(TYPES_ENV) && err.contains("IQ2_XS") && err.contains("Q6_K"),
+            "{err}"
+        );
     }
 
     #[test]
