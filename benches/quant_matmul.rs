@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Module, Tensor};
-use joule::inference::quant_matmul::{cpu_matrix_of, matmul};
+use joule::inference::quant_matmul::{cpu_matrix_of, matmul, ALL_TYPES};
 use rand::{Rng, SeedableRng};
 
 /// Random GGUF bytes for `n·k/values` blocks of `bytes` each, f16 scales sane.
@@ -62,16 +62,6 @@ fn main() -> anyhow::Result<()> {
         std::env::set_var("RAYON_NUM_THREADS", t);
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let types = [
-        GgmlDType::Q4_0,
-        GgmlDType::Q4_1,
-        GgmlDType::Q5_0,
-        GgmlDType::Q5_1,
-        GgmlDType::Q8_0,
-        GgmlDType::Q4K,
-        GgmlDType::Q5K,
-        GgmlDType::Q6K,
-    ];
     // SmolLM2's output head (larger than the caches), a matrix that fits in
     // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
     let shapes = [
@@ -85,7 +75,7 @@ fn main() -> anyhow::Result<()> {
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     let only = args.get(1);
     let cpu = candle_core::Device::Cpu;
-    for dtype in types {
+    for dtype in ALL_TYPES {
         if only.is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
         }

@@ -735,10 +735,14 @@ impl WeightBlock for BlockQ80 {
 #[derive(Debug, Clone, Copy)]
 pub struct BlockQ4K;
 
-/// One 32-value block of nibbles in this module's order (value `j` in the low
-/// nibble of byte `j`, value `16 + j` in its high nibble) from 32 values.
-fn pack_nibbles(v: impl Fn(usize) -> u8) -> [u8; 16] {
-    std::array::from_fn(|j| (v(j) & 0x0f) | (v(j + 16) & 0x0f) << 4)
+/// 32-value block `i` of a Q4_K/Q5_K super-block's 128 nibble bytes `qs`
+/// (each 64 values share 32 bytes: low nibbles the first block, high the
+/// second) in this module's order: value `j` in the low nibble of byte `j`,
+/// value `16 + j` in its high nibble.
+fn k_nibbles(qs: &[u8], i: usize) -> [u8; 16] {
+    let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
+    let v = |l: usize| (chunk[l] >> shift) & 0x0f;
+    std::array::from_fn(|j| v(j) | v(j + 16) << 4)
 }
 
 impl WeightBlock for BlockQ4K {
@@ -750,11 +754,7 @@ impl WeightBlock for BlockQ4K {
     type Scales = ScalesK;
     fn parse(c: &[u8], _at: usize, group: &mut ScalesK, ints: &mut Vec<[u8; 16]>) {
         *group = ScalesK::unpack(u16_at(c, 0), u16_at(c, 2), &c[4..16]);
-        let qs = &c[16..144];
-        for i in 0..GROUP {
-            let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
-            ints.push(pack_nibbles(|l| chunk[l] >> shift));
-        }
+        ints.extend((0..GROUP).map(|i| k_nibbles(&c[16..144], i)));
     }
 }
 
@@ -774,11 +774,10 @@ impl WeightBlock for BlockQ5K {
         *group = ScalesK::unpack(u16_at(c, 0), u16_at(c, 2), &c[4..16]);
         let (qh, qs) = (&c[16..48], &c[48..176]);
         for i in 0..GROUP {
-            let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
             let high = (0..32).fold(0u32, |h, l| h | u32::from((qh[l] >> i) & 1) << l);
             ints.push(Q5Ints {
                 qh: high.to_le_bytes(),
-                qs: pack_nibbles(|l| chunk[l] >> shift),
+                qs: k_nibbles(qs, i),
             });
         }
     }
@@ -1872,16 +1871,7 @@ mod tests {
         let dev = Device::Cpu;
         let (n, k) = (8, 512);
         let w = Tensor::randn(0f32, 0.5, (n, k), &dev).unwrap();
-        for dt in [
-            GgmlDType::Q4_0,
-            GgmlDType::Q4_1,
-            GgmlDType::Q5_0,
-            GgmlDType::Q5_1,
-            GgmlDType::Q8_0,
-            GgmlDType::Q4K,
-            GgmlDType::Q5K,
-            GgmlDType::Q6K,
-        ] {
+        for dt in ALL_TYPES {
             let q = QTensor::quantize(&w, dt).unwrap();
             let ours = cpu_matrix_of(dt, &q.data().unwrap(), n, k)
                 .unwrap()
