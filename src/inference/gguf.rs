@@ -19,7 +19,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use super::gguf_info::{GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions};
+use super::gguf_info::{GgmlType, GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions};
 
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +290,14 @@ fn load_error(e: GgufError) -> LoadError {
             message: problem.to_string(),
         },
     }
+}
+
+/// ggml's name of one of candle's types (`Q4_K`, where candle's Debug says `Q4K`).
+pub fn ggml_name(dtype: GgmlDType) -> Option<&'static str> {
+    (0..64)
+        .find(|&code| candle_dtype(code) == Some(dtype))
+        .and_then(GgmlType::from_code)
+        .map(|t| t.name)
 }
 
 /// candle's type for a ggml type code, where candle can read it.

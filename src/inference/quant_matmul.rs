@@ -50,6 +50,7 @@
 //! [`matmul_many`] multiplies one input with several matrices (a layer's
 //! q/k/v, or gate/up) after quantising it once, in one pass of the pool.
 
+use crate::inference::gguf::ggml_name;
 use anyhow::{bail, Result};
 use candle_core::quantized::GgmlDType;
 use std::fmt::Debug;
@@ -203,28 +204,14 @@ pub const ALL_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q6K,
 ];
 
-/// GGUF's name of a type this module has (`Q4_K`, not candle's `Q4K`).
-fn type_name(dtype: GgmlDType) -> Option<&'static str> {
-    Some(match dtype {
-        GgmlDType::Q4_0 => "Q4_0",
-        GgmlDType::Q4_1 => "Q4_1",
-        GgmlDType::Q5_0 => "Q5_0",
-        GgmlDType::Q5_1 => "Q5_1",
-        GgmlDType::Q8_0 => "Q8_0",
-        GgmlDType::Q4K => "Q4_K",
-        GgmlDType::Q5K => "Q5_K",
-        GgmlDType::Q6K => "Q6_K",
-        _ => return None,
-    })
-}
-
-/// The types a [`TYPES_ENV`] value names (`None` or empty: the defaults).
-pub fn kernel_types(spec: Option<&str>) -> Result<Vec<GgmlDType>> {
+/// The types a [`TYPES_ENV`] value names, or `None` when it names none
+/// (unset or empty: [`DEFAULT_TYPES`], less what [`candle_repacks`]).
+pub fn kernel_types(spec: Option<&str>) -> Result<Option<Vec<GgmlDType>>> {
     let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
-        return Ok(DEFAULT_TYPES.to_vec());
+        return Ok(None);
     };
     if spec.eq_ignore_ascii_case("all") {
-        return Ok(ALL_TYPES.to_vec());
+        return Ok(Some(ALL_TYPES.to_vec()));
     }
     spec.split(',')
         .map(str::trim)
@@ -232,9 +219,9 @@ pub fn kernel_types(spec: Option<&str>) -> Result<Vec<GgmlDType>> {
         .map(|t| {
             ALL_TYPES
                 .into_iter()
-                .find(|&d| type_name(d).is_some_and(|n| n.eq_ignore_ascii_case(t)))
+                .find(|&d| ggml_name(d).is_some_and(|n| n.eq_ignore_ascii_case(t)))
                 .ok_or_else(|| {
-                    let names: Vec<&str> = ALL_TYPES.iter().filter_map(|&d| type_name(d)).collect();
+                    let names: Vec<&str> = ALL_TYPES.iter().filter_map(|&d| ggml_name(d)).collect();
                     anyhow::anyhow!(
                         "{TYPES_ENV}={spec:?}: {t:?} is not a type Joule's CPU kernels have \
                          (expected `all` or a comma-separated list of {})",
@@ -242,7 +229,8 @@ pub fn kernel_types(spec: Option<&str>) -> Result<Vec<GgmlDType>> {
                     )
                 })
         })
-        .collect()
+        .collect::<Result<_>>()
+        .map(Some)
 }
 
 /// This module's matrix for a GGUF tensor of `dtype`, or `None` for a matrix
@@ -254,20 +242,17 @@ pub fn cpu_matrix(
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    let spec = std::env::var(TYPES_ENV).ok();
-    match kernel_types(spec.as_deref()) {
-        Ok(types) if !types.contains(&dtype) => return None,
+    let taken = match kernel_types(std::env::var(TYPES_ENV).ok().as_deref()) {
         // Named explicitly, a type is taken whatever its shape.
-        Ok(_)
-            if spec.as_deref().map_or(true, |s| s.trim().is_empty())
-                && candle_repacks(dtype, n, k) =>
-        {
-            return None
-        }
-        Ok(_) => {}
+        Ok(Some(types)) => types.contains(&dtype),
+        Ok(None) => DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k),
         Err(e) => return Some(Err(e)),
+    };
+    if taken {
+        cpu_matrix_of(dtype, bytes, n, k)
+    } else {
+        None
     }
-    cpu_matrix_of(dtype, bytes, n, k)
 }
 
 /// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.
@@ -1333,13 +1318,19 @@ mod simd {
         };
         for g in (0..kb).step_by(GROUP) {
             let dm: [(__m256, __m256); W] = std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
+            let dh: [__m256; W] = std::array::from_fn(|w| {
+                if split {
+                    (*gs[w].add(g / GROUP)).load_high()
+                } else {
+                    dm[w].0
+                }
+            });
             for i in 0..N {
                 let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
                 for w in 0..W {
                     let low = _mm512_castps256_ps512(_mm256_mul_ps(dm[w].0, da));
                     dd[w][i] = if split {
-                        let dh = (*gs[w].add(g / GROUP)).load_high();
-                        _mm512_insertf32x8::<1>(low, _mm256_mul_ps(dh, da))
+                        _mm512_insertf32x8::<1>(low, _mm256_mul_ps(dh[w], da))
                     } else {
                         low
                     };
@@ -1454,13 +1445,15 @@ mod simd {
                 for g in (0..kb).step_by(GROUP) {
                     let dm: [(__m256, __m256); W] =
                         std::array::from_fn(|w| (*gs[w].add(g / GROUP)).load());
+                    let dh: [__m256; W] = std::array::from_fn(|w| {
+                        if split { (*gs[w].add(g / GROUP)).load_high() } else { dm[w].0 }
+                    });
                     for i in 0..N {
                         let da = _mm256_loadu_ps(acts.d.as_ptr().add(rows[i] * kbp + g));
                         for w in 0..W {
                             _mm256_storeu_ps(dd[w][i].as_mut_ptr(), _mm256_mul_ps(dm[w].0, da));
                             if split {
-                                let dh = (*gs[w].add(g / GROUP)).load_high();
-                                _mm256_storeu_ps(ddh[w][i].as_mut_ptr(), _mm256_mul_ps(dh, da));
+                                _mm256_storeu_ps(ddh[w][i].as_mut_ptr(), _mm256_mul_ps(dh[w], da));
                             }
                         }
                         if with_m {
@@ -1910,12 +1903,12 @@ mod tests {
 
     #[test]
     fn kernel_types_take_defaults_all_or_a_list_and_name_a_bad_one() {
-        assert_eq!(kernel_types(None).unwrap(), DEFAULT_TYPES.to_vec());
-        assert_eq!(kernel_types(Some(" ")).unwrap(), DEFAULT_TYPES.to_vec());
-        assert_eq!(kernel_types(Some("all")).unwrap(), ALL_TYPES.to_vec());
+        assert_eq!(kernel_types(None).unwrap(), None);
+        assert_eq!(kernel_types(Some(" ")).unwrap(), None);
+        assert_eq!(kernel_types(Some("all")).unwrap(), Some(ALL_TYPES.to_vec()));
         assert_eq!(
             kernel_types(Some("q4_k, Q6_K")).unwrap(),
-            vec![GgmlDType::Q4K, GgmlDType::Q6K]
+            Some(vec![GgmlDType::Q4K, GgmlDType::Q6K])
         );
         let err = kernel_types(Some("Q4_K,IQ2_XS")).unwrap_err().to_string();
         assert!(
