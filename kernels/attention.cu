@@ -1,5 +1,7 @@
-// Batched decode attention on CUDA, f32: one new query token per sequence,
-// each sequence with its own number of keys and its own K/V buffers.
+// Batched decode attention on CUDA: one new query token per sequence, each
+// sequence with its own number of keys and its own K/V buffers, f32
+// (`attn_decode`) or f16 (`attn_decode_f16`, `[llm] kv_cache = "f16"`: each
+// key and value read as the f32 it stands for; the arithmetic is f32).
 // Host side: src/inference/cuda/attention.rs. CPU reference:
 // `attention` in src/inference/models/nn.rs (t = 1: causal = all keys so
 // far, optionally the last `window` only, optional tanh soft-capping).
@@ -13,6 +15,7 @@
 // k0 + w + AW, ... with an online softmax, the warps' partial results are
 // merged at the end. vd <= 32 * MAXV.
 
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -25,15 +28,19 @@ __device__ __forceinline__ float warp_sum_a(float v) {
   return v;
 }
 
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
 // Shared: q hd, m AW, l AW, acc AW*vd floats. grid (n_head, n_seq), block 32*AW.
-extern "C" __global__ void attn_decode(const float* __restrict__ q,
-                                       const float* const* __restrict__ kp,
-                                       const float* const* __restrict__ vp,
-                                       const long long* __restrict__ k_hs,
-                                       const long long* __restrict__ v_hs,
-                                       const int* __restrict__ lens, int n_head, int n_kv,
-                                       int hd, int vd, float scale, float softcap, int window,
-                                       float* __restrict__ out) {
+template <typename T>
+__device__ __forceinline__ void attn_decode_t(const float* __restrict__ q,
+                                              const T* const* __restrict__ kp,
+                                              const T* const* __restrict__ vp,
+                                              const long long* __restrict__ k_hs,
+                                              const long long* __restrict__ v_hs,
+                                              const int* __restrict__ lens, int n_head, int n_kv,
+                                              int hd, int vd, float scale, float softcap,
+                                              int window, float* __restrict__ out) {
   extern __shared__ float sm[];
   float* qs = sm;
   float* mw = qs + hd;
@@ -49,16 +56,16 @@ extern "C" __global__ void attn_decode(const float* __restrict__ q,
   for (int d = tid; d < hd; d += 32 * AW) qs[d] = qrow[d];
   __syncthreads();
 
-  const float* kb = kp[s] + (size_t)kvh * k_hs[s];
-  const float* vb = vp[s] + (size_t)kvh * v_hs[s];
+  const T* kb = kp[s] + (size_t)kvh * k_hs[s];
+  const T* vb = vp[s] + (size_t)kvh * v_hs[s];
   float acc[MAXV];
 #pragma unroll
   for (int c = 0; c < MAXV; ++c) acc[c] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int key = k0 + warp; key < len; key += AW) {
-    const float* kr = kb + (size_t)key * hd;
+    const T* kr = kb + (size_t)key * hd;
     float dot = 0.0f;
-    for (int d = lane; d < hd; d += 32) dot += qs[d] * kr[d];
+    for (int d = lane; d < hd; d += 32) dot += qs[d] * to_f32(kr[d]);
     dot = warp_sum_a(dot);
     float sc = dot * scale;
     if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
@@ -66,11 +73,11 @@ extern "C" __global__ void attn_decode(const float* __restrict__ q,
     const float corr = expf(m - mn);
     const float p = expf(sc - mn);
     l = l * corr + p;
-    const float* vr = vb + (size_t)key * vd;
+    const T* vr = vb + (size_t)key * vd;
 #pragma unroll
     for (int c = 0; c < MAXV; ++c) {
       const int d = lane + 32 * c;
-      if (d < vd) acc[c] = acc[c] * corr + p * vr[d];
+      if (d < vd) acc[c] = acc[c] * corr + p * to_f32(vr[d]);
     }
     m = mn;
   }
@@ -102,3 +109,18 @@ extern "C" __global__ void attn_decode(const float* __restrict__ q,
     orow[d] = L > 0.0f ? o / L : 0.0f;
   }
 }
+
+#define ATTN_DECODE_ENTRY(NAME, T)                                                          \
+  extern "C" __global__ void NAME(const float* __restrict__ q, const T* const* __restrict__ kp, \
+                                  const T* const* __restrict__ vp,                          \
+                                  const long long* __restrict__ k_hs,                       \
+                                  const long long* __restrict__ v_hs,                       \
+                                  const int* __restrict__ lens, int n_head, int n_kv, int hd, \
+                                  int vd, float scale, float softcap, int window,           \
+                                  float* __restrict__ out) {                                \
+    attn_decode_t<T>(q, kp, vp, k_hs, v_hs, lens, n_head, n_kv, hd, vd, scale, softcap,     \
+                     window, out);                                                          \
+  }
+
+ATTN_DECODE_ENTRY(attn_decode, float)
+ATTN_DECODE_ENTRY(attn_decode_f16, __half)

@@ -295,18 +295,20 @@ for name in golden_logits $(printf '%s\n' "${!test_bins[@]}" | grep '^roster_' |
   step "golden-$name" "golden-$name.log" env JOULE_TEST_DEVICE=cuda RUST_TEST_THREADS=4 "$exe"
 done
 
-# ---- joule bench on SmolLM2 at 1, 16 and 64 sequences.
+# ---- joule bench on SmolLM2 at 1, 16 and 64 sequences (and 64 with f16 caches).
 if [[ -n $model ]]; then
   for s in 1 16 64; do
     step "bench-s$s" "bench-s$s.json" "$bin_joule" bench --gguf "$model" --device cuda -p 512 -n 128 -r 3 -s "$s" --json
   done
+  # f16 key/value caches (the f16 decode-attention kernel) at 64 sequences.
+  step "bench-s64-f16" "bench-s64-f16.json" "$bin_joule" bench --gguf "$model" --device cuda -p 512 -n 128 -r 3 -s 64 --kv-cache f16 --json
   if "$bin_joule" bench society --help >/dev/null 2>&1; then
     step bench-society bench-society.log "$bin_joule" bench society --sims 64 --device cuda
   else
     record bench-society skip 0 "joule bench society does not exist in this build" ""
   fi
 else
-  for n in bench-s1 bench-s16 bench-s64; do record "$n" skip 0 "no model" ""; done
+  for n in bench-s1 bench-s16 bench-s64 bench-s64-f16; do record "$n" skip 0 "no model" ""; done
 fi
 
 # ---- Energy meters, and measured joules per token at batch 1 and 64 (NVML's counter).

@@ -10,6 +10,7 @@ use joule::inference::gguf::GgufFile;
 use joule::inference::gguf_info::{GgufInfo, ReadOptions};
 use joule::inference::memory_plan::{StateFootprint, WeightEstimate};
 use joule::inference::model::{load_model, SeqState, SeqStep};
+use joule::inference::state::KvCache;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -23,34 +24,43 @@ fn planned_state_equals_what_a_prompt_leaves_on_every_architecture() {
     for arch in ["qwen3", "qwen35", "nemotron_h", "gemma4"] {
         let path = fixture(&format!("{arch}.f32.gguf"));
         let model = load_model(&path, &Device::Cpu).unwrap();
-        let fp = StateFootprint::probe(model.as_ref()).unwrap();
-        assert!(
-            fp.kv_per_token > 0,
-            "{arch}: every roster model has attention layers"
-        );
-        if arch == "qwen35" || arch == "nemotron_h" {
-            assert!(fp.recurrent > 0, "{arch}: recurrent layers");
-        } else {
-            assert_eq!(fp.recurrent, 0, "{arch}");
-        }
-        for n in [1usize, 37, 100] {
-            let mut st = model.new_state();
-            let ids: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % 50).collect();
-            model.forward(&mut [SeqStep::new(&ids, &mut st)]).unwrap();
-            assert_eq!(
-                st.bytes() as u64,
-                SeqState::kv_capacity(n) as u64 * fp.kv_per_token + fp.recurrent,
-                "{arch} after {n} tokens"
+        let f32_kv = StateFootprint::probe(model.as_ref(), KvCache::F32)
+            .unwrap()
+            .kv_per_token;
+        for kv in [KvCache::F32, KvCache::F16] {
+            let fp = StateFootprint::probe(model.as_ref(), kv).unwrap();
+            assert!(
+                fp.kv_per_token > 0,
+                "{arch}: every roster model has attention layers"
             );
-            assert!(st.bytes() as u64 <= fp.per_sequence(n), "{arch} {n}");
-            // One more token stays inside the plan of n + 1.
-            model.forward(&mut [SeqStep::new(&[1], &mut st)]).unwrap();
-            assert_eq!(
-                st.bytes() as u64,
-                SeqState::kv_capacity(n + 1) as u64 * fp.kv_per_token + fp.recurrent,
-                "{arch} after {} tokens",
-                n + 1
-            );
+            // An f16 cache holds each key and value in half the bytes.
+            if kv == KvCache::F16 {
+                assert_eq!(2 * fp.kv_per_token, f32_kv, "{arch}: f16 keys/values");
+            }
+            if arch == "qwen35" || arch == "nemotron_h" {
+                assert!(fp.recurrent > 0, "{arch}: recurrent layers");
+            } else {
+                assert_eq!(fp.recurrent, 0, "{arch}");
+            }
+            for n in [1usize, 37, 100] {
+                let mut st = model.new_state().with_kv_cache(kv);
+                let ids: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 3) % 50).collect();
+                model.forward(&mut [SeqStep::new(&ids, &mut st)]).unwrap();
+                assert_eq!(
+                    st.bytes() as u64,
+                    SeqState::kv_capacity(n) as u64 * fp.kv_per_token + fp.recurrent,
+                    "{arch} {kv} after {n} tokens"
+                );
+                assert!(st.bytes() as u64 <= fp.per_sequence(n), "{arch} {kv} {n}");
+                // One more token stays inside the plan of n + 1.
+                model.forward(&mut [SeqStep::new(&[1], &mut st)]).unwrap();
+                assert_eq!(
+                    st.bytes() as u64,
+                    SeqState::kv_capacity(n + 1) as u64 * fp.kv_per_token + fp.recurrent,
+                    "{arch} {kv} after {} tokens",
+                    n + 1
+                );
+            }
         }
     }
 }

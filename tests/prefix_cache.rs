@@ -6,13 +6,17 @@
 //! (qwen3, qwen35, nemotron_h, gemma4) and SmolLM2 when it is cached; and,
 //! on SmolLM2, that societies sharing one backend get their own per-run
 //! states, the records of a run alone (in waves and with continuous
-//! batching), and reuse each other's prefixes.
+//! batching), and reuse each other's prefixes. Every architecture is
+//! checked with f32 and with f16 key/value caches (`[llm] kv_cache`); f16
+//! logits stay within 1% of f32 ones (f32 files; quantised ones by cosine).
 
 mod roster_common;
 
 use joule::backend::GenParams;
 use joule::inference::generate::{generate, GenOptions, GenSeq};
-use joule::inference::model::{logits_to_vec, CausalLm, Logits, SeqState, SeqStep, SnapshotPolicy};
+use joule::inference::model::{
+    logits_to_vec, CausalLm, KvCache, Logits, SeqState, SeqStep, SnapshotPolicy,
+};
 use joule::inference::prefix_cache::PrefixCache;
 use std::path::PathBuf;
 
@@ -55,6 +59,13 @@ fn aligned(m: &dyn CausalLm, ids: &[u32], from: usize, state: &mut SeqState) -> 
 /// one-pass recompute (quantised activations turn the rounding differences
 /// of another chunking into different int8 roundings).
 fn check(path: PathBuf, one_pass_too: bool) {
+    for kv in [KvCache::F32, KvCache::F16] {
+        check_kv(&path, one_pass_too, kv);
+    }
+}
+
+/// [`check`] with states that store keys and values as `kv`.
+fn check_kv(path: &std::path::Path, one_pass_too: bool, kv: KvCache) {
     let m = joule::inference::model::load_model(&path, &roster_common::test_device())
         .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     let vocab = m.info().vocab_size;
@@ -70,7 +81,8 @@ fn check(path: PathBuf, one_pass_too: bool) {
 
     // Compute `a` the way the backend does (block-aligned generation,
     // snapshots at block ends).
-    let mut sa = m.new_state().with_policy(policy);
+    let new_state = || m.new_state().with_policy(policy).with_kv_cache(kv);
+    let mut sa = new_state();
     let params = GenParams {
         max_tokens: 1,
         temperature: 0.0,
@@ -97,7 +109,7 @@ fn check(path: PathBuf, one_pass_too: bool) {
     assert!(cache.stats().blocks >= 4, "{}: blocks of a", path.display());
 
     // Resume `b` from the cache: three full blocks (24 tokens).
-    let mut sb = m.new_state().with_policy(policy);
+    let mut sb = new_state();
     let r = cache
         .restore(&mut sb, &b, b.len() - 1, 64)
         .expect("restore");
@@ -106,7 +118,7 @@ fn check(path: PathBuf, one_pass_too: bool) {
     let resumed = aligned(m.as_ref(), &b, r, &mut sb);
 
     // A recompute of `b` from nothing, block-aligned: the same bits.
-    let mut fresh = m.new_state().with_policy(policy);
+    let mut fresh = new_state();
     let all = aligned(m.as_ref(), &b, 0, &mut fresh);
     let want = &all[r * vocab..];
     assert_eq!(resumed.len(), want.len());
@@ -114,12 +126,30 @@ fn check(path: PathBuf, one_pass_too: bool) {
     assert_eq!(
         differ,
         0,
-        "{}: {differ} logits after the cached prefix differ from a recompute (rel err {})",
+        "{} ({kv}): {differ} logits after the cached prefix differ from a recompute (rel err {})",
         path.display(),
         roster_common::rel_err(&resumed, want)
     );
+    if kv != KvCache::F32 {
+        // The same prompt on f32 caches: close (each key and value rounded
+        // once). Quantised files re-round their int8 activations after any
+        // change, so they are held to the mean cosine of the logit rows, as
+        // close as Joule's and candle's f32 kernels are to each other there.
+        let mut exact = m.new_state().with_policy(policy);
+        let all32 = aligned(m.as_ref(), &b, 0, &mut exact);
+        let (e, cos) = (
+            roster_common::rel_err(&all, &all32),
+            roster_common::mean_cos(&all, &all32, vocab),
+        );
+        assert!(e > 0.0, "{} ({kv}): no rounding at all", path.display());
+        assert!(
+            if one_pass_too { e < 1e-2 } else { cos > 0.999 },
+            "{} ({kv}) against f32 caches: rel err {e}, mean cosine {cos}",
+            path.display()
+        );
+    }
     if one_pass_too {
-        let mut one = m.new_state();
+        let mut one = m.new_state().with_kv_cache(kv);
         let mut step = [SeqStep {
             tokens: &b,
             state: &mut one,
@@ -127,18 +157,30 @@ fn check(path: PathBuf, one_pass_too: bool) {
         }];
         let all = logits_to_vec(&m.forward(&mut step).expect("one pass")[0]).unwrap();
         let e = roster_common::rel_err(&resumed, &all[r * vocab..]);
+        // f16 caches: a key that one chunking computes 1 ulp apart can round
+        // to the neighbouring f16 (2^-11 apart), so the bound is wider.
+        let bound = if kv == KvCache::F32 { 1e-5 } else { 1e-3 };
         assert!(
-            e < 1e-5,
-            "{}: against one pass, rel err {e}",
+            e < bound,
+            "{} ({kv}): against one pass, rel err {e}",
             path.display()
         );
     }
     // A prompt that shares less than a block restores nothing.
     let mut c = a[..5].to_vec();
     c.extend(ids(20, vocab, 3));
-    let mut sc = m.new_state();
+    let mut sc = new_state();
     assert_eq!(cache.restore(&mut sc, &c, c.len() - 1, 64).unwrap(), 0);
     assert!(sc.is_empty());
+    // A state that stores keys and values otherwise restores nothing either.
+    let other = if kv == KvCache::F32 {
+        KvCache::F16
+    } else {
+        KvCache::F32
+    };
+    let mut sd = m.new_state().with_policy(policy).with_kv_cache(other);
+    assert_eq!(cache.restore(&mut sd, &b, b.len() - 1, 64).unwrap(), 0);
+    assert!(sd.is_empty());
 }
 
 fn golden(arch: &str) -> PathBuf {
@@ -301,7 +343,8 @@ fn societies_on_one_backend_keep_their_own_states_and_records() {
 /// Continuous batching with a small prefill budget, two societies sharing
 /// the running batch (calls joining while others decode): each run's
 /// records equal those of the run alone decoded in waves, with the prefix
-/// cache and without it (per-(run, agent) states, unaligned prompts).
+/// cache and without it (per-(run, agent) states, unaligned prompts), and
+/// with f16 key/value caches.
 #[test]
 fn continuous_batching_gives_each_run_the_records_it_has_alone() {
     use joule::energy_society::config::SocietyConfig;
@@ -311,11 +354,16 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
     let text = SOCIETY.replace("__MODEL__", &p.display().to_string());
     let base = SocietyConfig::from_toml_str(&text, "prefix.toml").expect("config");
     let tmp = tempfile::tempdir().unwrap();
-    for prefix_mib in [2048, 0] {
+    for (prefix_mib, kv) in [
+        (2048, KvCache::F32),
+        (0, KvCache::F32),
+        (2048, KvCache::F16),
+    ] {
         let mut cfg = base.clone();
         cfg.llm.prefix_cache_mib = prefix_mib;
+        cfg.llm.kv_cache = kv;
         cfg.llm.batching = Batching::Waves;
-        let alone = tmp.path().join(format!("alone-{prefix_mib}"));
+        let alone = tmp.path().join(format!("alone-{prefix_mib}-{kv}"));
         let mut b = cfg.llm.backend().expect("backend");
         let r = run_many(
             vec![(cfg.clone(), alone.clone())],
@@ -332,7 +380,10 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
         for (k, seed) in [8u64, 7].into_iter().enumerate() {
             let mut c = cfg.clone();
             c.seed = seed;
-            cells.push((c, tmp.path().join(format!("together-{prefix_mib}-{k}"))));
+            cells.push((
+                c,
+                tmp.path().join(format!("together-{prefix_mib}-{kv}-{k}")),
+            ));
         }
         let same = cells[1].1.clone();
         let r = run_many(cells, &mut b, &job_source, |_| {});
@@ -347,7 +398,13 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
         assert_eq!(
             got,
             calls(&alone),
-            "prefix_cache_mib = {prefix_mib}: a run's records depend on the runs it shares a continuous batch with"
+            "prefix_cache_mib = {prefix_mib}, kv_cache = {kv}: a run's records depend on the runs it shares a continuous batch with"
+        );
+        let resolved =
+            std::fs::read_to_string(same.join("config.resolved.toml")).unwrap_or_default();
+        assert!(
+            resolved.contains(&format!("kv_cache = \"{kv}\"")),
+            "the resolved config names the cache type: {resolved}"
         );
     }
 }

@@ -15,6 +15,7 @@
 
 use crate::inference::device::{device_name, select_device};
 use crate::inference::model::{load_model, CausalLm, SeqStep};
+use crate::inference::state::KvCache;
 use anyhow::Result;
 use clap::Args;
 use rand::{Rng, SeedableRng};
@@ -53,6 +54,9 @@ pub struct BenchArgs {
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// How each sequence's cache stores keys and values: f32 or f16 (llama-bench's -ctk/-ctv).
+    #[arg(long = "kv-cache", default_value = "f32")]
+    pub kv_cache: KvCache,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -79,6 +83,7 @@ pub struct BenchResult {
     pub n_gen: usize,
     pub n_depth: usize,
     pub seqs: usize,
+    pub kv_cache: KvCache,
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
@@ -103,8 +108,12 @@ fn random_tokens(rng: &mut impl Rng, n: usize, vocab: usize) -> Vec<u32> {
 fn caches_at_depth(
     model: &dyn CausalLm,
     depth: &[Vec<u32>],
+    kv: KvCache,
 ) -> Result<Vec<crate::inference::model::SeqState>> {
-    let mut caches: Vec<_> = depth.iter().map(|_| model.new_state()).collect();
+    let mut caches: Vec<_> = depth
+        .iter()
+        .map(|_| model.new_state().with_kv_cache(kv))
+        .collect();
     let mut steps: Vec<SeqStep<'_>> = depth
         .iter()
         .zip(caches.iter_mut())
@@ -119,8 +128,13 @@ fn caches_at_depth(
 }
 
 /// One forward pass over every sequence's prompt; seconds.
-fn time_pp(model: &dyn CausalLm, prompts: &[Vec<u32>], depth: &[Vec<u32>]) -> Result<f64> {
-    let mut caches = caches_at_depth(model, depth)?;
+fn time_pp(
+    model: &dyn CausalLm,
+    kv: KvCache,
+    prompts: &[Vec<u32>],
+    depth: &[Vec<u32>],
+) -> Result<f64> {
+    let mut caches = caches_at_depth(model, depth, kv)?;
     let t0 = Instant::now();
     let mut steps: Vec<SeqStep<'_>> = prompts
         .iter()
@@ -132,8 +146,13 @@ fn time_pp(model: &dyn CausalLm, prompts: &[Vec<u32>], depth: &[Vec<u32>]) -> Re
 }
 
 /// One token per sequence per step, `tokens[i].len()` steps; seconds.
-fn time_tg(model: &dyn CausalLm, tokens: &[Vec<u32>], depth: &[Vec<u32>]) -> Result<f64> {
-    let mut caches = caches_at_depth(model, depth)?;
+fn time_tg(
+    model: &dyn CausalLm,
+    kv: KvCache,
+    tokens: &[Vec<u32>],
+    depth: &[Vec<u32>],
+) -> Result<f64> {
+    let mut caches = caches_at_depth(model, depth, kv)?;
     let n = tokens.first().map_or(0, Vec::len);
     let t0 = Instant::now();
     for i in 0..n {
@@ -180,6 +199,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         if seqs > 1 {
             name = format!("{name} x{seqs}");
         }
+        if args.kv_cache != KvCache::F32 {
+            name = format!("{name} kv {}", args.kv_cache);
+        }
         let count = p.max(n);
         let mut draw = |len: usize| -> Vec<Vec<u32>> {
             (0..seqs)
@@ -188,9 +210,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         };
         let time = |toks: &[Vec<u32>], ctx: &[Vec<u32>]| {
             if p > 0 {
-                time_pp(model.as_ref(), toks, ctx)
+                time_pp(model.as_ref(), args.kv_cache, toks, ctx)
             } else {
-                time_tg(model.as_ref(), toks, ctx)
+                time_tg(model.as_ref(), args.kv_cache, toks, ctx)
             }
         };
         let (warm, ctx) = (draw(count), draw(depth));
@@ -214,6 +236,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             n_gen: n,
             n_depth: depth,
             seqs,
+            kv_cache: args.kv_cache,
             samples_ts: samples,
             avg_ts: avg,
             stddev_ts: sd,

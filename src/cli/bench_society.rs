@@ -57,6 +57,9 @@ pub struct SocietyBenchArgs {
     /// Local, continuous batching: prompt tokens per step (`[llm] prefill_step_tokens`).
     #[arg(long)]
     pub prefill_step_tokens: Option<usize>,
+    /// Local: how sequence states store keys and values, f32 or f16 (`[llm] kv_cache`).
+    #[arg(long = "kv-cache")]
+    pub kv_cache: Option<crate::inference::state::KvCache>,
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -82,6 +85,7 @@ pub struct SocietyBench {
     pub prompt_tokens: u64,
     pub prompt_tps: f64,
     /// Local engine only (`None` through a server).
+    pub kv_cache: Option<crate::inference::state::KvCache>,
     pub computed_prompt_tokens: Option<u64>,
     pub reused_own_tokens: Option<u64>,
     pub reused_prefix_tokens: Option<u64>,
@@ -221,6 +225,9 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
     if let Some(t) = args.prefill_step_tokens {
         cfg.llm.prefill_step_tokens = t;
     }
+    if let Some(kv) = args.kv_cache {
+        cfg.llm.kv_cache = kv;
+    }
     Ok(cfg)
 }
 
@@ -229,6 +236,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
     let cfgs: Vec<SocietyConfig> = (0..sims)
         .map(|i| config(args, seed0 + i as u64))
         .collect::<anyhow::Result<_>>()?;
+    let kv_cache = cfgs[0].llm.kv_cache;
     let mut local: Option<LlmBackend> = None;
     let mut served: Option<OpenAiBackend> = None;
     match &args.via {
@@ -318,6 +326,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         generated_tps: generated as f64 / wall,
         prompt_tokens: prompt,
         prompt_tps: prompt as f64 / wall,
+        kv_cache: delta.map(|_| kv_cache),
         computed_prompt_tokens: delta.map(|d| d.computed_prompt_tokens()),
         reused_own_tokens: delta.map(|d| d.reused_own_tokens),
         reused_prefix_tokens: delta.map(|d| d.reused_prefix_tokens),

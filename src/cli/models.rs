@@ -88,6 +88,9 @@ pub struct InspectArgs {
     /// With --memory: sequences alive at once (e.g. agents × concurrent runs).
     #[arg(long, default_value_t = 5, requires = "memory")]
     pub sequences: usize,
+    /// With --memory: how states store keys and values, f32 or f16 (`[llm] kv_cache`).
+    #[arg(long = "kv-cache", default_value = "f32", requires = "memory")]
+    pub kv_cache: crate::inference::state::KvCache,
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -254,7 +257,7 @@ fn memory(
     };
     let device = crate::inference::device::select_device(&args.device)?;
     let model = crate::inference::model::load_model(path, &device)?;
-    let state = StateFootprint::probe(model.as_ref())?;
+    let state = StateFootprint::probe(model.as_ref(), args.kv_cache)?;
     let plan = MemoryPlan {
         device: crate::inference::device::device_name(&device).to_string(),
         runs: 1,

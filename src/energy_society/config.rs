@@ -591,6 +591,26 @@ init_energy = 100
     }
 
     #[test]
+    fn the_kv_cache_type_is_read_recorded_and_checked() {
+        let c = SocietyConfig::from_toml_str(GOOD, "c.toml").unwrap();
+        assert_eq!(c.llm.kv_cache, crate::inference::state::KvCache::F32);
+        assert!(c.to_toml().unwrap().contains("kv_cache = \"f32\""));
+        let half = format!("{GOOD}\n[llm]\nkv_cache = \"f16\"\n");
+        let c = SocietyConfig::from_toml_str(&half, "c.toml").unwrap();
+        assert_eq!(c.llm.kv_cache, crate::inference::state::KvCache::F16);
+        let again = SocietyConfig::from_toml_str(&c.to_toml().unwrap(), "resolved.toml").unwrap();
+        assert_eq!(again, c);
+        let bad = format!("{GOOD}\n[llm]\nkv_cache = \"q8\"\n");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.starts_with("c.toml: key `llm.kv_cache`") && s.contains("f16"),
+            "{s}"
+        );
+    }
+
+    #[test]
     fn negative_size_names_file_key_and_expectation() {
         let bad = GOOD.replace("size = 9", "size = -1");
         let e = SocietyConfig::from_toml_str(&bad, "configs/x.toml").unwrap_err();

@@ -12,20 +12,30 @@
 //! Both hand their query rows to one routine (`attend_rows`) that reads each
 //! key and value row once for all the rows of a work item (the query heads
 //! sharing a key/value head, and in a prompt the tile's queries that see that
-//! key), keeps scores, softmax and the weighted sum of values in the worker's
-//! cache and allocates nothing per key. The arithmetic of one query row (its
-//! dot products, max, exponentials, sum and the order values are added in)
-//! depends only on that row and the keys it sees, never on the other rows, the
-//! tile or the work item: a query at position `p` gets bit-for-bit the same
+//! key). It is flash-style: keys go in blocks of 256 (at absolute positions)
+//! with an online softmax, so a worker holds one block of scores per row and
+//! the rows' running maxima, sums and weighted sums of values in its cache,
+//! whatever the context length, and allocates nothing per key. The arithmetic
+//! of one query row (its dot products, its blocks, their maxima, exponentials,
+//! sums and rescalings, and the order values are added in) depends only on
+//! that row and the keys it sees, never on the other rows, the tile or the
+//! work item: a query at position `p` gets bit-for-bit the same
 //! output in a prompt of any length, chunked at any block boundary, or as a
 //! one-token decode step. The prefix cache (prompts fed in blocks) and
 //! continuous batching rely on that. The same function as
 //! `nn::attention_candle` (softcap and sliding window included), which the
 //! tests compare against.
+//!
+//! Keys and values are f32, or f16 (`[llm] kv_cache = "f16"`): a work item
+//! converts each block of f16 rows it reads into f32 in its own buffer
+//! (exactly), then runs the same f32 arithmetic, so the rules above hold for
+//! f16 caches too and an f16 cache gives the f32 result of its rounded keys
+//! and values.
 
 use crate::inference::models::nn::AttnParams;
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, DType, Storage, Tensor};
+use half::{f16, slice::HalfFloatSliceExt};
 
 /// One sequence's keys and values (`[n_kv, len, head_dim]` and `[n_kv, len,
 /// v_dim]`, this step's included; rows of one head contiguous).
@@ -34,18 +44,102 @@ pub struct SeqKv<'a> {
     pub v: &'a Tensor,
 }
 
-/// A borrowed f32 `[n, len, d]` view: element (h, i, j) at `off + h·hs + i·d + j`.
-struct HeadView<'a> {
-    data: &'a [f32],
+/// The elements of a borrowed key or value storage: f32, or f16 (`[llm]
+/// kv_cache = "f16"`).
+#[derive(Clone, Copy)]
+enum Elems<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+/// A borrowed `[n, len, d]` key or value storage: element (h, i, j) at
+/// `off + h·hs + i·d + j`.
+struct KvView<'a> {
+    data: Elems<'a>,
     off: usize,
     head_stride: usize,
     len: usize,
 }
 
+impl KvView<'_> {
+    /// Rows `lo..hi` of head `h` as f32 (rows of `d`): the storage itself
+    /// when it is f32; f16 rows converted into `buf` (exactly: every f16 is
+    /// an f32), so a row's arithmetic is the same whichever way it came.
+    fn rows_f32<'b>(
+        &'b self,
+        h: usize,
+        (lo, hi): (usize, usize),
+        d: usize,
+        buf: &'b mut Vec<f32>,
+    ) -> HeadView<'b> {
+        match self.data {
+            Elems::F32(data) => HeadView {
+                data,
+                off: self.off,
+                head_stride: self.head_stride,
+                first: 0,
+            },
+            Elems::F16(data) => {
+                let s = self.off + h * self.head_stride + lo * d;
+                let n = hi.saturating_sub(lo) * d;
+                buf.resize(n, 0.0);
+                f16_to_f32(&data[s..s + n], &mut buf[..n]);
+                HeadView {
+                    data: &buf[..n],
+                    off: 0,
+                    head_stride: 0,
+                    first: lo,
+                }
+            }
+        }
+    }
+}
+
+/// `dst[i] = src[i]` as f32 (exact): eight values per F16C instruction
+/// where the build has it, `half`'s conversion for the rest.
+#[inline]
+fn f16_to_f32(src: &[f16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len());
+    #[allow(unused_mut)]
+    let mut done = 0;
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "f16c",
+        target_feature = "avx"
+    ))]
+    {
+        use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+        while done + 8 <= src.len() {
+            // SAFETY: `done + 8 ≤ len` for both slices (the assert); f16 is 2 bytes.
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(done) as *const __m128i);
+                _mm256_storeu_ps(dst.as_mut_ptr().add(done), _mm256_cvtph_ps(h));
+            }
+            done += 8;
+        }
+    }
+    src[done..].convert_to_f32_slice(&mut dst[done..]);
+}
+
+/// f32 rows of one head: row `i` (`i ≥ first`) of head `h` at `off + h·hs +
+/// (i − first)·d`.
+struct HeadView<'a> {
+    data: &'a [f32],
+    off: usize,
+    head_stride: usize,
+    first: usize,
+}
+
 impl HeadView<'_> {
     fn row(&self, h: usize, i: usize, d: usize) -> &[f32] {
-        let s = self.off + h * self.head_stride + i * d;
+        let s = self.off + h * self.head_stride + (i - self.first) * d;
         &self.data[s..s + d]
+    }
+
+    /// Rows `i..` of head `h`, as one slice of `m` rows.
+    fn rows(&self, h: usize, i: usize, m: usize, d: usize) -> &[f32] {
+        let s = self.off + h * self.head_stride + (i - self.first) * d;
+        &self.data[s..s + m * d]
     }
 }
 
@@ -312,11 +406,12 @@ fn exp_neg(x: f32) -> f32 {
     p * f32::from_bits(ni.wrapping_add(127) << 23)
 }
 
-/// Softmax weights of one row's scores in place (unnormalised: `exp(s − max)`);
-/// returns `1 / Σ`. Maximum and sum run in eight lanes from the row's first
-/// visible key.
+/// Online softmax over one block of a row's scores, in place: soft-caps
+/// them, takes the new running maximum `m = max(m_prev, max of the block)`,
+/// replaces each score `s` by `exp(s − m)` and returns `(m, Σ exp(s − m))`.
+/// Maximum and sum run in eight lanes from the row's first key in the block.
 #[inline(always)]
-fn softmax_row(sc: &mut [f32], softcap: Option<f32>) -> f32 {
+fn exp_block(sc: &mut [f32], softcap: Option<f32>, m_prev: f32) -> (f32, f32) {
     if let Some(cap) = softcap {
         sc.iter_mut().for_each(|x| *x = (*x / cap).tanh() * cap);
     }
@@ -327,10 +422,10 @@ fn softmax_row(sc: &mut [f32], softcap: Option<f32>) -> f32 {
             mx[l] = mx[l].max(c[l]);
         }
     }
-    let mx = chunks.remainder().iter().fold(
-        mx.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)),
-        |a, &b| a.max(b),
-    );
+    let mx = chunks
+        .remainder()
+        .iter()
+        .fold(mx.iter().fold(m_prev, |a, &b| a.max(b)), |a, &b| a.max(b));
     let mut chunks = sc.chunks_exact_mut(LANES);
     #[cfg(all(
         target_arch = "x86_64",
@@ -359,16 +454,28 @@ fn softmax_row(sc: &mut [f32], softcap: Option<f32>) -> f32 {
         *x = exp_neg(*x - mx);
         tail += *x;
     }
-    1.0 / (reduce_sum(sum) + tail)
+    (mx, reduce_sum(sum) + tail)
 }
+
+/// Keys per block of the online softmax. Blocks start at multiples of
+/// `KEY_BLOCK` in absolute key positions, so a row meets the same blocks
+/// however its work item is formed.
+const KEY_BLOCK: usize = 256;
 
 /// Reusable buffers of one worker.
 #[derive(Default)]
 struct Scratch {
+    /// One block of scores per row.
     scores: Vec<f32>,
+    /// Per row: the running weighted sum of values, maximum and sum of weights.
     acc: Vec<f32>,
-    inv: Vec<f32>,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    /// Query rows of a prompt tile.
     q: Vec<f32>,
+    /// One block of f16 keys and values as f32.
+    kbuf: Vec<f32>,
+    vbuf: Vec<f32>,
 }
 
 /// Attention of `n` query rows that share one key/value head (`q`: `n`
@@ -376,11 +483,16 @@ struct Scratch {
 /// `k`, `v`; both bounds must be non-decreasing in `r` and every range
 /// non-empty. Writes row `r`'s output (`vd` values) to `out[r·vd..]`.
 ///
-/// Rows go in groups of four: the keys all four see (most of them) are read
-/// once for the group, each key row for two keys' scores at a time and each
-/// value row into accumulators held in registers; the few keys only some of
-/// them see go row by row. Either way a row's scores are [`dots`] of its query
-/// and a key, and its values are added in key order, so each row's
+/// Flash-style: keys go in blocks of [`KEY_BLOCK`] with an online softmax
+/// (per row a running maximum, sum of weights and weighted sum of values,
+/// rescaled when the maximum grows), so the scores held are one block per
+/// row whatever the prompt's length, and an f16 cache is converted one block
+/// at a time. Within a block rows go in groups of four: the keys all four
+/// see (most of them) are read once for the group, each key row for two
+/// keys' scores at a time and each value row into accumulators held in
+/// registers; the few keys only some of them see go row by row. Either way a
+/// row's scores are [`dots`] of its query and a key, its blocks are those of
+/// its own key range, and its values are added in key order, so each row's
 /// arithmetic depends on its query and its keys only (see the file's doc
 /// comment).
 #[allow(clippy::too_many_arguments)]
@@ -388,7 +500,7 @@ fn attend_rows(
     q: &[f32],
     n: usize,
     range: impl Fn(usize) -> (usize, usize),
-    (k, v, h): (&HeadView<'_>, &HeadView<'_>, usize),
+    (k, v, h): (&KvView<'_>, &KvView<'_>, usize),
     (hd, vd): (usize, usize),
     p: AttnParams,
     s: &mut Scratch,
@@ -396,19 +508,80 @@ fn attend_rows(
 ) {
     let (kmin, _) = range(0);
     let (_, kmax) = range(n - 1);
-    let span = kmax - kmin;
+    let Scratch {
+        scores,
+        acc,
+        max,
+        sum,
+        kbuf,
+        vbuf,
+        ..
+    } = s;
     // Every score a row reads is written first (pass 1): no clearing.
-    if s.scores.len() < n * span {
-        s.scores.resize(n * span, 0.0);
+    if scores.len() < n * KEY_BLOCK {
+        scores.resize(n * KEY_BLOCK, 0.0);
     }
-    let sc = &mut s.scores[..n * span];
+    acc.clear();
+    acc.resize(n * vd, 0.0);
+    max.clear();
+    max.resize(n, f32::NEG_INFINITY);
+    sum.clear();
+    sum.resize(n, 0.0);
+    let mut b0 = kmin / KEY_BLOCK * KEY_BLOCK;
+    while b0 < kmax {
+        let b1 = b0 + KEY_BLOCK;
+        // Row r's keys in this block (empty for rows that see none of it).
+        let range = |r: usize| {
+            let (lo, hi) = range(r);
+            (lo.max(b0), hi.min(b1).max(lo.max(b0)))
+        };
+        let keys = (kmin.max(b0), kmax.min(b1));
+        let kb = k.rows_f32(h, keys, hd, kbuf);
+        let vb = v.rows_f32(h, keys, vd, vbuf);
+        attend_block(
+            q,
+            n,
+            &range,
+            b0,
+            (&kb, &vb, h),
+            (hd, vd),
+            p,
+            (&mut scores[..n * KEY_BLOCK], acc, max, sum),
+        );
+        b0 = b1;
+    }
+    for r in 0..n {
+        let inv = 1.0 / sum[r];
+        out[r * vd..(r + 1) * vd]
+            .iter_mut()
+            .zip(&acc[r * vd..(r + 1) * vd])
+            .for_each(|(o, &a)| *o = a * inv);
+    }
+}
+
+/// One key block of [`attend_rows`]: row `r` sees keys `range(r)` (inside
+/// the block starting at `b0`; empty ranges allowed), scored into
+/// `sc[r·KEY_BLOCK + j − b0]`, then folded into the row's running maximum,
+/// sum and values.
+#[allow(clippy::too_many_arguments)]
+fn attend_block(
+    q: &[f32],
+    n: usize,
+    range: &dyn Fn(usize) -> (usize, usize),
+    b0: usize,
+    (k, v, h): (&HeadView<'_>, &HeadView<'_>, usize),
+    (hd, vd): (usize, usize),
+    p: AttnParams,
+    (sc, acc, max, sum): (&mut [f32], &mut [f32], &mut [f32], &mut [f32]),
+) {
+    const S: usize = KEY_BLOCK;
     // The keys every row of the group at `g` sees (`lo ≥ hi` when none).
     let common = |g: usize| (range(g + 3).0, range(g).1);
     // Pass 1: scores.
     let one_row = |sc: &mut [f32], r: usize, keys: std::ops::Range<usize>| {
         for j in keys {
             let [d] = dots::<1>(&q[r * hd..(r + 1) * hd], k.row(h, j, hd));
-            sc[r * span + j - kmin] = d * p.scale;
+            sc[r * S + j - b0] = d * p.scale;
         }
     };
     for g in (0..n).step_by(4) {
@@ -430,33 +603,40 @@ fn attend_rows(
         while j + 2 <= chi {
             let d = dots4x2(qg, k.row(h, j, hd), k.row(h, j + 1, hd));
             for (i, pair) in d.iter().enumerate() {
-                sc[(g + i) * span + j - kmin] = pair[0] * p.scale;
-                sc[(g + i) * span + j + 1 - kmin] = pair[1] * p.scale;
+                sc[(g + i) * S + j - b0] = pair[0] * p.scale;
+                sc[(g + i) * S + j + 1 - b0] = pair[1] * p.scale;
             }
             j += 2;
         }
         if j < chi {
             let d = dots::<4>(qg, k.row(h, j, hd));
             for (i, x) in d.iter().enumerate() {
-                sc[(g + i) * span + j - kmin] = x * p.scale;
+                sc[(g + i) * S + j - b0] = x * p.scale;
             }
         }
     }
-    // Pass 2: each row's softmax over its own keys.
-    s.inv.clear();
+    // Pass 2: each row's online softmax over its keys of the block; what
+    // the row had so far is rescaled to the new maximum.
     for r in 0..n {
         let (lo, hi) = range(r);
-        let row = &mut sc[r * span + lo - kmin..r * span + hi - kmin];
-        s.inv.push(softmax_row(row, p.softcap));
+        if lo >= hi {
+            continue;
+        }
+        let row = &mut sc[r * S + lo - b0..r * S + hi - b0];
+        let (m, block_sum) = exp_block(row, p.softcap, max[r]);
+        if m != max[r] && max[r] != f32::NEG_INFINITY {
+            let c = exp_neg(max[r] - m);
+            sum[r] *= c;
+            acc[r * vd..(r + 1) * vd].iter_mut().for_each(|a| *a *= c);
+        }
+        max[r] = m;
+        sum[r] += block_sum;
     }
     // Pass 3: weighted sums of values, each row's in key order.
-    s.acc.clear();
-    s.acc.resize(n * vd, 0.0);
-    let acc = &mut s.acc;
     let add_row = |acc: &mut [f32], r: usize, keys: std::ops::Range<usize>| {
         let a = &mut acc[r * vd..(r + 1) * vd];
         for j in keys {
-            let w = sc[r * span + j - kmin];
+            let w = sc[r * S + j - b0];
             a.iter_mut()
                 .zip(v.row(h, j, vd))
                 .for_each(|(a, &x)| *a = w.mul_add(x, *a));
@@ -474,20 +654,13 @@ fn attend_rows(
         for r in g..g + 4 {
             add_row(acc, r, range(r).0..clo);
         }
-        let w0 = g * span + clo - kmin;
-        let ws = &sc[w0..w0 + 3 * span + (chi - clo)];
-        let vs = &v.data[v.off + h * v.head_stride + clo * vd..][..(chi - clo) * vd];
-        add4(&mut acc[g * vd..(g + 4) * vd], vd, ws, span, vs, chi - clo);
+        let w0 = g * S + clo - b0;
+        let ws = &sc[w0..w0 + 3 * S + (chi - clo)];
+        let vs = v.rows(h, clo, chi - clo, vd);
+        add4(&mut acc[g * vd..(g + 4) * vd], vd, ws, S, vs, chi - clo);
         for r in g..g + 4 {
             add_row(acc, r, chi..range(r).1);
         }
-    }
-    for r in 0..n {
-        let inv = s.inv[r];
-        out[r * vd..(r + 1) * vd]
-            .iter_mut()
-            .zip(&acc[r * vd..(r + 1) * vd])
-            .for_each(|(o, &a)| *o = a * inv);
     }
 }
 
@@ -552,20 +725,23 @@ fn add4(acc: &mut [f32], vd: usize, ws: &[f32], stride: usize, vs: &[f32], m: us
 /// stride, len, row length).
 type Shape = (usize, usize, usize, usize);
 
-/// Whether `t` is an f32 `[n, len, d]` CPU tensor with each head's rows contiguous.
+/// Whether `t` is an f32 or f16 `[n, len, d]` tensor with each head's rows contiguous.
 fn heads_contiguous(t: &Tensor) -> bool {
     let st = t.stride();
-    t.dtype() == DType::F32 && t.rank() == 3 && st[2] == 1 && st[1] == t.dims()[2]
+    matches!(t.dtype(), DType::F32 | DType::F16)
+        && t.rank() == 3
+        && st[2] == 1
+        && st[1] == t.dims()[2]
 }
 
-/// Borrow `t`'s storage (f32 on the CPU, each head's rows contiguous).
+/// Borrow `t`'s storage (f32 or f16 on the CPU, each head's rows contiguous).
 fn borrow_heads<'a>(
     t: &'a Tensor,
     what: &str,
 ) -> Result<(impl std::ops::Deref<Target = Storage> + 'a, Shape)> {
-    if t.dtype() != DType::F32 {
+    if !matches!(t.dtype(), DType::F32 | DType::F16) {
         bail!(
-            "CPU {what} attention needs f32 keys and values, got {:?}",
+            "CPU {what} attention needs f32 or f16 keys and values, got {:?}",
             t.dtype()
         );
     }
@@ -575,8 +751,11 @@ fn borrow_heads<'a>(
     if st[2] != 1 || st[1] != d {
         bail!("{what} attention: keys/values of one head must be contiguous (strides {st:?})");
     }
-    if !matches!(&*guard, Storage::Cpu(CpuStorage::F32(_))) {
-        bail!("CPU {what} attention: keys/values are not f32 CPU tensors");
+    if !matches!(
+        &*guard,
+        Storage::Cpu(CpuStorage::F32(_)) | Storage::Cpu(CpuStorage::F16(_))
+    ) {
+        bail!("CPU {what} attention: keys/values are not f32 or f16 CPU tensors");
     }
     Ok((guard, (layout.start_offset(), st[0], len, d)))
 }
@@ -587,17 +766,18 @@ fn views<'a, G: std::ops::Deref<Target = Storage>>(
     shapes: &[Shape],
     n_kv: usize,
     what: &str,
-) -> Result<Vec<HeadView<'a>>> {
+) -> Result<Vec<KvView<'a>>> {
     let mut out = Vec::with_capacity(guards.len());
     for (g, &(off, head_stride, len, d)) in guards.iter().zip(shapes) {
-        let data: &[f32] = match &**g {
-            Storage::Cpu(CpuStorage::F32(v)) => v,
-            _ => &[],
+        let (data, n) = match &**g {
+            Storage::Cpu(CpuStorage::F32(v)) => (Elems::F32(v), v.len()),
+            Storage::Cpu(CpuStorage::F16(v)) => (Elems::F16(v), v.len()),
+            _ => bail!("{what} attention: keys/values are not f32 or f16 CPU tensors"),
         };
-        if data.len() < off + (n_kv - 1) * head_stride + len * d {
+        if n < off + (n_kv - 1) * head_stride + len * d {
             bail!("{what} attention: a key/value view reaches past its storage");
         }
-        out.push(HeadView {
+        out.push(KvView {
             data,
             off,
             head_stride,
@@ -649,8 +829,7 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
         let mut o = vec![0f32; rep * vd];
         for item in range {
             let (s, h) = (item / n_kv, item % n_kv);
-            let (kview, vview) = (&views[2 * s], &views[2 * s + 1]);
-            let len = kview.len;
+            let len = views[2 * s].len;
             // Keys at distance < window from the query (at position len − 1).
             let k0 = p.window.map_or(0, |w| len.saturating_sub(w));
             let q0 = (s * n_head + h * rep) * hd;
@@ -658,7 +837,7 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
                 &qv[q0..q0 + rep * hd],
                 rep,
                 |_| (k0, len),
-                (kview, vview, h),
+                (&views[2 * s], &views[2 * s + 1], h),
                 (hd, vd),
                 p,
                 &mut scratch,
@@ -730,7 +909,6 @@ pub fn prefill(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> Result<Tens
         guards.push(guard);
     }
     let views = views(&guards, &shapes, n_kv, "prompt")?;
-    let (kview, vview) = (&views[0], &views[1]);
     let tile = (TILE_ROWS / rep).max(1);
     let n_tiles = t.div_ceil(tile);
     let mut out = vec![0f32; t * n_head * vd];
@@ -760,7 +938,7 @@ pub fn prefill(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> Result<Tens
                 &qt,
                 n,
                 range,
-                (kview, vview, h),
+                (&views[0], &views[1], h),
                 (hd, vd),
                 p,
                 &mut scratch,
@@ -940,7 +1118,8 @@ mod tests {
             ..PLAIN
         };
         for (p, n_head, n_kv, hd) in [(PLAIN, 9, 3, 64), (CAPPED, 4, 2, 20), (window, 6, 6, 32)] {
-            let len = 203;
+            // Past two key blocks of the online softmax.
+            let len = 603;
             let [q, k, v] = prompt(n_head, n_kv, len, hd, hd);
             let whole = bits(&prefill(&q, &k, &v, p).unwrap());
             for block in [1, 7, 64, 130] {
@@ -956,7 +1135,9 @@ mod tests {
                 );
             }
             // One-token decode steps, several sequences batched.
-            for pos in [0, 1, 39, 40, 41, 63, 64, 150, 202] {
+            for pos in [
+                0, 1, 39, 40, 41, 63, 64, 150, 255, 256, 257, 295, 296, 511, 512, 602,
+            ] {
                 let [qt, kt, vt] = tail(&q, &k, &v, pos, pos + 1);
                 let q1 = qt.reshape((1, n_head, hd)).unwrap();
                 let [q2, k2, v2] = tail(&q, &k, &v, 3, 4);
@@ -967,6 +1148,73 @@ mod tests {
                 assert!(got[1] == whole[pos], "{p:?}: decode at {pos} differs");
                 assert!(got[0] == whole[3], "{p:?}: decode at 3 differs");
             }
+        }
+    }
+
+    /// An f16 cache as `SeqState` keeps one: an `[n_kv, cap, d]` f16 buffer viewed to `len`.
+    fn cache16(n_kv: usize, cap: usize, len: usize, d: usize) -> Tensor {
+        let full = cache(n_kv, cap, cap, d).to_dtype(DType::F16).unwrap();
+        full.narrow(1, 0, len).unwrap()
+    }
+
+    #[test]
+    fn f16_caches_give_the_f32_result_of_their_values_bit_for_bit() {
+        let window = AttnParams {
+            window: Some(30),
+            ..PLAIN
+        };
+        for (p, n_head, n_kv, hd) in [(PLAIN, 9, 3, 64), (CAPPED, 4, 2, 20), (window, 6, 6, 32)] {
+            let len = 300;
+            let q = Tensor::randn(0f32, 1.0, (n_head, len, hd), &Device::Cpu).unwrap();
+            let (k16, v16) = (
+                cache16(n_kv, len + 9, len, hd),
+                cache16(n_kv, len + 9, len, hd),
+            );
+            let up = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+            let (k32, v32) = (up(&k16), up(&v16));
+            for t in [1, 7, 64, 300] {
+                let [qt, kt, vt] = tail(&q, &k16, &v16, len - t, len);
+                let [_, kf, vf] = tail(&q, &k32, &v32, len - t, len);
+                let got = prefill(&qt, &kt, &vt, p).unwrap();
+                assert!(
+                    bits(&got) == bits(&prefill(&qt, &kf, &vf, p).unwrap()),
+                    "{p:?} t {t}: an f16 prompt differs from its f32 values"
+                );
+                // `nn::attention` takes the same pass; candle's agrees.
+                let via = crate::inference::models::nn::attention(&qt, &kt, &vt, p).unwrap();
+                assert!(bits(&via) == bits(&got), "{p:?} t {t}: nn::attention");
+                let d = max_diff(&got, &attention_candle(&qt, &kt, &vt, p).unwrap());
+                assert!(d < 1e-4, "{p:?} t {t}: against candle's path, {d}");
+            }
+            // Decode: two sequences of different lengths, f16 against f32.
+            let at = |pos: usize| tail(&q, &k16, &v16, pos, pos + 1);
+            let [q1, k1, v1] = at(299);
+            let [q2, k2, v2] = at(20);
+            let qs = Tensor::cat(
+                &[
+                    q1.reshape((1, n_head, hd)).unwrap(),
+                    q2.reshape((1, n_head, hd)).unwrap(),
+                ],
+                0,
+            )
+            .unwrap();
+            let got = decode(
+                &qs,
+                &[SeqKv { k: &k1, v: &v1 }, SeqKv { k: &k2, v: &v2 }],
+                p,
+            )
+            .unwrap();
+            let (k1f, v1f, k2f, v2f) = (up(&k1), up(&v1), up(&k2), up(&v2));
+            let want = decode(
+                &qs,
+                &[SeqKv { k: &k1f, v: &v1f }, SeqKv { k: &k2f, v: &v2f }],
+                p,
+            )
+            .unwrap();
+            assert!(bits(&got) == bits(&want), "{p:?}: f16 decode differs");
+            // And a decode row equals the prompt's row at that position.
+            let whole = bits(&prefill(&q, &k16, &v16, p).unwrap());
+            assert!(bits(&got)[0] == whole[299], "{p:?}: decode against prompt");
         }
     }
 
@@ -988,13 +1236,20 @@ mod tests {
             let mut row = xs[start..start + 803].to_vec();
             row[0] = 0.0;
             let mut alone = row.clone();
-            let inv = softmax_row(&mut row, None);
+            let (m, sum) = exp_block(&mut row, None, f32::NEG_INFINITY);
+            assert_eq!(m, 0.0);
             alone.iter_mut().for_each(|x| *x = exp_neg(*x));
             assert!(row
                 .iter()
                 .zip(&alone)
                 .all(|(a, b)| a.to_bits() == b.to_bits()));
-            assert!(inv > 0.0 && inv.is_finite());
+            assert!(sum >= 1.0 && sum.is_finite());
+            // A running maximum above the block's: exponentials against it.
+            let mut again = xs[start..start + 803].to_vec();
+            let (m2, _) = exp_block(&mut again, None, 0.5);
+            assert_eq!(m2, 0.5);
+            let want = (xs[start + 1] as f64 - 0.5).exp();
+            assert!(((again[1] as f64) - want).abs() <= 3e-7 * want);
         }
     }
 
@@ -1005,9 +1260,9 @@ mod tests {
         let k = Tensor::zeros((2, 3, 8), DType::F32, &dev).unwrap();
         let one = [SeqKv { k: &k, v: &k }];
         assert!(decode(&q, &one, PLAIN).is_err());
-        let k16 = k.to_dtype(DType::F16).unwrap();
+        let kb = k.to_dtype(DType::BF16).unwrap();
         let q1 = q.narrow(0, 0, 1).unwrap();
-        assert!(decode(&q1, &[SeqKv { k: &k16, v: &k16 }], PLAIN).is_err());
+        assert!(decode(&q1, &[SeqKv { k: &kb, v: &kb }], PLAIN).is_err());
         // Prompts: more queries than keys, heads that do not group.
         let q5 = Tensor::zeros((4, 5, 8), DType::F32, &dev).unwrap();
         assert!(prefill(&q5, &k, &k, PLAIN).is_err());

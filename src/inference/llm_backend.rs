@@ -43,6 +43,7 @@ use crate::inference::memory_plan::{
 };
 use crate::inference::model::{load_model_from, SeqState, SharedModel};
 use crate::inference::prefix_cache::{PrefixCache, PrefixStats};
+use crate::inference::state::KvCache;
 use crate::inference::thinking::{split_thinking, ThinkingMarkers};
 use crate::inference::tokenizer::Tokenizer;
 use crate::meter::attribution::{MeasuredEnergy, MeterStatus, Metering, StepObserver, StepWork};
@@ -89,6 +90,8 @@ pub struct LlmOptions {
     /// Continuous batching: prompt tokens one step feeds at most (whole
     /// prompt pieces; the oldest waiting piece always goes; 0 = no limit).
     pub prefill_step_tokens: usize,
+    /// How every sequence state stores keys and values.
+    pub kv_cache: KvCache,
 }
 
 /// Splits each forward step's time between prefill and decode (by the
@@ -172,6 +175,7 @@ impl Default for LlmOptions {
             agent_state_bytes: 2048 << 20,
             continuous: true,
             prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
+            kv_cache: KvCache::F32,
         }
     }
 }
@@ -474,7 +478,7 @@ impl LlmBackend {
             let state = match loaded.footprint {
                 Some(f) => f,
                 None => {
-                    let f = StateFootprint::probe(loaded.model.as_ref())
+                    let f = StateFootprint::probe(loaded.model.as_ref(), self.options.kv_cache)
                         .with_context(|| format!("measuring a sequence state of `{key}`"))?;
                     loaded.footprint = Some(f);
                     f
@@ -571,7 +575,7 @@ impl LlmBackend {
         let tokenizer = lm.tokenizer.clone();
         let decode = Box::new(move |ids: &[u32]| tokenizer.decode(ids, false));
         let options = lm.options.clone();
-        let mut state = lm.model.new_state();
+        let mut state = lm.model.new_state().with_kv_cache(self.options.kv_cache);
 
         let use_prefix = self.options.prefix_cache_bytes > 0;
         let mut cache_key = None;
@@ -1165,6 +1169,9 @@ pub struct LlmConfig {
     /// local, continuous batching: prompt tokens one forward step feeds at
     /// most (whole 64-token prompt blocks; the oldest waiting one always goes).
     pub prefill_step_tokens: usize,
+    /// local: how sequence states store keys and values: `f32` (default,
+    /// as computed) or `f16` (half the memory; each value rounded once).
+    pub kv_cache: KvCache,
 }
 
 /// How the local backend batches calls (`[llm] batching`).
@@ -1201,6 +1208,7 @@ impl Default for LlmConfig {
             prefix_cache_mib: 2048,
             batching: Batching::Continuous,
             prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
+            kv_cache: KvCache::F32,
         }
     }
 }
@@ -1236,6 +1244,7 @@ impl LlmConfig {
                 prefix_cache_bytes: self.prefix_cache_mib << 20,
                 continuous: self.batching == Batching::Continuous,
                 prefill_step_tokens: self.prefill_step_tokens,
+                kv_cache: self.kv_cache,
                 ..LlmOptions::default()
             },
         )

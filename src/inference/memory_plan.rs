@@ -30,7 +30,7 @@ use candle_core::Device;
 
 use super::gguf_info::GgufInfo;
 use super::model::{CausalLm, SeqStep};
-use super::state::{SeqState, SnapshotPolicy};
+use super::state::{KvCache, SeqState, SnapshotPolicy};
 
 const MIB: u64 = 1024 * 1024;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -102,9 +102,10 @@ pub struct StateFootprint {
 }
 
 impl StateFootprint {
-    /// Run one token through a fresh state of `model` and read what it holds.
-    pub fn probe(model: &dyn CausalLm) -> Result<Self> {
-        let mut st = model.new_state();
+    /// Run one token through a fresh state of `model` (keys and values
+    /// stored as `kv`) and read what it holds.
+    pub fn probe(model: &dyn CausalLm, kv: KvCache) -> Result<Self> {
+        let mut st = model.new_state().with_kv_cache(kv);
         let tokens = [0u32];
         model.forward(&mut [SeqStep::new(&tokens, &mut st)])?;
         Ok(Self::of_state(&st))

@@ -16,7 +16,7 @@ use candle_core::{DType, Device, Tensor};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use super::state::{SeqState, SlotKind, SnapshotPolicy};
+pub use super::state::{KvCache, SeqState, SlotKind, SnapshotPolicy};
 
 /// Facts about a loaded model that callers need (context limits, sizes).
 #[derive(Debug, Clone, PartialEq)]

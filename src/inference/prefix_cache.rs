@@ -31,7 +31,7 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::state::SeqState;
+use super::state::{KvCache, SeqState};
 
 /// Keys and values of one block for every layer (`None` for layers without).
 type KvBlock = Vec<Option<(Tensor, Tensor)>>;
@@ -73,6 +73,9 @@ pub struct PrefixCache {
     /// (parent id, block tokens) → node id; the root is id 0.
     index: HashMap<(u64, Vec<u32>), u64>,
     stats: PrefixStats,
+    /// How the cached keys and values are stored (that of the first state
+    /// inserted); states that store them otherwise neither add nor restore.
+    kv: Option<KvCache>,
 }
 
 fn tensor_bytes(t: &Tensor) -> usize {
@@ -91,6 +94,7 @@ impl PrefixCache {
             nodes: HashMap::new(),
             index: HashMap::new(),
             stats: PrefixStats::default(),
+            kv: None,
         }
     }
 
@@ -151,6 +155,9 @@ impl PrefixCache {
         capacity: usize,
     ) -> candle_core::Result<usize> {
         self.stats.lookups += 1;
+        if self.kv.is_some_and(|kv| kv != state.kv_cache()) {
+            return Ok(0);
+        }
         let recurrent = state.is_recurrent();
         let reach = self.reach(prompt, limit, recurrent);
         if reach == 0 {
@@ -174,7 +181,7 @@ impl PrefixCache {
     /// Add the full blocks of `prompt` that `state` has computed (its tokens
     /// start with them), then evict down to the budget.
     pub fn insert(&mut self, state: &SeqState, prompt: &[u32]) -> candle_core::Result<()> {
-        if self.budget == 0 {
+        if self.budget == 0 || *self.kv.get_or_insert(state.kv_cache()) != state.kv_cache() {
             return Ok(());
         }
         let have = state.common_prefix(prompt);
@@ -279,6 +286,7 @@ impl PrefixCache {
         self.nodes.clear();
         self.index.clear();
         self.bytes = 0;
+        self.kv = None;
     }
 }
 

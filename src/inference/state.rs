@@ -25,7 +25,61 @@
 //! - `Clone` is a deep copy of the keys and values (which are written in
 //!   place), so a clone never aliases the original's buffers.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
+
+/// How a sequence state stores keys and values (`[llm] kv_cache`): `f32`
+/// (the default: the values as computed) or `f16` (half the memory; each key
+/// and value is rounded to f16 once, when it is appended, and read back
+/// exactly, so prefill, decode and the prefix cache all see the same values).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCache {
+    #[default]
+    F32,
+    F16,
+}
+
+impl KvCache {
+    /// Every choice, as configs and flags spell it.
+    pub const NAMES: &'static str = "f32, f16";
+
+    pub fn dtype(self) -> DType {
+        match self {
+            KvCache::F32 => DType::F32,
+            KvCache::F16 => DType::F16,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCache::F32 => "f32",
+            KvCache::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCache {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(KvCache::F32),
+            "f16" => Ok(KvCache::F16),
+            _ => Err(format!(
+                "unknown key/value cache type `{s}` (expected one of {})",
+                Self::NAMES
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// What one layer of a model keeps per sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +144,7 @@ pub struct SeqState {
     snapshots: Vec<Snapshot>,
     policy: SnapshotPolicy,
     clock: u64,
+    kv_cache: KvCache,
 }
 
 impl Clone for SeqState {
@@ -127,6 +182,7 @@ impl Clone for SeqState {
             snapshots: self.snapshots.clone(),
             policy: self.policy,
             clock: self.clock,
+            kv_cache: self.kv_cache,
         }
     }
 }
@@ -157,6 +213,7 @@ impl SeqState {
             snapshots: Vec::new(),
             policy: SnapshotPolicy::default(),
             clock: 0,
+            kv_cache: KvCache::default(),
         }
     }
 
@@ -172,6 +229,18 @@ impl SeqState {
 
     pub fn policy(&self) -> SnapshotPolicy {
         self.policy
+    }
+
+    /// Store keys and values as `kv` (meant for a fresh state: keys and
+    /// values already held are converted at the next append).
+    pub fn with_kv_cache(mut self, kv: KvCache) -> Self {
+        self.kv_cache = kv;
+        self
+    }
+
+    /// How this state stores keys and values.
+    pub fn kv_cache(&self) -> KvCache {
+        self.kv_cache
     }
 
     /// Number of positions computed (the position of the next token).
@@ -349,19 +418,23 @@ impl SeqState {
         let (n_kv, t, hd) = k.dims3()?;
         let vd = v.dim(2)?;
         let needed = pos + t;
+        let dtype = self.kv_cache.dtype();
         let slot = match self.slots.get_mut(layer) {
             Some(Slot::Kv(s)) => s,
             Some(_) => return Err(state_err(format!("layer {layer} keeps no keys/values"))),
             None => return Err(state_err(format!("sequence state has no layer {layer}"))),
         };
         let cap = slot.as_ref().map(|(kc, _)| kc.dims()[1]).unwrap_or(0);
-        if needed > cap {
+        // A buffer of another type (held from before `with_kv_cache`) is regrown.
+        let stale = slot.as_ref().is_some_and(|(kc, _)| kc.dtype() != dtype);
+        if needed > cap || stale {
             let new_cap = Self::kv_capacity(needed);
             let grow = |old: Option<&Tensor>, d: usize| -> candle_core::Result<Tensor> {
-                let fresh = Tensor::zeros((n_kv, new_cap, d), k.dtype(), k.device())?;
+                let fresh = Tensor::zeros((n_kv, new_cap, d), dtype, k.device())?;
                 if let Some(old) = old {
                     if pos > 0 {
-                        fresh.slice_set(&old.narrow(1, 0, pos)?.contiguous()?, 1, 0)?;
+                        let kept = old.narrow(1, 0, pos)?.to_dtype(dtype)?.contiguous()?;
+                        fresh.slice_set(&kept, 1, 0)?;
                     }
                 }
                 Ok(fresh)
@@ -373,8 +446,8 @@ impl SeqState {
         let (kc, vc) = slot
             .as_ref()
             .ok_or_else(|| state_err("kv slot empty after growth".into()))?;
-        kc.slice_set(&k.contiguous()?, 1, pos)?;
-        vc.slice_set(&v.contiguous()?, 1, pos)?;
+        kc.slice_set(&k.to_dtype(dtype)?.contiguous()?, 1, pos)?;
+        vc.slice_set(&v.to_dtype(dtype)?.contiguous()?, 1, pos)?;
         Ok((kc.narrow(1, 0, needed)?, vc.narrow(1, 0, needed)?))
     }
 
@@ -567,6 +640,13 @@ impl SeqState {
                     };
                     let (n_kv, _, hd) = k0.dims3()?;
                     let vd = v0.dim(2)?;
+                    if k0.dtype() != self.kv_cache.dtype() {
+                        return Err(state_err(format!(
+                            "prefix blocks hold {:?} keys/values; this state keeps {}",
+                            k0.dtype(),
+                            self.kv_cache
+                        )));
+                    }
                     let cap = Self::kv_capacity(capacity.max(n));
                     let kb = Tensor::zeros((n_kv, cap, hd), k0.dtype(), k0.device())?;
                     let vb = Tensor::zeros((n_kv, cap, vd), v0.dtype(), v0.device())?;
@@ -642,6 +722,59 @@ mod tests {
             "the clone saw the original's in-place writes"
         );
         assert_eq!(b.tokens(), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn an_f16_state_rounds_each_value_once_and_holds_half_the_bytes() {
+        let mut a = SeqState::attention_only(1, 100);
+        let mut b = SeqState::attention_only(1, 100).with_kv_cache(KvCache::F16);
+        assert_eq!(b.kv_cache(), KvCache::F16);
+        let x = Tensor::new(&[[[1.0f32 / 3.0, 70000.5]]], &Device::Cpu).unwrap();
+        for s in [&mut a, &mut b] {
+            s.append_kv(0, &x, &x).unwrap();
+            s.commit(&[1]);
+        }
+        let (bk, _) = b.kv(0, 1).unwrap();
+        assert_eq!(bk.dtype(), DType::F16);
+        let got: Vec<f32> = bk
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let h = |v: f32| half::f16::from_f32(v).to_f32();
+        assert_eq!(
+            got,
+            vec![h(1.0 / 3.0), h(70000.5)],
+            "rounded to f16 (inf beyond its range)"
+        );
+        assert_eq!(2 * b.kv_bytes_per_token(), a.kv_bytes_per_token());
+        assert_eq!(2 * b.bytes(), a.bytes());
+        // Growth keeps the type and the values; a clone too.
+        let y = Tensor::full(0.1f32, (1, 70, 2), &Device::Cpu).unwrap();
+        b.append_kv(0, &y, &y).unwrap();
+        b.commit(&[2; 70]);
+        let (bk, bv) = b.clone().kv(0, 71).unwrap();
+        assert_eq!((bk.dtype(), bv.dtype()), (DType::F16, DType::F16));
+        assert_eq!(
+            bk.narrow(1, 0, 1)
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            got
+        );
+        // Blocks of another type are refused.
+        let blocks = a.kv_range(0, 1).unwrap().unwrap();
+        let mut c = SeqState::attention_only(1, 100).with_kv_cache(KvCache::F16);
+        assert!(c.restore_prefix(&[1], &[&blocks], None, 8).is_err());
+        assert_eq!("f16".parse::<KvCache>(), Ok(KvCache::F16));
+        let e = "q8".parse::<KvCache>().unwrap_err();
+        assert!(e.contains("`q8`") && e.contains("f32, f16"), "{e}");
     }
 
     fn rec_state() -> SeqState {

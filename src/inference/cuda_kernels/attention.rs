@@ -1,8 +1,8 @@
 //! Host side of `kernels/attention.cu`: decode attention for many sequences
 //! in one launch, each sequence with its own number of keys and its own
 //! K/V buffers (the `SeqState` caches, read in place: `[n_kv, len, d]` views
-//! of `[n_kv, capacity, d]` buffers). Same function as `nn::attention` with
-//! one query per sequence, which the test compares against.
+//! of `[n_kv, capacity, d]` buffers, f32 or f16). Same function as
+//! `nn::attention` with one query per sequence, which the test compares against.
 
 use super::{cuda_device, function, tensor, upload, zeros, DevF32, ATTENTION};
 use crate::inference::models::nn::AttnParams;
@@ -23,15 +23,10 @@ pub struct SeqKv<'a> {
     pub v: &'a Tensor,
 }
 
-/// Device address of element 0 of `t` and its stride between heads, for an
-/// f32 `[n, len, d]` tensor whose `[len, d]` part is contiguous.
-fn head_view(t: &Tensor, stream: &CudaStream) -> Result<(u64, i64)> {
-    if t.dtype() != DType::F32 {
-        bail!(
-            "decode attention needs f32 keys and values, got {:?}",
-            t.dtype()
-        );
-    }
+/// Device address of element 0 of `t`, its stride between heads and its
+/// dtype, for an f32 or f16 `[n, len, d]` tensor whose `[len, d]` part is
+/// contiguous.
+fn head_view(t: &Tensor, stream: &CudaStream) -> Result<(u64, i64, DType)> {
     let (_, _, d) = t.dims3()?;
     let (guard, layout) = t.storage_and_layout();
     let st = layout.stride();
@@ -41,11 +36,15 @@ fn head_view(t: &Tensor, stream: &CudaStream) -> Result<(u64, i64)> {
     let Storage::Cuda(cs) = &*guard else {
         bail!("decode attention: keys/values are not on a CUDA device");
     };
-    let slice = cs.as_cuda_slice::<f32>()?;
-    let (base, _sync) = slice.device_ptr(stream);
+    let (base, size) = match t.dtype() {
+        DType::F32 => (cs.as_cuda_slice::<f32>()?.device_ptr(stream).0, 4),
+        DType::F16 => (cs.as_cuda_slice::<half::f16>()?.device_ptr(stream).0, 2),
+        other => bail!("decode attention needs f32 or f16 keys and values, got {other:?}"),
+    };
     Ok((
-        base + (layout.start_offset() * std::mem::size_of::<f32>()) as u64,
+        base + (layout.start_offset() * size) as u64,
         st[0] as i64,
+        t.dtype(),
     ))
 }
 
@@ -86,8 +85,14 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
         if kn != n_kv || vn != n_kv || kd != hd || vdd != vd || kl != vl || kl == 0 {
             bail!("decode attention: a sequence's keys/values do not match the batch's sizes");
         }
-        let (k, ks) = head_view(s.k, &stream)?;
-        let (v, vs) = head_view(s.v, &stream)?;
+        let (k, ks, kt) = head_view(s.k, &stream)?;
+        let (v, vs, vt) = head_view(s.v, &stream)?;
+        if kt != vt || kt != kv[0].k.dtype() {
+            bail!(
+                "decode attention: the batch's keys and values are not all {:?}",
+                kv[0].k.dtype()
+            );
+        }
         kp.push(k);
         vp.push(v);
         khs.push(ks);
@@ -105,7 +110,12 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
         Some(w) => i32::try_from(w).unwrap_or(i32::MAX),
         None => 0,
     };
-    let f = function(dev, ATTENTION, "attn_decode")?;
+    let name = if kv[0].k.dtype() == DType::F16 {
+        "attn_decode_f16"
+    } else {
+        "attn_decode"
+    };
+    let f = function(dev, ATTENTION, name)?;
     {
         let mut b = stream.launch_builder(&f);
         b.arg(&q_p)
@@ -140,9 +150,10 @@ mod tests {
     use crate::inference::models::nn::attention;
     use candle_core::Device;
 
-    /// Sequences of different lengths, K/V as views of larger cache buffers,
-    /// grouped-query heads, with and without window and soft-capping, on the
-    /// GPU in one launch and one by one through `nn::attention` on the host.
+    /// Sequences of different lengths, K/V as views of larger cache buffers
+    /// (f32 and f16), grouped-query heads, with and without window and
+    /// soft-capping, on the GPU in one launch and one by one through
+    /// `nn::attention` on the host.
     #[test]
     fn cuda_decode_attention_matches_host() {
         let Some(gpu) = test_device("cuda_decode_attention_matches_host") else {
@@ -150,25 +161,33 @@ mod tests {
         };
         let (n_head, n_kv, hd, vd) = (8, 2, 64, 64);
         let lens = [1usize, 7, 130, 33, 600];
-        for p in [
-            AttnParams {
-                scale: 0.125,
-                softcap: None,
-                window: None,
-            },
-            AttnParams {
-                scale: 0.125,
-                softcap: Some(50.0),
-                window: Some(32),
-            },
+        let plain = AttnParams {
+            scale: 0.125,
+            softcap: None,
+            window: None,
+        };
+        let capped = AttnParams {
+            softcap: Some(50.0),
+            window: Some(32),
+            ..plain
+        };
+        for (p, dtype) in [
+            (plain, DType::F32),
+            (capped, DType::F32),
+            (plain, DType::F16),
+            (capped, DType::F16),
         ] {
             let mut host_out = Vec::new();
             let mut caches = Vec::new();
             let mut qs = Vec::new();
             for (i, &len) in lens.iter().enumerate() {
                 let cap = len + 17;
-                let kc = Tensor::randn(0f32, 1.0, (n_kv, cap, hd), &Device::Cpu).unwrap();
-                let vc = Tensor::randn(0f32, 1.0, (n_kv, cap, vd), &Device::Cpu).unwrap();
+                let cache = |d: usize| {
+                    Tensor::randn(0f32, 1.0, (n_kv, cap, d), &Device::Cpu)
+                        .and_then(|t| t.to_dtype(dtype))
+                        .unwrap()
+                };
+                let (kc, vc) = (cache(hd), cache(vd));
                 let q = Tensor::randn(0f32, 1.0, (n_head, 1, hd), &Device::Cpu).unwrap();
                 let (k, v) = (kc.narrow(1, 0, len).unwrap(), vc.narrow(1, 0, len).unwrap());
                 host_out.push(attention(&q, &k, &v, p).unwrap());
@@ -203,7 +222,10 @@ mod tests {
                 .unwrap()
                 .to_scalar::<f32>()
                 .unwrap();
-            assert!(diff < 1e-4, "decode attention differs by {diff} ({p:?})");
+            assert!(
+                diff < 1e-4,
+                "decode attention differs by {diff} ({p:?}, {dtype:?})"
+            );
         }
     }
 }

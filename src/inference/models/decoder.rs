@@ -391,6 +391,10 @@ impl DecoderModel {
             || rows.len() < 2
             || rows.iter().any(|(r, _)| r.t != 1)
             || !gpu::supported(self.hp.head_dim)
+            // One launch reads one cache type (`[llm] kv_cache`).
+            || batch
+                .windows(2)
+                .any(|w| w[0].state.kv_cache() != w[1].state.kv_cache())
         {
             return Ok(None);
         }

@@ -507,13 +507,17 @@ pub struct AttnParams {
 /// head_dim]`, already normed and rotated) over all its keys and values
 /// `k`, `v` (`[n_kv_head, start + t, head_dim | v_dim]`, this step's
 /// included). Query heads sharing a key/value head are consecutive. Returns
-/// `[t, n_head · v_dim]`. f32 on the CPU runs Joule's fused pass
-/// (`cpu_attention::prefill`: caches read in place, and each query row's
-/// result independent of how its prompt was split into steps); other devices
-/// and dtypes, and `JOULE_CANDLE_KERNELS_ONLY`, run [`attention_candle`].
+/// `[t, n_head · v_dim]`. On the CPU (f32 queries; f32 or f16 keys and
+/// values, `[llm] kv_cache`) Joule's fused pass runs (`cpu_attention::prefill`:
+/// caches read in place, and each query row's result independent of how its
+/// prompt was split into steps); other devices and dtypes, and
+/// `JOULE_CANDLE_KERNELS_ONLY`, run [`attention_candle`].
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_core::Result<Tensor> {
-    let f32_cpu = |x: &Tensor| x.device().is_cpu() && x.dtype() == DType::F32;
-    if f32_cpu(q) && f32_cpu(k) && f32_cpu(v) && std::env::var_os(CANDLE_ONLY_ENV).is_none() {
+    let cpu = |x: &Tensor, f16: bool| {
+        x.device().is_cpu() && (x.dtype() == DType::F32 || (f16 && x.dtype() == DType::F16))
+    };
+    if cpu(q, false) && cpu(k, true) && cpu(v, true) && std::env::var_os(CANDLE_ONLY_ENV).is_none()
+    {
         return crate::inference::cpu_attention::prefill(q, k, v, p)
             .map_err(|e| candle_core::Error::Msg(format!("CPU attention: {e:#}")));
     }
@@ -522,7 +526,8 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_co
 
 /// [`attention`] in candle's operations: long steps run in chunks of
 /// [`ATTENTION_CHUNK`] queries, each against only the keys it can see (the
-/// reference the fused CPU pass is tested against).
+/// reference the fused CPU pass is tested against). Keys and values of
+/// another type than the queries' (an f16 cache) are converted to it.
 pub fn attention_candle(
     q: &Tensor,
     k: &Tensor,
@@ -556,8 +561,9 @@ pub fn attention_candle(
             Some(w) => (start + first + 1).saturating_sub(w),
             None => 0,
         };
-        let kc = k.narrow(1, k0, l - k0)?;
-        let vc = v.narrow(1, k0, l - k0)?;
+        // f16 caches (`[llm] kv_cache`): the keys and values read, in the queries' type.
+        let kc = k.narrow(1, k0, l - k0)?.to_dtype(q.dtype())?;
+        let vc = v.narrow(1, k0, l - k0)?.to_dtype(q.dtype())?;
         let mut scores = (qc.matmul(&kc.t()?)? * p.scale as f64)?;
         if let Some(cap) = p.softcap {
             scores = ((scores / cap as f64)?.tanh()? * cap as f64)?;
