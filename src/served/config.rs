@@ -91,6 +91,14 @@ pub fn validate(llm: &LlmConfig) -> Result<(), (String, String)> {
                         .into(),
                 );
             }
+            if llm.kv_cache != crate::inference::state::KvCache::F32 {
+                return err(
+                    "kv_cache",
+                    "is for the local backend; a server chooses its own cache type \
+                     (llama-server `-ctk`/`-ctv`, vLLM `--kv-cache-dtype`)"
+                        .into(),
+                );
+            }
             if let Some(m) = &llm.model {
                 if m.trim().is_empty() {
                     return err(
@@ -213,6 +221,11 @@ mod tests {
         let mut c = openai();
         c.stand_in = Some("smollm2-135m-instruct".into());
         assert_eq!(validate(&c).unwrap_err().0, "llm.stand_in");
+        let mut c = openai();
+        c.kv_cache = crate::inference::state::KvCache::F16;
+        let (key, msg) = validate(&c).unwrap_err();
+        assert_eq!(key, "llm.kv_cache");
+        assert!(msg.contains("local backend"), "{msg}");
         let mut c = openai();
         c.max_concurrency = 0;
         assert_eq!(validate(&c).unwrap_err().0, "llm.max_concurrency");
