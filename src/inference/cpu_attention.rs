@@ -132,8 +132,7 @@ struct HeadView<'a> {
 
 impl HeadView<'_> {
     fn row(&self, h: usize, i: usize, d: usize) -> &[f32] {
-        let s = self.off + h * self.head_stride + (i - self.first) * d;
-        &self.data[s..s + d]
+        self.rows(h, i, 1, d)
     }
 
     /// Rows `i..` of head `h`, as one slice of `m` rows.

@@ -42,8 +42,8 @@ pub enum KvCache {
 }
 
 impl KvCache {
-    /// Every choice, as configs and flags spell it.
-    pub const NAMES: &'static str = "f32, f16";
+    /// Every choice.
+    pub const ALL: [KvCache; 2] = [KvCache::F32, KvCache::F16];
 
     pub fn dtype(self) -> DType {
         match self {
@@ -64,14 +64,16 @@ impl std::str::FromStr for KvCache {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "f32" => Ok(KvCache::F32),
-            "f16" => Ok(KvCache::F16),
-            _ => Err(format!(
-                "unknown key/value cache type `{s}` (expected one of {})",
-                Self::NAMES
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown key/value cache type `{s}` (expected one of {})",
+                    names.join(", ")
+                )
+            })
     }
 }
 
