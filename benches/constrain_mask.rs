@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use joule::inference::constrain::{JsonConstraint, JsonStyle, TokenVocab};
+use joule::inference::text::constrain::{JsonConstraint, JsonStyle, TokenVocab};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 

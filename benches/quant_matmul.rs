@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Module, Tensor};
-use joule::inference::quant_matmul::{cpu_matrix_of, matmul, ALL_TYPES};
+use joule::inference::kernels::quant_matmul::{cpu_matrix_of, matmul, ALL_TYPES};
 use rand::{Rng, SeedableRng};
 
 /// Random GGUF bytes for `n·k/values` blocks of `bytes` each, f16 scales sane.

@@ -103,6 +103,9 @@ impl Default for GenParams {
     }
 }
 
+/// Prefix of model keys answered by scripted policies (`scripted:<policy>`).
+pub const SCRIPTED_PREFIX: &str = "scripted:";
+
 /// A request for one model call, as a scenario yields it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelRequest {
@@ -248,7 +251,7 @@ pub trait Backend {
     fn plan_memory(
         &mut self,
         _demand: &MemoryDemand,
-    ) -> anyhow::Result<Option<crate::inference::memory_plan::MemoryPlan>> {
+    ) -> anyhow::Result<Option<Box<dyn MemoryReport>>> {
         Ok(None)
     }
     /// What this backend's energy meter measured so far, or why it measures
@@ -289,6 +292,19 @@ pub trait StepBackend {
     fn in_flight(&self) -> usize;
 }
 
+/// A backend's memory plan as the boundary sees it (the local engine's is
+/// `inference::engine::memory_plan::MemoryPlan`): a table for people and a verdict.
+pub trait MemoryReport: std::fmt::Debug {
+    /// `cpu`, `cuda`, `metal`.
+    fn device(&self) -> &str;
+    /// The plan as a table.
+    fn render(&self) -> String;
+    /// `Ok(None)`: it fits; `Ok(Some(warning))`: it may not fit where the OS
+    /// can page (the CPU); `Err`: it does not fit on a GPU (the error says how
+    /// many runs would).
+    fn check(&self) -> anyhow::Result<Option<String>>;
+}
+
 /// Plan the memory `demand` needs on `backend`'s device before anything
 /// runs: on a GPU a plan that does not fit is an error naming how many runs
 /// fit; on the CPU it is a warning. A model that cannot be loaded or
@@ -303,7 +319,7 @@ pub fn check_memory(backend: &mut dyn Backend, demand: &MemoryDemand) -> anyhow:
             return Ok(());
         }
     };
-    if plan.device != "cpu" {
+    if plan.device() != "cpu" {
         eprint!("{}", plan.render());
     }
     if let Some(warning) = plan.check()? {
@@ -325,7 +341,7 @@ impl MemoryDemand {
     pub fn add_run<'a>(&mut self, models: impl IntoIterator<Item = &'a str>) {
         self.runs += 1;
         for m in models {
-            if !m.starts_with(crate::scripted::SCRIPTED_PREFIX) {
+            if !m.starts_with(SCRIPTED_PREFIX) {
                 *self.sequences.entry(m.to_string()).or_default() += 1;
             }
         }

@@ -16,10 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{
     Backend, BackendError, FinishReason, ModelRequest, ModelResponse, ModelResult, TokenUsage,
+    SCRIPTED_PREFIX,
 };
-
-/// Prefix of model keys answered by scripted policies.
-pub const SCRIPTED_PREFIX: &str = "scripted:";
 
 /// A non-LLM decision rule.
 pub trait Policy {

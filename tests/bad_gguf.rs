@@ -7,8 +7,8 @@ use gguf_edit::load_err;
 
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::{Device, Tensor};
-use joule::inference::gguf::LoadError;
-use joule::inference::model::load_model;
+use joule::inference::files::gguf_weights::LoadError;
+use joule::inference::models::load_model;
 use std::path::{Path, PathBuf};
 
 fn llama_fixture() -> PathBuf {

@@ -10,8 +10,10 @@
 mod roster_common;
 
 use joule::backend::GenParams;
-use joule::inference::generate::{generate, BatchSeq, DecodeBatch, GenOptions, GenSeq, Generation};
-use joule::inference::model::{logits_to_vec, CausalLm, Logits, SeqStep, SharedModel};
+use joule::inference::engine::generate::{
+    generate, BatchSeq, DecodeBatch, GenOptions, GenSeq, Generation,
+};
+use joule::inference::engine::model::{logits_to_vec, CausalLm, Logits, SeqStep, SharedModel};
 use joule::meter::attribution::NoObserver;
 use std::path::PathBuf;
 
@@ -109,7 +111,7 @@ fn rows_are_independent(m: &dyn CausalLm, what: &str, exact: bool) {
 
 fn golden_llama() -> SharedModel {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/llama.gguf");
-    joule::inference::model::load_model(p, &roster_common::test_device()).unwrap()
+    joule::inference::models::load_model(p, &roster_common::test_device()).unwrap()
 }
 
 /// Quantised weights (every roster architecture's q8_0 fixture): exact.
@@ -129,10 +131,10 @@ fn batched_rows_are_computed_independently_on_every_architecture() {
 
 /// The default model when it is cached (CI fetches it first).
 fn smollm2() -> Option<PathBuf> {
-    use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
+    use joule::inference::files::manifest::{Catalog, DEFAULT_MODEL};
     let catalog = Catalog::embedded().expect("embedded manifests");
     let manifest = catalog.get(DEFAULT_MODEL).expect("default manifest");
-    match joule::inference::sources::Sources::from_env().find_cached(manifest) {
+    match joule::inference::files::sources::Sources::from_env().find_cached(manifest) {
         Some(f) => Some(f.path),
         None if std::env::var_os("CI").is_some() => {
             panic!("the default model is not cached: .ci/run must run scripts/fetch-default-model.sh first")
@@ -147,7 +149,7 @@ fn smollm2() -> Option<PathBuf> {
 #[test]
 fn batched_rows_are_computed_independently_on_smollm2() {
     if let Some(p) = smollm2() {
-        let m = joule::inference::model::load_model(&p, &roster_common::test_device()).unwrap();
+        let m = joule::inference::models::load_model(&p, &roster_common::test_device()).unwrap();
         rows_are_independent(m.as_ref(), "SmolLM2 Q4_1", true);
     }
 }

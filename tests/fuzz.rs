@@ -97,7 +97,7 @@ fn mutate(r: &mut ChaCha8Rng, bytes: &mut Vec<u8>) {
 
 mod gguf {
     use super::*;
-    use joule::inference::gguf_info::{GgufInfo, ReadOptions};
+    use joule::inference::files::gguf_header::{GgufInfo, ReadOptions};
 
     const ALL: ReadOptions = ReadOptions {
         max_array_items: u64::MAX,
@@ -222,7 +222,7 @@ mod gguf {
     /// a real model's header and random flips are errors naming the file.
     #[test]
     fn the_model_loader_on_cut_and_flipped_headers() {
-        use joule::inference::model::load_model;
+        use joule::inference::models::load_model;
         let dir = tempfile::tempdir().unwrap();
         let path = root().join("tests/fixtures/golden/llama.gguf");
         let clean = std::fs::read(&path).unwrap();
@@ -270,9 +270,9 @@ mod gguf {
 
 mod toml_configs {
     use super::*;
-    use joule::cli::sweep::SweepFile;
     use joule::energy_society::config::SocietyConfig;
     use joule::race::config::ExperimentConfig;
+    use joule::sweep::SweepFile;
 
     fn configs(dir: &str) -> Vec<(PathBuf, String)> {
         let mut v: Vec<(PathBuf, String)> = std::fs::read_dir(root().join("configs").join(dir))
@@ -593,7 +593,7 @@ mod responses {
 
 mod tokenizers {
     use super::*;
-    use joule::inference::tokenizer::Tokenizer;
+    use joule::inference::text::tokenizer::Tokenizer;
 
     /// Text from arbitrary bytes, with special-token spellings and odd
     /// characters mixed in.

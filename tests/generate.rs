@@ -5,10 +5,11 @@
 
 use candle_core::Device;
 use joule::backend::{FinishReason, GenParams};
-use joule::inference::generate::{
+use joule::inference::engine::generate::{
     generate, generate_batch, GenOptions, GenSeq, Generation, PromptTooLong, ThinkingDelims,
 };
-use joule::inference::model::{load_model, SeqState, SharedModel};
+use joule::inference::engine::model::{SeqState, SharedModel};
+use joule::inference::models::load_model;
 use std::path::PathBuf;
 
 fn model() -> SharedModel {

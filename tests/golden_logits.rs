@@ -6,7 +6,8 @@
 //! batch of sequences at different positions.
 
 use candle_core::Device;
-use joule::inference::model::{load_model, logits_to_vec, Logits, SeqStep};
+use joule::inference::engine::model::{logits_to_vec, Logits, SeqStep};
+use joule::inference::models::load_model;
 use std::path::PathBuf;
 
 struct Golden {
@@ -46,7 +47,7 @@ fn fixture(arch: &str) -> (PathBuf, Golden) {
 /// on a GPU build.
 fn test_device() -> Device {
     match std::env::var("JOULE_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => joule::inference::device::select_device(&name)
+        Ok(name) if !name.is_empty() => joule::inference::engine::device::select_device(&name)
             .unwrap_or_else(|e| panic!("JOULE_TEST_DEVICE={name}: {e:#}")),
         _ => Device::Cpu,
     }

@@ -6,11 +6,12 @@
 //! roster model plans before round 1.
 
 use candle_core::Device;
-use joule::inference::gguf::GgufFile;
-use joule::inference::gguf_info::{GgufInfo, ReadOptions};
-use joule::inference::memory_plan::{StateFootprint, WeightEstimate};
-use joule::inference::model::{load_model, SeqState, SeqStep};
-use joule::inference::state::KvCache;
+use joule::inference::engine::memory_plan::{StateFootprint, WeightEstimate};
+use joule::inference::engine::model::{SeqState, SeqStep};
+use joule::inference::engine::state::KvCache;
+use joule::inference::files::gguf_header::{GgufInfo, ReadOptions};
+use joule::inference::files::gguf_weights::GgufFile;
+use joule::inference::models::load_model;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -156,11 +157,11 @@ impl joule::backend::Backend for FullGpu {
     fn plan_memory(
         &mut self,
         demand: &joule::backend::MemoryDemand,
-    ) -> anyhow::Result<Option<joule::inference::memory_plan::MemoryPlan>> {
-        use joule::inference::memory_plan::*;
+    ) -> anyhow::Result<Option<Box<dyn joule::backend::MemoryReport>>> {
+        use joule::inference::engine::memory_plan::*;
         self.demands.push(demand.clone());
         const GIB: u64 = 1 << 30;
-        Ok(Some(MemoryPlan {
+        Ok(Some(Box::new(MemoryPlan {
             device: "cuda".into(),
             runs: demand.runs,
             context: 4096,
@@ -183,7 +184,7 @@ impl joule::backend::Backend for FullGpu {
                 total: GIB,
                 source: "test".into(),
             }),
-        }))
+        })))
     }
 }
 

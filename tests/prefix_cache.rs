@@ -13,11 +13,11 @@
 mod roster_common;
 
 use joule::backend::GenParams;
-use joule::inference::generate::{generate, GenOptions, GenSeq};
-use joule::inference::model::{
+use joule::inference::engine::generate::{generate, GenOptions, GenSeq};
+use joule::inference::engine::model::{
     logits_to_vec, CausalLm, KvCache, Logits, SeqState, SeqStep, SnapshotPolicy,
 };
-use joule::inference::prefix_cache::PrefixCache;
+use joule::inference::engine::prefix_cache::PrefixCache;
 use std::path::PathBuf;
 
 const BLOCK: usize = 8;
@@ -66,7 +66,7 @@ fn check(path: PathBuf, one_pass_too: bool) {
 
 /// [`check`] with states that store keys and values as `kv`.
 fn check_kv(path: &std::path::Path, one_pass_too: bool, kv: KvCache) {
-    let m = joule::inference::model::load_model(&path, &roster_common::test_device())
+    let m = joule::inference::models::load_model(&path, &roster_common::test_device())
         .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     let vocab = m.info().vocab_size;
     let policy = SnapshotPolicy {
@@ -300,7 +300,7 @@ fn societies_on_one_backend_keep_their_own_states_and_records() {
     let Some(p) = smollm2() else { return };
     let text = SOCIETY.replace("__MODEL__", &p.display().to_string());
     let cfg = SocietyConfig::from_toml_str(&text, "prefix.toml").expect("config");
-    let backend = |cfg: &SocietyConfig| -> LlmBackend { cfg.llm.backend().expect("backend") };
+    let backend = |cfg: &SocietyConfig| -> LlmBackend { cfg.llm.local_backend().expect("backend") };
     let tmp = tempfile::tempdir().unwrap();
 
     let alone = tmp.path().join("alone");
@@ -349,7 +349,7 @@ fn societies_on_one_backend_keep_their_own_states_and_records() {
 fn continuous_batching_gives_each_run_the_records_it_has_alone() {
     use joule::energy_society::config::SocietyConfig;
     use joule::energy_society::runner::{job_source, run_many};
-    use joule::inference::llm_backend::Batching;
+    use joule::llm::Batching;
     let Some(p) = smollm2() else { return };
     let text = SOCIETY.replace("__MODEL__", &p.display().to_string());
     let base = SocietyConfig::from_toml_str(&text, "prefix.toml").expect("config");
@@ -364,7 +364,7 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
         cfg.llm.kv_cache = kv;
         cfg.llm.batching = Batching::Waves;
         let alone = tmp.path().join(format!("alone-{prefix_mib}-{kv}"));
-        let mut b = cfg.llm.backend().expect("backend");
+        let mut b = cfg.llm.local_backend().expect("backend");
         let r = run_many(
             vec![(cfg.clone(), alone.clone())],
             &mut b,
@@ -375,7 +375,7 @@ fn continuous_batching_gives_each_run_the_records_it_has_alone() {
 
         cfg.llm.batching = Batching::Continuous;
         cfg.llm.prefill_step_tokens = 64;
-        let mut b = cfg.llm.backend().expect("backend");
+        let mut b = cfg.llm.local_backend().expect("backend");
         let mut cells = Vec::new();
         for (k, seed) in [8u64, 7].into_iter().enumerate() {
             let mut c = cfg.clone();

@@ -8,13 +8,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use joule::race::archetype::{features, Archetypes};
-use joule::race::compare::{model_sample, sample_csv};
+use joule::race::analysis::archetype::{features, Archetypes};
+use joule::race::analysis::compare::{model_sample, sample_csv};
+use joule::race::analysis::logit::{fit_all, Fit};
+use joule::race::analysis::runs::load;
+use joule::race::analysis::trajectory::from_runs;
 use joule::race::config::ExperimentConfig;
-use joule::race::logit::{fit_all, Fit};
-use joule::race::report::{load, write_report_with};
+use joule::race::report::write_report_with;
 use joule::race::run::{run_experiment, scripted_backend};
-use joule::race::trajectory::from_runs;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -84,18 +85,18 @@ fn compare_fits(fits: &[Result<Fit, String>], expected: &serde_json::Value, what
 
 #[test]
 fn human_logits_match_statsmodels() {
-    let rows = joule::race::human::read(&human_csv()).unwrap();
+    let rows = joule::race::analysis::human::read(&human_csv()).unwrap();
     assert_eq!(rows.len(), 3245);
-    let sample = joule::race::human::logit_sample(&rows).unwrap();
+    let sample = joule::race::analysis::human::logit_sample(&rows).unwrap();
     let exp = fixture("human_logit.json");
     assert_eq!(sample.len(), 2888);
     assert_eq!(exp["nobs"].as_u64(), Some(2888));
     assert_eq!(exp["n_clusters"].as_u64(), Some(172));
-    let fits = fit_all(&sample, &joule::race::human::controls());
+    let fits = fit_all(&sample, &joule::race::analysis::human::controls());
     compare_fits(&fits, &exp, "humans");
 }
 
-fn run_fixture_sweep(dir: &Path) -> joule::race::report::RunData {
+fn run_fixture_sweep(dir: &Path) -> joule::race::analysis::runs::RunData {
     let cfg = ExperimentConfig::load(&root().join("configs/ai-race/logit-fixture-scripted.toml"))
         .unwrap();
     let mut backend = scripted_backend(cfg.scripted_tokens.clone());
@@ -139,8 +140,8 @@ fn scripted_sweep_logits_match_statsmodels() {
 
 #[test]
 fn human_archetypes_match_scikit_learn() {
-    let rows = joule::race::human::read(&human_csv()).unwrap();
-    let humans = joule::race::human::player_races(&rows).unwrap();
+    let rows = joule::race::analysis::human::read(&human_csv()).unwrap();
+    let humans = joule::race::analysis::human::player_races(&rows).unwrap();
     let exp = fixture("human_kmeans.json");
     let ids: Vec<&str> = exp["participants"]
         .as_array()

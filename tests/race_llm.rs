@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use joule::backend::{Backend, ModelRequest, ModelResult};
-use joule::inference::manifest::DEFAULT_MODEL;
+use joule::inference::files::manifest::DEFAULT_MODEL;
 use joule::race::audit::{run_audit_plan, score_response, summarize, summary_table, AuditPlan};
 use joule::race::config::ExperimentConfig;
 use joule::race::run::{backend_for, backend_for_models, run_experiment};

@@ -14,11 +14,12 @@ use roster_common::*;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use joule::backend::ChatMessage;
-use joule::cli::logits::compute;
-use joule::inference::chat_template::ChatTemplate;
-use joule::inference::manifest::{Catalog, ChatTemplate as TemplateSource, Source};
-use joule::inference::model::{load_model, logits_to_vec, Logits, SeqStep, SlotKind};
-use joule::inference::tokenizer::Tokenizer;
+use joule::inference::engine::logits::compute;
+use joule::inference::engine::model::{logits_to_vec, Logits, SeqStep, SlotKind};
+use joule::inference::files::manifest::{Catalog, ChatTemplate as TemplateSource, Source};
+use joule::inference::models::load_model;
+use joule::inference::text::chat_template::ChatTemplate;
+use joule::inference::text::tokenizer::Tokenizer;
 
 const ARCH: &str = "gemma4";
 const F32: &str = "gemma4.f32.gguf";

@@ -17,10 +17,11 @@ use gguf_edit::load_err;
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::Device;
 use joule::backend::{ChatMessage, Role};
-use joule::cli::logits::compute;
-use joule::inference::chat_template::ChatTemplate;
-use joule::inference::model::{load_model, logits_to_vec, CausalLm, Logits, SeqStep, SlotKind};
-use joule::inference::tokenizer::Tokenizer;
+use joule::inference::engine::logits::compute;
+use joule::inference::engine::model::{logits_to_vec, CausalLm, Logits, SeqStep, SlotKind};
+use joule::inference::models::load_model;
+use joule::inference::text::chat_template::ChatTemplate;
+use joule::inference::text::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 
 fn dir() -> PathBuf {
@@ -196,7 +197,7 @@ fn rewound_state_continues_like_a_recompute() {
     let ids = ids("main");
     let whole = compute(m.as_ref(), &ids, None).unwrap();
     let mut st = m.new_state();
-    let feed = |st: &mut joule::inference::model::SeqState, toks: &[u32]| -> Vec<f32> {
+    let feed = |st: &mut joule::inference::engine::model::SeqState, toks: &[u32]| -> Vec<f32> {
         let mut step = [SeqStep {
             tokens: toks,
             state: st,
@@ -420,7 +421,7 @@ fn chat_template_renders_with_thinking_on_and_off() {
     assert_eq!(off, format!("{head}<|im_start|>assistant\n<think></think>"));
     // Not told: the template's default, thinking on (as the manifest says).
     assert_eq!(t.render(&conv, true, None).unwrap(), on);
-    let catalog = joule::inference::manifest::Catalog::embedded().unwrap();
+    let catalog = joule::inference::files::manifest::Catalog::embedded().unwrap();
     let m = catalog.get("nemotron-3-nano:4b").unwrap();
     assert!(m.implemented && m.thinking.default_on);
     assert_eq!(m.architecture, "nemotron_h");

@@ -11,8 +11,9 @@ use roster_common::*;
 use candle_core::quantized::QTensor;
 use candle_core::Device;
 use joule::backend::GenParams;
-use joule::inference::generate::{generate, GenOptions, GenSeq};
-use joule::inference::model::{load_model, SlotKind};
+use joule::inference::engine::generate::{generate, GenOptions, GenSeq};
+use joule::inference::engine::model::SlotKind;
+use joule::inference::models::load_model;
 use std::path::Path;
 
 const ARCH: &str = "qwen35";
@@ -77,7 +78,7 @@ fn generation_resumes_from_a_snapshot() {
     };
     let options = GenOptions::default();
     let mut state = m.new_state();
-    let run = |state: &mut joule::inference::model::SeqState| {
+    let run = |state: &mut joule::inference::engine::model::SeqState| {
         generate(
             m.as_ref(),
             GenSeq {
@@ -166,7 +167,7 @@ fn f16_and_bf16_files_run() {
             }
         });
         let m = load_model(&out, &Device::Cpu).expect("loads");
-        let lg = joule::cli::logits::compute(m.as_ref(), &s.ids, None).unwrap();
+        let lg = joule::inference::engine::logits::compute(m.as_ref(), &s.ids, None).unwrap();
         let c = mean_cos(&lg, &s.logits, s.vocab);
         assert!(c >= min_cos, "{dt:?}: mean cosine {c}");
     }

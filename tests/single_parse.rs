@@ -5,9 +5,9 @@
 use candle_core::Device;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, run_society};
-use joule::inference::gguf_info::header_reads;
-use joule::inference::model::load_model;
-use joule::inference::tokenizer::Tokenizer;
+use joule::inference::files::gguf_header::header_reads;
+use joule::inference::models::load_model;
+use joule::inference::text::tokenizer::Tokenizer;
 use std::path::PathBuf;
 
 fn fixture(rel: &str) -> PathBuf {

@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use joule::cli::sweep::{backend_key, cells, run_cells};
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::job::{Difficulty, Job, JobSource};
 use joule::energy_society::listed_jobs::ListedJobs;
+use joule::sweep::{backend_key, cells, run_cells};
 
 fn jobs(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
     let round: Vec<Job> = (0..2)

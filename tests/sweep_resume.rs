@@ -3,10 +3,10 @@
 
 use std::path::Path;
 
-use joule::cli::sweep::{cells, run_cells};
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::job::{Difficulty, Job, JobSource};
 use joule::energy_society::listed_jobs::ListedJobs;
+use joule::sweep::{cells, run_cells};
 
 /// Jobs that depend on the seed, so cells differ.
 fn jobs(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {

@@ -13,9 +13,10 @@
 //!   tokens of all of them. This is how an Energy Society phase decodes its
 //!   agents.
 
-use crate::inference::device::{device_name, select_device};
-use crate::inference::model::{load_model, CausalLm, SeqStep};
-use crate::inference::state::KvCache;
+use crate::inference::engine::device::{device_name, select_device};
+use crate::inference::engine::model::{CausalLm, SeqStep};
+use crate::inference::engine::state::KvCache;
+use crate::inference::models::load_model;
 use anyhow::Result;
 use clap::Args;
 use rand::{Rng, SeedableRng};
@@ -109,7 +110,7 @@ fn caches_at_depth(
     model: &dyn CausalLm,
     depth: &[Vec<u32>],
     kv: KvCache,
-) -> Result<Vec<crate::inference::model::SeqState>> {
+) -> Result<Vec<crate::inference::engine::model::SeqState>> {
     let mut caches: Vec<_> = depth
         .iter()
         .map(|_| model.new_state().with_kv_cache(kv))

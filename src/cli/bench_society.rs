@@ -59,7 +59,7 @@ pub struct SocietyBenchArgs {
     pub prefill_step_tokens: Option<usize>,
     /// Local: how sequence states store keys and values, f32 or f16 (`[llm] kv_cache`).
     #[arg(long = "kv-cache")]
-    pub kv_cache: Option<crate::inference::state::KvCache>,
+    pub kv_cache: Option<crate::inference::engine::state::KvCache>,
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -85,7 +85,7 @@ pub struct SocietyBench {
     pub prompt_tokens: u64,
     pub prompt_tps: f64,
     /// Local engine only (`None` through a server).
-    pub kv_cache: Option<crate::inference::state::KvCache>,
+    pub kv_cache: Option<crate::inference::engine::state::KvCache>,
     pub computed_prompt_tokens: Option<u64>,
     pub reused_own_tokens: Option<u64>,
     pub reused_prefix_tokens: Option<u64>,
@@ -198,7 +198,7 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
     cfg.validate("joule bench society")?;
     match &args.via {
         Some(url) => {
-            cfg.llm.backend = crate::served::config::BackendKind::Openai;
+            cfg.llm.backend = crate::llm::BackendKind::Openai;
             cfg.llm.base_url = Some(url.clone());
             cfg.llm.model = Some(args.served_model.clone());
             cfg.llm.stand_in = None;
@@ -218,8 +218,8 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
         cfg.llm.prefix_cache_mib = m;
     }
     match args.batching.as_deref() {
-        Some("waves") => cfg.llm.batching = crate::inference::llm_backend::Batching::Waves,
-        Some(_) => cfg.llm.batching = crate::inference::llm_backend::Batching::Continuous,
+        Some("waves") => cfg.llm.batching = crate::llm::Batching::Waves,
+        Some(_) => cfg.llm.batching = crate::llm::Batching::Continuous,
         None => {}
     }
     if let Some(t) = args.prefill_step_tokens {
@@ -240,15 +240,15 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
     let mut local: Option<LlmBackend> = None;
     let mut served: Option<OpenAiBackend> = None;
     match &args.via {
-        None => local = Some(cfgs[0].llm.backend()?),
+        None => local = Some(cfgs[0].llm.local_backend()?),
         Some(_) => {
             let mut llm = cfgs[0].llm.clone();
             llm.max_concurrency = args.max_concurrency.unwrap_or(5 * sims).max(1);
-            crate::served::config::validate(&llm).map_err(|(k, m)| anyhow::anyhow!("{k}: {m}"))?;
+            crate::llm::validate(&llm).map_err(|(k, m)| anyhow::anyhow!("{k}: {m}"))?;
             let mut names = crate::served::config::ServedNames::default();
             for c in &cfgs {
                 names.add(
-                    &llm,
+                    llm.model.as_deref(),
                     c.roster.iter().enumerate().map(|(i, a)| {
                         (
                             format!("bench: roster[{i}]"),
@@ -258,7 +258,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
                     }),
                 )?;
             }
-            served = Some(OpenAiBackend::connect(&llm, names)?);
+            served = Some(OpenAiBackend::connect(&llm.served(), names)?);
         }
     }
     let before = local.as_ref().map(|b| b.stats());

@@ -22,9 +22,9 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::backend::GenParams;
-use crate::inference::device::select_device;
-use crate::inference::generate::{generate_batch_observed, GenOptions, GenSeq};
-use crate::inference::model::load_model;
+use crate::inference::engine::device::select_device;
+use crate::inference::engine::generate::{generate_batch_observed, GenOptions, GenSeq};
+use crate::inference::models::load_model;
 use crate::meter::attribution::Metering;
 use crate::meter::fit::{fit_power_law, Fit};
 use crate::meter::MeterChoice;

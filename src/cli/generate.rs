@@ -3,12 +3,12 @@
 
 use crate::backend::ChatMessage;
 use crate::backend::GenParams;
-use crate::inference::chat_template::ChatTemplate;
-use crate::inference::device::select_device;
-use crate::inference::generate::{generate, GenOptions, GenSeq};
-use crate::inference::gguf::GgufFile;
-use crate::inference::model::load_model_from;
-use crate::inference::tokenizer::Tokenizer;
+use crate::inference::engine::device::select_device;
+use crate::inference::engine::generate::{generate, GenOptions, GenSeq};
+use crate::inference::files::gguf_weights::GgufFile;
+use crate::inference::models::load_model_from;
+use crate::inference::text::chat_template::ChatTemplate;
+use crate::inference::text::tokenizer::Tokenizer;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -130,7 +130,7 @@ fn render_chat(gguf: &GgufFile, tok: &Tokenizer, text: &str) -> Result<String> {
     template.render(&[ChatMessage::user(text)], true, None)
 }
 
-fn print_counts(g: &crate::inference::generate::Generation) {
+fn print_counts(g: &crate::inference::engine::generate::Generation) {
     let tg = if g.decode_ms > 0.0 {
         (g.tokens.len().saturating_sub(1)) as f64 / (g.decode_ms / 1e3)
     } else {

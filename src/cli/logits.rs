@@ -8,8 +8,9 @@
 //! one at a time through the sequence state, so the decode path (KV cache,
 //! recurrent state) is what is checked.
 
-use crate::inference::device::select_device;
-use crate::inference::model::{load_model, logits_to_vec, Logits, SeqStep};
+use crate::inference::engine::device::select_device;
+use crate::inference::engine::logits::compute;
+use crate::inference::models::load_model;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::PathBuf;
@@ -51,40 +52,13 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
     Ok(ids)
 }
 
-/// Logits `[n, vocab]` (row-major) of `ids`, in one pass or prefill-then-decode.
-pub fn compute(
-    model: &dyn crate::inference::model::CausalLm,
-    ids: &[u32],
-    prefill: Option<usize>,
-) -> Result<Vec<f32>> {
-    let n = ids.len();
-    let k = prefill.unwrap_or(n);
-    if k > n {
-        bail!("--prefill {k} is more than the {n} ids given");
-    }
-    let mut state = model.new_state();
-    let mut out = Vec::with_capacity(n * model.info().vocab_size);
-    if k > 0 {
-        let mut step = [SeqStep {
-            tokens: &ids[..k],
-            state: &mut state,
-            logits: Logits::All,
-        }];
-        let lg = model.forward(&mut step)?;
-        out.extend(logits_to_vec(&lg[0])?);
-    }
-    for i in k..n {
-        let mut step = [SeqStep::new(&ids[i..i + 1], &mut state)];
-        let lg = model.forward(&mut step)?;
-        out.extend(logits_to_vec(&lg[0])?);
-    }
-    Ok(out)
-}
-
 pub fn run(args: LogitsArgs) -> Result<ExitCode> {
     let ids = parse_ids(&args.ids)?;
     let device = select_device(&args.device)?;
     let model = load_model(&args.gguf, &device)?;
+    if let Some(k) = args.prefill.filter(|&k| k > ids.len()) {
+        bail!("--prefill {k} is more than the {} ids given", ids.len());
+    }
     let logits = compute(model.as_ref(), &ids, args.prefill)?;
     let vocab = logits.len() / ids.len();
     crate::npy::write_f32(&args.out, &[ids.len(), vocab], &logits)?;

@@ -4,9 +4,9 @@
 //! Progress and notes go to stderr; stdout carries only the result, so scripts can use
 //! `path=$(joule models path smollm2-135m-instruct)`.
 
-use crate::inference::gguf_info::{GgufInfo, ReadOptions};
-use crate::inference::manifest::{Catalog, Manifest, MODELS_DIR_ENV};
-use crate::inference::sources::Sources;
+use crate::inference::files::gguf_header::{GgufInfo, ReadOptions};
+use crate::inference::files::manifest::{Catalog, Manifest, MODELS_DIR_ENV};
+use crate::inference::files::sources::Sources;
 use clap::{Args, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,7 +90,7 @@ pub struct InspectArgs {
     pub sequences: usize,
     /// With --memory: how states store keys and values, f32 or f16 (`[llm] kv_cache`).
     #[arg(long = "kv-cache", default_value = "f32", requires = "memory")]
-    pub kv_cache: crate::inference::state::KvCache,
+    pub kv_cache: crate::inference::engine::state::KvCache,
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<std::process::ExitCode> {
@@ -252,14 +252,14 @@ fn memory(
     args: &InspectArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    use crate::inference::memory_plan::{
+    use crate::inference::engine::memory_plan::{
         device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
     };
-    let device = crate::inference::device::select_device(&args.device)?;
-    let model = crate::inference::model::load_model(path, &device)?;
+    let device = crate::inference::engine::device::select_device(&args.device)?;
+    let model = crate::inference::models::load_model(path, &device)?;
     let state = StateFootprint::probe(model.as_ref(), args.kv_cache)?;
     let plan = MemoryPlan {
-        device: crate::inference::device::device_name(&device).to_string(),
+        device: crate::inference::engine::device::device_name(&device).to_string(),
         runs: 1,
         context: args.context,
         models: vec![ModelNeed {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use crate::backend::SCRIPTED_PREFIX;
 use crate::race::audit::{run_audit_plan, summarize, summary_table, AuditPlan, AuditRow};
 use crate::race::config::ExperimentConfig;
 use crate::race::egt::{
@@ -15,7 +16,6 @@ use crate::race::egt::{
 };
 use crate::race::run::{backend_for, backend_for_models, run_experiment, scripted_backend};
 use crate::record::{write_json_atomic, EventLog};
-use crate::scripted::SCRIPTED_PREFIX;
 
 #[derive(Args, Debug)]
 pub struct RaceArgs {

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::cli::sweep::cells;
 use crate::energy_society::config::SocietyConfig;
-use crate::inference::llm_backend::LlmConfig;
+use crate::llm::BackendKind;
+use crate::llm::LlmConfig;
 use crate::served::api::lists_model;
-use crate::served::config::{BackendKind, ServedNames};
+use crate::served::config::ServedNames;
 use crate::served::openai::client_for;
+use crate::sweep::cells;
 
 #[derive(Args, Debug)]
 pub struct ServeCheckArgs {
@@ -60,11 +61,11 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if llm.base_url.is_none() {
         anyhow::bail!("give the server's URL (e.g. http://127.0.0.1:11434/v1) or a --config with `llm.base_url`");
     }
-    crate::served::config::validate(&llm).map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
+    crate::llm::validate(&llm).map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
     let mut names = ServedNames::default();
     for c in &configs {
         names.add(
-            &llm,
+            llm.model.as_deref(),
             c.roster.iter().enumerate().map(|(i, a)| {
                 (
                     format!("{}: roster[{i}]", c.name),
@@ -74,7 +75,7 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             }),
         )?;
     }
-    let client = client_for(&llm)?;
+    let client = client_for(&llm.served())?;
     let listed = client.models().map_err(|f| {
         anyhow::anyhow!(
             "cannot list the models of {}: {}",

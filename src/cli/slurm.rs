@@ -1,40 +1,18 @@
-//! Sweeps on a Slurm cluster, and the state of a sweep's cells.
-//!
-//! - `joule sweep FILE --slurm [...]` writes an sbatch script for a job array
-//!   with one task per cell still to run (pending, failed, or killed), and
-//!   `--submit` hands it to `sbatch`. Each task runs `joule sweep FILE --cell
-//!   $SLURM_ARRAY_TASK_ID`: the cell's index in the sweep's cell list (config
-//!   order, then seed order).
-//! - `joule sweep FILE --cell INDEX` runs one cell through the same
-//!   [`run_cells`] as a local sweep, so a cluster sweep writes the same run
-//!   folders (and `joule report` reads them unchanged). While it runs it keeps
-//!   a state file `<out>/slurm/state/<config>/seed_<seed>.json` with a
-//!   heartbeat; at the end it records `done` or `failed` with the error.
-//! - `joule sweep FILE --status` classifies every cell from the files alone:
-//!   `done` (the run folder's COMPLETE marker), `running` (a heartbeat newer
-//!   than [`STALE_AFTER`]), `failed` (an error recorded, a heartbeat gone
-//!   stale because the task was killed, or a run folder left incomplete), or
-//!   `pending` (never started; `--submit` marks the array's cells `queued`
-//!   until their task starts).
+//! `joule sweep FILE --slurm | --cell INDEX | --status`: the command line of
+//! `crate::sweep::slurm` (what each does is written there).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::Args;
-use serde::{Deserialize, Serialize};
 
 use crate::energy_society::recorder::Recorder;
-use crate::energy_society::runner::job_source;
-use crate::record::write_json_atomic;
-
-use super::sweep::{cells, out_dir, run_cells, Cell};
-
-/// How often a running cell refreshes its heartbeat.
-pub const HEARTBEAT: Duration = Duration::from_secs(30);
-/// A heartbeat older than this means the task is gone (killed, node lost).
-pub const STALE_AFTER: Duration = Duration::from_secs(120);
+use crate::sweep::slurm::{
+    array_spec, cell_status, mark_queued, now_unix, quote, run_tracked, sbatch_script, slurm_dir,
+    ArrayJob, CellStatus, SbatchOptions,
+};
+use crate::sweep::{cells, out_dir};
 
 /// The sbatch options of `joule sweep --slurm`.
 #[derive(Args, Debug, Clone, Default)]
@@ -63,126 +41,17 @@ pub struct SlurmArgs {
     pub submit: bool,
 }
 
-/// What `--status` says about one cell.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CellStatus {
-    Done,
-    Running(String),
-    Failed(String),
-    /// Never started; the note says when it is queued in a submitted array.
-    Pending(String),
-}
-
-impl CellStatus {
-    fn label(&self) -> &'static str {
-        match self {
-            CellStatus::Done => "done",
-            CellStatus::Running(_) => "running",
-            CellStatus::Failed(_) => "failed",
-            CellStatus::Pending(_) => "pending",
+impl SlurmArgs {
+    /// The sbatch options these flags give.
+    pub fn sbatch(&self) -> SbatchOptions {
+        SbatchOptions {
+            partition: self.partition.clone(),
+            time: self.time.clone(),
+            gpus_per_task: self.gpus_per_task,
+            cpus_per_task: self.cpus_per_task,
+            max_running: self.max_running,
+            extra: self.extra.clone(),
         }
-    }
-
-    /// Cells a new submission runs.
-    pub fn to_run(&self) -> bool {
-        matches!(self, CellStatus::Failed(_) | CellStatus::Pending(_))
-    }
-}
-
-/// The state file of a cell run with `--cell`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CellState {
-    pub cell: usize,
-    pub dir: PathBuf,
-    /// `queued` (in a submitted array), `running`, `done` or `failed`.
-    pub state: String,
-    pub host: String,
-    pub pid: u32,
-    /// `SLURM_ARRAY_JOB_ID_SLURM_ARRAY_TASK_ID` (or `SLURM_JOB_ID`) when run by Slurm.
-    #[serde(default)]
-    pub slurm_job: Option<String>,
-    pub started_unix: u64,
-    pub heartbeat_unix: u64,
-    #[serde(default)]
-    pub error: Option<String>,
-}
-
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// `<out>/slurm`: the sbatch script, the task logs and the cell states.
-pub fn slurm_dir(out: &Path) -> PathBuf {
-    out.join("slurm")
-}
-
-/// Where the state of the cell whose run folder is `dir` lives.
-pub fn state_path(out: &Path, dir: &Path) -> PathBuf {
-    let rel = dir.strip_prefix(out).unwrap_or(dir);
-    let mut p = slurm_dir(out).join("state");
-    for c in rel.components() {
-        if let std::path::Component::Normal(s) = c {
-            p.push(s);
-        }
-    }
-    p.set_extension("json");
-    p
-}
-
-/// The status of one cell at unix time `now`, from its files.
-pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
-    if Recorder::is_complete(&cell.dir) {
-        return CellStatus::Done;
-    }
-    let state: Option<CellState> = std::fs::read_to_string(state_path(out, &cell.dir))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
-    match state {
-        Some(s) if s.state == "failed" => CellStatus::Failed(
-            s.error
-                .map(|e| e.lines().next().unwrap_or("").to_string())
-                .unwrap_or_else(|| "failed".into()),
-        ),
-        Some(s) if s.state == "running" => {
-            let age = now.saturating_sub(s.heartbeat_unix);
-            let who = format!(
-                "{}{} pid {}",
-                s.host,
-                s.slurm_job.map(|j| format!(" job {j}")).unwrap_or_default(),
-                s.pid
-            );
-            if age <= STALE_AFTER.as_secs() {
-                CellStatus::Running(format!(
-                    "{who}, for {}",
-                    age_text(now.saturating_sub(s.started_unix))
-                ))
-            } else {
-                CellStatus::Failed(format!(
-                    "no heartbeat from {who} for {} (killed?)",
-                    age_text(age)
-                ))
-            }
-        }
-        // Queued by a submission, and not started (else the cell would say so).
-        Some(s) if s.state == "queued" => CellStatus::Pending(format!(
-            "queued in job {}",
-            s.slurm_job.unwrap_or_else(|| "?".into())
-        )),
-        // `done` without COMPLETE: the folder was changed since; or no state.
-        _ if cell.dir.exists() => CellStatus::Failed("run folder incomplete (interrupted)".into()),
-        _ => CellStatus::Pending(String::new()),
-    }
-}
-
-fn age_text(s: u64) -> String {
-    match s {
-        0..=119 => format!("{s} s"),
-        120..=7199 => format!("{} min", s / 60),
-        _ => format!("{:.1} h", s as f64 / 3600.0),
     }
 }
 
@@ -235,182 +104,14 @@ pub fn run_cell(
         println!("cell {index} ({}) is already complete", cell.dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    let path = state_path(&out, &cell.dir);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let started = now_unix();
-    let mut state = CellState {
-        cell: index,
-        dir: cell.dir.clone(),
-        state: "running".into(),
-        host: hostname(),
-        pid: std::process::id(),
-        slurm_job: slurm_job(),
-        started_unix: started,
-        heartbeat_unix: started,
-        error: None,
-    };
-    write_json_atomic(&path, &state)?;
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let beat = {
-        let (path, mut state) = (path.clone(), state.clone());
-        std::thread::spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(HEARTBEAT)
-            {
-                state.heartbeat_unix = now_unix();
-                // A failed heartbeat write only makes the status look stale.
-                let _ = write_json_atomic(&path, &state);
-            }
-        })
-    };
     let dir = cell.dir.clone();
-    let result = run_cells(vec![cell], 1, true, &job_source);
-    let _ = stop.send(());
-    let _ = beat.join();
-    state.heartbeat_unix = now_unix();
-    match result {
-        Ok(_) => {
-            state.state = "done".into();
-            write_json_atomic(&path, &state)?;
+    match run_tracked(&out, index, cell) {
+        Ok(()) => {
             println!("cell {index} ({}) complete", dir.display());
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            state.state = "failed".into();
-            state.error = Some(format!("{e:#}"));
-            write_json_atomic(&path, &state)?;
-            Err(e.context(format!("cell {index} ({})", dir.display())))
-        }
+        Err(e) => Err(e.context(format!("cell {index} ({})", dir.display()))),
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "unknown-host".into())
-}
-
-fn slurm_job() -> Option<String> {
-    match (
-        std::env::var("SLURM_ARRAY_JOB_ID"),
-        std::env::var("SLURM_ARRAY_TASK_ID"),
-    ) {
-        (Ok(j), Ok(t)) => Some(format!("{j}_{t}")),
-        _ => std::env::var("SLURM_JOB_ID").ok(),
-    }
-}
-
-/// Slurm's array syntax for sorted indices: `0-3,7,9-10`.
-pub fn array_spec(indices: &[usize]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < indices.len() {
-        let start = indices[i];
-        let mut end = start;
-        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
-            i += 1;
-            end = indices[i];
-        }
-        parts.push(if end == start {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(",")
-}
-
-/// Everything an sbatch script needs.
-#[derive(Debug, Clone)]
-pub struct ArrayJob {
-    pub name: String,
-    /// Cell indices the array runs.
-    pub indices: Vec<usize>,
-    pub joule: PathBuf,
-    pub sweep_file: PathBuf,
-    pub out: PathBuf,
-    pub workdir: PathBuf,
-    pub options: SlurmArgs,
-}
-
-fn quote(p: &str) -> anyhow::Result<String> {
-    Ok(shlex::try_quote(p)
-        .map_err(|e| anyhow::anyhow!("cannot quote `{p}` for the shell: {e}"))?
-        .into_owned())
-}
-
-/// The sbatch script of a job array.
-pub fn sbatch_script(job: &ArrayJob) -> anyhow::Result<String> {
-    anyhow::ensure!(!job.indices.is_empty(), "no cells to run");
-    let mut array = array_spec(&job.indices);
-    if let Some(n) = job.options.max_running {
-        anyhow::ensure!(n > 0, "--max-running: expected at least 1, got 0");
-        array += &format!("%{n}");
-    }
-    let logs = slurm_dir(&job.out).join("logs");
-    let mut s = String::new();
-    s += "#!/bin/bash\n";
-    s += &format!(
-        "# Written by `joule sweep --slurm`: one array task per cell still to run of\n# {}.\n",
-        job.sweep_file.display()
-    );
-    s += "# Each task runs that cell exactly as a local `joule sweep` does; see its state with\n";
-    s += &format!(
-        "#   joule sweep {} --out {} --status\n",
-        quote(&job.sweep_file.display().to_string())?,
-        quote(&job.out.display().to_string())?
-    );
-    let mut sb = |line: String| {
-        s.push_str("#SBATCH ");
-        s.push_str(&line);
-        s.push('\n');
-    };
-    sb(format!("--job-name={}", job.name));
-    sb(format!("--array={array}"));
-    sb(format!("--output={}", logs.join("%A_%a.out").display()));
-    sb(format!("--chdir={}", job.workdir.display()));
-    sb("--ntasks=1".into());
-    if let Some(p) = &job.options.partition {
-        sb(format!("--partition={p}"));
-    }
-    if let Some(t) = &job.options.time {
-        sb(format!("--time={t}"));
-    }
-    if let Some(g) = job.options.gpus_per_task {
-        sb(format!("--gpus-per-task={g}"));
-    }
-    if let Some(c) = job.options.cpus_per_task {
-        sb(format!("--cpus-per-task={c}"));
-    }
-    if let Some(extra) = &job.options.extra {
-        let args = shlex::split(extra).ok_or_else(|| {
-            anyhow::anyhow!("--extra: cannot split `{extra}` into arguments (unbalanced quotes?)")
-        })?;
-        for a in args {
-            anyhow::ensure!(
-                a.starts_with('-'),
-                "--extra: expected sbatch options such as `--mem=32G`, got `{a}` (write \
-                 options with their value joined by `=`)"
-            );
-            anyhow::ensure!(!a.contains('\n'), "--extra: an argument holds a line break");
-            sb(a);
-        }
-    }
-    s += "set -euo pipefail\n";
-    s += &format!(
-        "exec {} sweep {} --out {} --cell \"$SLURM_ARRAY_TASK_ID\"\n",
-        quote(&job.joule.display().to_string())?,
-        quote(&job.sweep_file.display().to_string())?,
-        quote(&job.out.display().to_string())?
-    );
-    Ok(s)
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
@@ -448,7 +149,7 @@ pub fn write_array(
         sweep_file: absolute(file)?,
         out: out.clone(),
         workdir: std::env::current_dir().context("reading the current folder")?,
-        options: options.clone(),
+        options: options.sbatch(),
     };
     let script = sbatch_script(&job)?;
     let dir = slurm_dir(&out);
@@ -501,197 +202,6 @@ pub fn write_array(
         .last()
         .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
         .map(String::from);
-    let started = now_unix();
-    for &i in &indices {
-        let cell = &cells[i];
-        let path = state_path(&out, &cell.dir);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        write_json_atomic(
-            &path,
-            &CellState {
-                cell: i,
-                dir: cell.dir.clone(),
-                state: "queued".into(),
-                host: hostname(),
-                pid: std::process::id(),
-                slurm_job: job_id.as_ref().map(|j| format!("{j}_{i}")),
-                started_unix: started,
-                heartbeat_unix: started,
-                error: None,
-            },
-        )?;
-    }
+    mark_queued(&out, &cells, &indices, job_id.as_deref())?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn job(options: SlurmArgs) -> ArrayJob {
-        ArrayJob {
-            name: "joule-sweep-paper".into(),
-            indices: vec![0, 1, 2, 5, 7, 8],
-            joule: "/opt/joule/bin/joule".into(),
-            sweep_file: "/home/a b/sweep.toml".into(),
-            out: "/scratch/runs/sweep".into(),
-            workdir: "/home/a b".into(),
-            options,
-        }
-    }
-
-    #[test]
-    fn array_specs_compress_runs() {
-        assert_eq!(array_spec(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
-        assert_eq!(array_spec(&[4]), "4");
-        assert_eq!(array_spec(&[]), "");
-    }
-
-    #[test]
-    fn the_script_runs_each_task_as_one_cell() {
-        let s = sbatch_script(&job(SlurmArgs {
-            partition: Some("gpu".into()),
-            time: Some("04:00:00".into()),
-            gpus_per_task: Some(1),
-            cpus_per_task: Some(8),
-            max_running: Some(4),
-            extra: Some("--mem=32G --qos='high prio'".into()),
-            submit: false,
-        }))
-        .unwrap();
-        let sbatch: Vec<&str> = s.lines().filter(|l| l.starts_with("#SBATCH")).collect();
-        assert_eq!(
-            sbatch,
-            vec![
-                "#SBATCH --job-name=joule-sweep-paper",
-                "#SBATCH --array=0-2,5,7-8%4",
-                "#SBATCH --output=/scratch/runs/sweep/slurm/logs/%A_%a.out",
-                "#SBATCH --chdir=/home/a b",
-                "#SBATCH --ntasks=1",
-                "#SBATCH --partition=gpu",
-                "#SBATCH --time=04:00:00",
-                "#SBATCH --gpus-per-task=1",
-                "#SBATCH --cpus-per-task=8",
-                "#SBATCH --mem=32G",
-                "#SBATCH --qos=high prio",
-            ]
-        );
-        assert!(s.starts_with("#!/bin/bash\n"));
-        assert_eq!(
-            s.lines().last().unwrap(),
-            "exec /opt/joule/bin/joule sweep '/home/a b/sweep.toml' --out /scratch/runs/sweep --cell \"$SLURM_ARRAY_TASK_ID\""
-        );
-        // The #SBATCH lines come before the first command, as sbatch requires.
-        let lines: Vec<&str> = s.lines().collect();
-        let first_cmd = lines.iter().position(|l| l.starts_with("set ")).unwrap();
-        let last_sbatch = lines
-            .iter()
-            .rposition(|l| l.starts_with("#SBATCH"))
-            .unwrap();
-        assert!(last_sbatch < first_cmd);
-    }
-
-    #[test]
-    fn bad_extra_arguments_are_refused() {
-        let with = |e: &str| {
-            sbatch_script(&job(SlurmArgs {
-                extra: Some(e.into()),
-                ..Default::default()
-            }))
-        };
-        assert!(with("--mem=1G").is_ok());
-        assert!(format!("{:#}", with("--qos 'x").unwrap_err()).contains("unbalanced"));
-        assert!(format!("{:#}", with("--mem 32G").unwrap_err()).contains("`32G`"));
-        let e = sbatch_script(&ArrayJob {
-            indices: vec![],
-            ..job(SlurmArgs::default())
-        });
-        assert!(e.is_err());
-    }
-
-    #[test]
-    fn status_reads_markers_and_heartbeats() {
-        let tmp = tempfile::tempdir().unwrap();
-        let out = tmp.path().join("out");
-        let cell = |name: &str| Cell {
-            config: crate::energy_society::config::SocietyConfig::baseline("greedy"),
-            dir: out.join("baseline").join(name),
-        };
-        let now = 1_000_000;
-        let write = |c: &Cell, state: &str, beat: u64, error: Option<&str>| {
-            let p = state_path(&out, &c.dir);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            write_json_atomic(
-                &p,
-                &CellState {
-                    cell: 0,
-                    dir: c.dir.clone(),
-                    state: state.into(),
-                    host: "n01".into(),
-                    pid: 7,
-                    slurm_job: Some("12_3".into()),
-                    started_unix: beat,
-                    heartbeat_unix: beat,
-                    error: error.map(String::from),
-                },
-            )
-            .unwrap();
-        };
-        let pending = cell("seed_1");
-        assert_eq!(
-            cell_status(&out, &pending, now),
-            CellStatus::Pending(String::new())
-        );
-        let queued = cell("seed_7");
-        write(&queued, "queued", now - 9999, None);
-        let s = cell_status(&out, &queued, now);
-        assert_eq!(s, CellStatus::Pending("queued in job 12_3".into()));
-        assert!(s.to_run());
-
-        let done = cell("seed_2");
-        std::fs::create_dir_all(&done.dir).unwrap();
-        std::fs::write(done.dir.join("COMPLETE"), "complete\n").unwrap();
-        write(&done, "running", 0, None);
-        assert_eq!(cell_status(&out, &done, now), CellStatus::Done);
-
-        let running = cell("seed_3");
-        write(&running, "running", now - 20, None);
-        let s = cell_status(&out, &running, now);
-        assert!(
-            matches!(&s, CellStatus::Running(n) if n.contains("job 12_3")),
-            "{s:?}"
-        );
-        assert!(!s.to_run());
-
-        let killed = cell("seed_4");
-        write(&killed, "running", now - 600, None);
-        let s = cell_status(&out, &killed, now);
-        assert!(
-            matches!(&s, CellStatus::Failed(n) if n.contains("killed")),
-            "{s:?}"
-        );
-        assert!(s.to_run());
-
-        let failed = cell("seed_5");
-        write(&failed, "failed", now, Some("server unreachable\nmore"));
-        assert_eq!(
-            cell_status(&out, &failed, now),
-            CellStatus::Failed("server unreachable".into())
-        );
-
-        let interrupted = cell("seed_6");
-        std::fs::create_dir_all(&interrupted.dir).unwrap();
-        assert!(matches!(
-            cell_status(&out, &interrupted, now),
-            CellStatus::Failed(_)
-        ));
-
-        assert_eq!(
-            state_path(&out, &running.dir),
-            out.join("slurm/state/baseline/seed_3.json")
-        );
-    }
 }

@@ -2,7 +2,7 @@
 //! tokenizer (no BOS/EOS added, special-token texts not parsed), space-separated
 //! on one line — the same ids llama.cpp's tokenizer tests expect.
 
-use crate::inference::tokenizer::Tokenizer;
+use crate::inference::text::tokenizer::Tokenizer;
 use anyhow::{Context, Result};
 use std::io::Read;
 use std::path::PathBuf;

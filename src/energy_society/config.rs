@@ -150,7 +150,7 @@ pub struct SocietyConfig {
     pub generation: GenParams,
     /// How model-backed (non-scripted) agents run.
     #[serde(default)]
-    pub llm: crate::inference::llm_backend::LlmConfig,
+    pub llm: crate::llm::LlmConfig,
     pub roster: Vec<RosterEntry>,
 }
 
@@ -335,7 +335,7 @@ impl SocietyConfig {
         }
         self.cost.check().map_err(|(k, m)| err(k, m))?;
         if self.cost.model == crate::energy::CostKind::Measured {
-            if self.llm.backend != crate::served::config::BackendKind::Local {
+            if self.llm.backend != crate::llm::BackendKind::Local {
                 return Err(err(
                     "cost.model".into(),
                     "\"measured\" needs the local backend (`[llm] backend = \"local\"`): Joule cannot meter a model server's machine".into(),
@@ -345,7 +345,7 @@ impl SocietyConfig {
                 .roster
                 .iter()
                 .enumerate()
-                .find(|(_, a)| a.model.starts_with(crate::scripted::SCRIPTED_PREFIX))
+                .find(|(_, a)| a.model.starts_with(crate::backend::SCRIPTED_PREFIX))
             {
                 return Err(err(
                     "cost.model".into(),
@@ -413,7 +413,7 @@ impl SocietyConfig {
                 ));
             }
         }
-        crate::served::config::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
+        crate::llm::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
         if let JobsConfig::Mmlu { path } = &self.jobs {
             if path.trim().is_empty() {
                 return Err(err(
@@ -593,11 +593,17 @@ init_energy = 100
     #[test]
     fn the_kv_cache_type_is_read_recorded_and_checked() {
         let c = SocietyConfig::from_toml_str(GOOD, "c.toml").unwrap();
-        assert_eq!(c.llm.kv_cache, crate::inference::state::KvCache::F32);
+        assert_eq!(
+            c.llm.kv_cache,
+            crate::inference::engine::state::KvCache::F32
+        );
         assert!(c.to_toml().unwrap().contains("kv_cache = \"f32\""));
         let half = format!("{GOOD}\n[llm]\nkv_cache = \"f16\"\n");
         let c = SocietyConfig::from_toml_str(&half, "c.toml").unwrap();
-        assert_eq!(c.llm.kv_cache, crate::inference::state::KvCache::F16);
+        assert_eq!(
+            c.llm.kv_cache,
+            crate::inference::engine::state::KvCache::F16
+        );
         let again = SocietyConfig::from_toml_str(&c.to_toml().unwrap(), "resolved.toml").unwrap();
         assert_eq!(again, c);
         let bad = format!("{GOOD}\n[llm]\nkv_cache = \"q8\"\n");

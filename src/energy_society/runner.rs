@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use crate::agency::{run_one, Driver};
 use crate::backend::Backend;
-use crate::scripted::SCRIPTED_PREFIX;
+use crate::backend::SCRIPTED_PREFIX;
 
 use super::config::{JobsConfig, SocietyConfig};
 use super::job::JobSource;
@@ -63,7 +63,7 @@ pub fn backend_for_all(cfgs: &[SocietyConfig]) -> anyhow::Result<Box<dyn Backend
     let mut names = crate::served::config::ServedNames::default();
     for c in cfgs {
         names.add(
-            &cfg.llm,
+            cfg.llm.model.as_deref(),
             c.roster.iter().enumerate().map(|(i, a)| {
                 (
                     format!("{}: roster[{i}]", c.name),
@@ -73,7 +73,7 @@ pub fn backend_for_all(cfgs: &[SocietyConfig]) -> anyhow::Result<Box<dyn Backend
             }),
         )?;
     }
-    let backend = crate::served::mixed_backend(&cfg.llm, scripted, names)?;
+    let backend = crate::llm::build_backend(&cfg.llm, scripted, names)?;
     // The measured cost model needs a meter before round 1, not a failed call later.
     if let Some(c) = cfgs
         .iter()

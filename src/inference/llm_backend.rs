@@ -29,23 +29,24 @@ use anyhow::Context;
 use candle_core::Device;
 
 use crate::backend::{
-    Answer, Backend, BackendError, MemoryDemand, ModelRequest, ModelResponse, ModelResult,
-    OutputFormat, StepBackend,
+    Answer, Backend, BackendError, MemoryDemand, MemoryReport, ModelRequest, ModelResponse,
+    ModelResult, OutputFormat, StepBackend,
 };
-use crate::inference::chat_template::{ChatTemplate, ThinkingSupport};
-use crate::inference::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
-use crate::inference::generate::{
+use crate::inference::engine::generate::{
     BatchSeq, DecodeBatch, Finished, GenOptions, ThinkingDelims, TokenMask,
 };
-use crate::inference::gguf::GgufFile;
-use crate::inference::memory_plan::{
+use crate::inference::engine::memory_plan::{
     device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
 };
-use crate::inference::model::{load_model_from, SeqState, SharedModel};
-use crate::inference::prefix_cache::{PrefixCache, PrefixStats};
-use crate::inference::state::KvCache;
-use crate::inference::thinking::{split_thinking, ThinkingMarkers};
-use crate::inference::tokenizer::Tokenizer;
+use crate::inference::engine::model::{SeqState, SharedModel};
+use crate::inference::engine::prefix_cache::{PrefixCache, PrefixStats};
+use crate::inference::engine::state::KvCache;
+use crate::inference::files::gguf_weights::GgufFile;
+use crate::inference::models::load_model_from;
+use crate::inference::text::chat_template::{ChatTemplate, ThinkingSupport};
+use crate::inference::text::constrain::{JsonConstraint, JsonStyle, ThinkThenJson, TokenVocab};
+use crate::inference::text::thinking::{split_thinking, ThinkingMarkers};
+use crate::inference::text::tokenizer::Tokenizer;
 use crate::meter::attribution::{MeasuredEnergy, MeterStatus, Metering, StepObserver, StepWork};
 use crate::meter::MeterChoice;
 
@@ -225,7 +226,7 @@ impl Constraint {
         }
     }
 
-    fn allowed(&mut self) -> anyhow::Result<crate::inference::constrain::TokenMask> {
+    fn allowed(&mut self) -> anyhow::Result<crate::inference::text::constrain::TokenMask> {
         match self {
             Constraint::Json(c) => c.allowed_tokens(),
             Constraint::ThinkFirst(c) => c.allowed_tokens(),
@@ -394,7 +395,7 @@ impl LlmBackend {
         }
         let path = match key.strip_prefix("stand-in:") {
             Some(p) => PathBuf::from(p),
-            None => crate::inference::sources::resolve_model(key)
+            None => crate::inference::files::sources::resolve_model(key)
                 .with_context(|| format!("locating model `{key}`"))?,
         };
         // One parse of the header for the weights, the tokenizer and the template.
@@ -493,7 +494,7 @@ impl LlmBackend {
             });
         }
         Ok(MemoryPlan {
-            device: crate::inference::device::device_name(&self.device).to_string(),
+            device: crate::inference::engine::device::device_name(&self.device).to_string(),
             runs: demand.runs,
             context: self.options.plan_context,
             models,
@@ -783,17 +784,20 @@ impl LlmBackend {
 }
 
 impl Backend for LlmBackend {
-    fn plan_memory(&mut self, demand: &MemoryDemand) -> anyhow::Result<Option<MemoryPlan>> {
+    fn plan_memory(
+        &mut self,
+        demand: &MemoryDemand,
+    ) -> anyhow::Result<Option<Box<dyn MemoryReport>>> {
         if demand.sequences.is_empty() {
             return Ok(None);
         }
-        self.memory_plan(demand).map(Some)
+        Ok(Some(Box::new(self.memory_plan(demand)?)))
     }
 
     fn name(&self) -> String {
         format!(
             "candle-{}",
-            crate::inference::device::device_name(&self.device)
+            crate::inference::engine::device::device_name(&self.device)
         )
     }
 
@@ -955,300 +959,5 @@ impl StepBackend for LlmBackend {
 
     fn in_flight(&self) -> usize {
         self.running.flights.len() + self.running.ready.len()
-    }
-}
-
-/// Routes `scripted:` keys to a scripted backend and every other key to the
-/// model backend (local [`LlmBackend`] by default, or a served one), so one
-/// roster can mix scripted and model-backed agents.
-pub struct MixedBackend<L = LlmBackend> {
-    pub scripted: crate::scripted::ScriptedBackend,
-    pub llm: L,
-    /// Continuous batching: scripted requests waiting for the next step,
-    /// calls that failed on submission, model calls running.
-    pending: Vec<(u64, ModelRequest)>,
-    failed: Vec<Answer>,
-    llm_in_flight: usize,
-}
-
-impl<L> MixedBackend<L> {
-    pub fn new(scripted: crate::scripted::ScriptedBackend, llm: L) -> Self {
-        Self {
-            scripted,
-            llm,
-            pending: Vec::new(),
-            failed: Vec::new(),
-            llm_in_flight: 0,
-        }
-    }
-}
-
-impl<L: Backend> Backend for MixedBackend<L> {
-    fn name(&self) -> String {
-        format!("scripted+{}", self.llm.name())
-    }
-
-    fn batch_key(&self, model: &str) -> String {
-        if model.starts_with(crate::scripted::SCRIPTED_PREFIX) {
-            self.scripted.batch_key(model)
-        } else {
-            self.llm.batch_key(model)
-        }
-    }
-
-    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
-        // The driver batches per batch key, so a batch is all one kind.
-        match batch.first() {
-            Some(r) if r.model.starts_with(crate::scripted::SCRIPTED_PREFIX) => {
-                self.scripted.generate(batch)
-            }
-            Some(_) => self.llm.generate(batch),
-            None => Vec::new(),
-        }
-    }
-
-    fn unavailable(&self) -> Option<String> {
-        self.llm.unavailable()
-    }
-
-    fn plan_memory(&mut self, demand: &MemoryDemand) -> anyhow::Result<Option<MemoryPlan>> {
-        self.llm.plan_memory(demand)
-    }
-
-    fn metering(&self) -> Option<MeterStatus> {
-        self.llm.metering()
-    }
-
-    fn end_session(&mut self, session: u64) {
-        self.scripted.end_session(session);
-        self.llm.end_session(session);
-    }
-
-    /// Continuous batching when the model backend has it (scripted calls
-    /// are answered at the next step).
-    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
-        if self.llm.stepwise().is_some() {
-            Some(self)
-        } else {
-            None
-        }
-    }
-}
-
-impl<L: Backend> StepBackend for MixedBackend<L> {
-    fn submit(&mut self, ticket: u64, request: ModelRequest) {
-        if request.model.starts_with(crate::scripted::SCRIPTED_PREFIX) {
-            self.pending.push((ticket, request));
-            return;
-        }
-        match self.llm.stepwise() {
-            Some(llm) => {
-                llm.submit(ticket, request);
-                self.llm_in_flight += 1;
-            }
-            None => {
-                let result = Err(BackendError {
-                    model: request.model.clone(),
-                    message: "the model backend has no continuous batching".into(),
-                    partial_usage: None,
-                });
-                self.failed.push(Answer {
-                    ticket,
-                    request,
-                    result,
-                });
-            }
-        }
-    }
-
-    fn step(&mut self) -> Vec<Answer> {
-        let mut out = std::mem::take(&mut self.failed);
-        // Scripted requests: one batch per batch key, in submission order.
-        let pending = std::mem::take(&mut self.pending);
-        let mut by_key: std::collections::BTreeMap<String, Vec<(u64, ModelRequest)>> =
-            Default::default();
-        for (t, r) in pending {
-            by_key
-                .entry(self.scripted.batch_key(&r.model))
-                .or_default()
-                .push((t, r));
-        }
-        for (_, items) in by_key {
-            let (tickets, batch): (Vec<u64>, Vec<ModelRequest>) = items.into_iter().unzip();
-            let mut results = self.scripted.generate(&batch).into_iter();
-            for (ticket, request) in tickets.into_iter().zip(batch) {
-                let result = results.next().unwrap_or_else(|| {
-                    Err(BackendError {
-                        model: request.model.clone(),
-                        message: "backend returned fewer results than requests".into(),
-                        partial_usage: None,
-                    })
-                });
-                out.push(Answer {
-                    ticket,
-                    request,
-                    result,
-                });
-            }
-        }
-        if self.llm_in_flight > 0 {
-            if let Some(llm) = self.llm.stepwise() {
-                let answers = llm.step();
-                self.llm_in_flight = self.llm_in_flight.saturating_sub(answers.len());
-                out.extend(answers);
-            }
-        }
-        out
-    }
-
-    fn in_flight(&self) -> usize {
-        self.pending.len() + self.failed.len() + self.llm_in_flight
-    }
-}
-
-/// The `[llm]` section of an experiment config: how model-backed agents run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LlmConfig {
-    /// `cpu`, `cuda[:N]` or `metal[:N]` (GPU ones need the matching cargo feature).
-    pub device: String,
-    /// Constrained JSON decoding, or free text parsed with retries.
-    pub structured: StructuredMode,
-    /// Count the end-of-generation token as generated (Ollama's eval_count does).
-    pub count_eos: bool,
-    /// Most thinking tokens before the close marker is forced (constrained mode).
-    pub max_thinking_tokens: Option<usize>,
-    /// Run every model-backed agent on this model (a manifest name or GGUF path)
-    /// instead of its own, keeping each agent's size S for the costs.
-    pub stand_in: Option<String>,
-    /// Per-model stand-ins (`[llm.stand_ins]`: roster model → manifest name
-    /// or GGUF path), taking precedence over `stand_in`.
-    pub stand_ins: std::collections::BTreeMap<String, String>,
-    /// Longest string constrained decoding allows where the schema sets no maxLength.
-    pub max_string_chars: Option<usize>,
-    /// `strict` (default): constrained decoding enforces the scenario's strict
-    /// schema (valid actions and ids only); `reference`: the reference's schema.
-    pub schema: SchemaChoice,
-    // The fields below choose and configure a served backend (`src/served/`);
-    // `crate::served::config::validate` checks them.
-    /// `local` (default): models on candle in this process; `openai`: an
-    /// OpenAI-compatible server (Ollama, vLLM, llama-server).
-    pub backend: crate::served::config::BackendKind,
-    /// openai: the server's API root, e.g. `http://127.0.0.1:11434/v1`.
-    pub base_url: Option<String>,
-    /// openai: the environment variable that holds the API key (sent as a bearer token).
-    pub api_key_env: Option<String>,
-    /// openai: the served model name for every model-backed agent (else each
-    /// agent's roster `model_name`).
-    pub model: Option<String>,
-    /// openai: most requests in flight at once (a batch becomes that many concurrent requests).
-    pub max_concurrency: usize,
-    /// openai: seconds one request may take before it counts as failed.
-    pub timeout_s: f64,
-    /// openai: retries after a refused connection, a timeout, HTTP 5xx or malformed JSON.
-    pub retries: u32,
-    /// openai: seconds before the first retry, doubled for each next one (at most 30).
-    pub retry_backoff_s: f64,
-    /// openai: how a request turns thinking on or off.
-    pub thinking_switch: crate::served::config::ThinkingSwitch,
-    /// local: tokens each sequence's state is planned for when Joule checks,
-    /// before round 1, that the models and every agent's state fit the device.
-    pub plan_context: usize,
-    /// local: the energy meter (`auto`: every meter this machine has, none
-    /// if it has none; `none`, `nvml`, `rapl`; `fake-file:PATH` and
-    /// `fake-power:WATTS` are test meters). See `joule meters`.
-    pub meter: MeterChoice,
-    /// local: MiB each model's prefix cache (computed prompt blocks shared
-    /// by every call, agent and run) may hold; 0 turns it off.
-    pub prefix_cache_mib: usize,
-    /// local: `continuous` (default): a call joins the running batch as soon
-    /// as its scenario asks for it and leaves it when it finishes; `waves`:
-    /// the calls queued together are decoded together to the end of the
-    /// longest. Records are the same either way.
-    pub batching: Batching,
-    /// local, continuous batching: prompt tokens one forward step feeds at
-    /// most (whole 64-token prompt blocks; the oldest waiting one always goes).
-    pub prefill_step_tokens: usize,
-    /// local: how sequence states store keys and values: `f32` (default,
-    /// as computed) or `f16` (half the memory; each value rounded once).
-    pub kv_cache: KvCache,
-}
-
-/// How the local backend batches calls (`[llm] batching`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Batching {
-    #[default]
-    Continuous,
-    Waves,
-}
-
-impl Default for LlmConfig {
-    fn default() -> Self {
-        Self {
-            device: "cpu".into(),
-            structured: StructuredMode::Constrained,
-            count_eos: true,
-            max_thinking_tokens: Some(512),
-            stand_in: None,
-            stand_ins: Default::default(),
-            max_string_chars: Some(240),
-            schema: SchemaChoice::Strict,
-            backend: Default::default(),
-            base_url: None,
-            api_key_env: None,
-            model: None,
-            max_concurrency: 8,
-            timeout_s: 900.0,
-            retries: 4,
-            retry_backoff_s: 1.0,
-            thinking_switch: Default::default(),
-            plan_context: DEFAULT_PLAN_CONTEXT,
-            meter: MeterChoice::Auto,
-            prefix_cache_mib: 2048,
-            batching: Batching::Continuous,
-            prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
-            kv_cache: KvCache::F32,
-        }
-    }
-}
-
-impl LlmConfig {
-    /// Build the backend: resolves (and fetches if needed) the stand-in model.
-    pub fn backend(&self) -> anyhow::Result<LlmBackend> {
-        let device = crate::inference::device::select_device(&self.device)?;
-        let stand_in = match &self.stand_in {
-            Some(s) => Some(
-                crate::inference::sources::resolve_model(s)
-                    .with_context(|| format!("llm.stand_in = `{s}`"))?,
-            ),
-            None => None,
-        };
-        let mut stand_ins = std::collections::BTreeMap::new();
-        for (model, s) in &self.stand_ins {
-            let path = crate::inference::sources::resolve_model(s)
-                .with_context(|| format!("llm.stand_ins.\"{model}\" = `{s}`"))?;
-            stand_ins.insert(model.clone(), path);
-        }
-        Ok(LlmBackend::new(
-            device,
-            LlmOptions {
-                structured: self.structured,
-                count_eos: self.count_eos,
-                max_thinking_tokens: self.max_thinking_tokens,
-                stand_in,
-                stand_ins,
-                max_string_chars: self.max_string_chars,
-                schema: self.schema,
-                plan_context: self.plan_context,
-                prefix_cache_bytes: self.prefix_cache_mib << 20,
-                continuous: self.batching == Batching::Continuous,
-                prefill_step_tokens: self.prefill_step_tokens,
-                kv_cache: self.kv_cache,
-                ..LlmOptions::default()
-            },
-        )
-        .with_meter(&self.meter)
-        .map_err(|e| anyhow::anyhow!("llm.meter = \"{}\": {e}", self.meter))?)
     }
 }

@@ -100,7 +100,7 @@ pub struct ExperimentConfig {
     pub scripted_tokens: Option<TokenDist>,
     /// How model-backed seats run (device, stand-in model); see `[llm]` in README.
     #[serde(default)]
-    pub llm: crate::inference::llm_backend::LlmConfig,
+    pub llm: crate::llm::LlmConfig,
 }
 
 impl ExperimentConfig {
@@ -128,8 +128,7 @@ impl ExperimentConfig {
             anyhow::ensure!(!l.seats.is_empty(), "lineup `{}` has no seats", l.name);
         }
         anyhow::ensure!(!self.p_max.is_empty(), "`p_max` must not be empty");
-        crate::served::config::validate(&self.llm)
-            .map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
+        crate::llm::validate(&self.llm).map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
         for &p in &self.p_max {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&p),

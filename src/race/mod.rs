@@ -15,22 +15,15 @@
 //! - [`report`]: rates, Wilson intervals, trajectories, plot (§8).
 //! - [`audit`]: the 41-probe validity audit (§6).
 //! - [`egt`]: the evolutionary benchmark (§7).
-//! - [`trajectory`]: player-race trajectories shared by the analyses below.
-//! - [`human`]: the human experiment's data set and its analysed sample (§8).
-//! - [`logit`]: the six cluster-robust logits (§8).
-//! - [`strategy`]: nearest-strategy classification (§8).
-//! - [`archetype`]: the five features, human k-means, nearest centroid (§8).
-//! - [`compare`]: humans versus models in the report (§8).
+//! - [`analysis`]: humans versus models (§8): run loading, trajectories, the human data
+//!   set, the cluster-robust logits, strategies, archetypes and the comparison.
 
 pub mod agents;
-pub mod archetype;
+pub mod analysis;
 pub mod audit;
-pub mod compare;
 pub mod config;
 pub mod egt;
 pub mod engine;
-pub mod human;
-pub mod logit;
 pub mod parser;
 pub mod prompt;
 pub mod replay;
@@ -39,8 +32,6 @@ pub mod rng;
 pub mod rules;
 pub mod run;
 pub mod scenario;
-pub mod strategy;
-pub mod trajectory;
 
 #[cfg(test)]
 mod tests;

@@ -19,8 +19,9 @@ use super::config::ExperimentConfig;
 use super::scenario::{play_race, RaceRecord, RaceSink};
 use crate::agency::Driver;
 use crate::backend::Backend;
+use crate::backend::SCRIPTED_PREFIX;
 use crate::record::{read_jsonl, write_json_atomic, EventLog};
-use crate::scripted::{ScriptedBackend, TokenDist, SCRIPTED_PREFIX};
+use crate::scripted::{ScriptedBackend, TokenDist};
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -53,7 +54,7 @@ pub fn backend_for(cfg: &ExperimentConfig) -> anyhow::Result<Box<dyn Backend>> {
 /// A backend serving these model keys: scripted ones on the scripted
 /// backend, the rest on the `[llm]` backend (see [`backend_for`]).
 pub fn backend_for_models(
-    llm: &crate::inference::llm_backend::LlmConfig,
+    llm: &crate::llm::LlmConfig,
     models: &[&str],
     tokens: Option<TokenDist>,
 ) -> anyhow::Result<Box<dyn Backend>> {
@@ -62,8 +63,11 @@ pub fn backend_for_models(
         return Ok(Box::new(scripted));
     }
     let mut names = crate::served::config::ServedNames::default();
-    names.add(llm, models.iter().map(|m| (format!("model `{m}`"), *m, *m)))?;
-    crate::served::mixed_backend(llm, scripted, names)
+    names.add(
+        llm.model.as_deref(),
+        models.iter().map(|m| (format!("model `{m}`"), *m, *m)),
+    )?;
+    crate::llm::build_backend(llm, scripted, names)
 }
 
 /// The scripted backend with every race policy registered.

@@ -16,7 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::backend::{CountSource, FinishReason, ModelRequest, OutputFormat, Role, TokenUsage};
 use crate::inference::llm_backend::{SchemaChoice, StructuredMode};
-use crate::inference::thinking::split_thinking;
+use crate::inference::text::thinking::split_thinking;
 
 use super::config::ThinkingSwitch;
 

@@ -19,11 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::backend::{Backend, BackendError, ModelRequest, ModelResponse, ModelResult};
-use crate::inference::llm_backend::LlmConfig;
 
 use super::api::{self, RequestOptions};
 use super::client::{Client, ClientOptions};
-use super::config::ServedNames;
+use super::config::{ServedNames, ServedOptions};
 
 /// The batch key of every served model.
 const SERVED_KEY: &str = "served";
@@ -40,8 +39,8 @@ pub struct OpenAiBackend {
     down: Mutex<Option<String>>,
 }
 
-/// The HTTP client an `[llm]` section describes (the API key read from its variable).
-pub fn client_for(llm: &LlmConfig) -> anyhow::Result<Client> {
+/// The HTTP client the served options describe (the API key read from its variable).
+pub fn client_for(llm: &ServedOptions) -> anyhow::Result<Client> {
     let base_url = llm
         .base_url
         .clone()
@@ -120,14 +119,14 @@ pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<Vec<
 impl OpenAiBackend {
     /// The backend of an `[llm]` section: connects, and checks that the
     /// server serves every model in `names` before anything runs.
-    pub fn connect(llm: &LlmConfig, names: ServedNames) -> anyhow::Result<Self> {
+    pub fn connect(llm: &ServedOptions, names: ServedNames) -> anyhow::Result<Self> {
         let client = client_for(llm)?;
         check_models(&client, &names)?;
         Ok(Self::with_client(llm, client, names))
     }
 
     /// The backend without the model check (tests of a dead server).
-    pub fn with_client(llm: &LlmConfig, client: Client, names: ServedNames) -> Self {
+    pub fn with_client(llm: &ServedOptions, client: Client, names: ServedNames) -> Self {
         let counted_by = format!("server {}", client.base_url());
         OpenAiBackend {
             client,
@@ -248,24 +247,28 @@ impl Backend for OpenAiBackend {
 mod tests {
     use super::*;
     use crate::backend::{ChatMessage, OutputFormat};
-    use crate::served::config::BackendKind;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
 
-    fn llm(url: &str) -> LlmConfig {
-        LlmConfig {
-            backend: BackendKind::Openai,
+    fn llm(url: &str) -> ServedOptions {
+        ServedOptions {
             base_url: Some(url.into()),
-            retries: 0,
+            api_key_env: None,
             max_concurrency: 4,
-            ..Default::default()
+            timeout_s: 900.0,
+            retries: 0,
+            retry_backoff_s: 1.0,
+            thinking_switch: Default::default(),
+            structured: crate::inference::llm_backend::StructuredMode::Constrained,
+            schema: crate::inference::llm_backend::SchemaChoice::Strict,
+            max_string_chars: Some(240),
         }
     }
 
     fn names(pairs: &[(&str, &str)]) -> ServedNames {
         let mut n = ServedNames::default();
         n.add(
-            &llm("http://x"),
+            None,
             pairs.iter().map(|(k, v)| ("test".to_string(), *k, *v)),
         )
         .unwrap();

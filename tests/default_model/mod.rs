@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use joule::inference::manifest::{Catalog, DEFAULT_MODEL};
-use joule::inference::sources::Sources;
+use joule::inference::files::manifest::{Catalog, DEFAULT_MODEL};
+use joule::inference::files::sources::Sources;
 
 /// The cached default model's file, or `None` (with a note) where it is not
 /// cached outside CI.

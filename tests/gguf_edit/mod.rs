@@ -6,7 +6,7 @@
 
 use candle_core::quantized::{gguf_file, QTensor};
 use candle_core::Device;
-use joule::inference::model::load_model;
+use joule::inference::models::load_model;
 use std::path::Path;
 
 /// Rewrite `src` into `out` with `edit` applied to its metadata (sorted by

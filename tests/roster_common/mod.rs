@@ -6,8 +6,9 @@
 #![allow(dead_code)]
 
 use candle_core::Device;
-use joule::cli::logits::compute;
-use joule::inference::model::{load_model, logits_to_vec, Logits, SeqStep, SharedModel};
+use joule::inference::engine::logits::compute;
+use joule::inference::engine::model::{logits_to_vec, Logits, SeqStep, SharedModel};
+use joule::inference::models::load_model;
 use std::path::PathBuf;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -85,7 +86,7 @@ pub fn mean_cos(a: &[f32], r: &[f32], vocab: usize) -> f32 {
 /// on a GPU build.
 pub fn test_device() -> Device {
     match std::env::var("JOULE_TEST_DEVICE") {
-        Ok(name) if !name.is_empty() => joule::inference::device::select_device(&name)
+        Ok(name) if !name.is_empty() => joule::inference::engine::device::select_device(&name)
             .unwrap_or_else(|e| panic!("JOULE_TEST_DEVICE={name}: {e:#}")),
         _ => Device::Cpu,
     }

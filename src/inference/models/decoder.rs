@@ -10,12 +10,13 @@
 //! plain attention stacks (gated delta-net, Mamba-2) get files of their own.
 
 use super::nn::{
-    apply_rope, attention, model_info, pick_rows, softcap, split_logits, to_heads, AttnParams,
-    GatedMlp, InfoDims, Linear, Loader, Proj, RmsNorm, Rows,
+    apply_rope, attention, model_info, pick_rows, softcap, split_logits, to_heads, GatedMlp,
+    InfoDims, Linear, Loader, Proj, RmsNorm, Rows,
 };
 pub use super::nn::{Activation, Rope, RopeStyle};
-use crate::inference::gguf::{GgufFile, LoadError};
-use crate::inference::model::{CausalLm, Logits, ModelInfo, SeqStep};
+use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqStep};
+use crate::inference::files::gguf_weights::{GgufFile, LoadError};
+use crate::inference::kernels::AttnParams;
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};
@@ -303,7 +304,7 @@ impl DecoderModel {
         layer: &Layer,
         li: usize,
         (q, k, v): (Tensor, Tensor, Tensor),
-        state: &mut crate::inference::model::SeqState,
+        state: &mut crate::inference::engine::model::SeqState,
         cos_sin: &(Tensor, Tensor),
     ) -> candle_core::Result<Tensor> {
         let HyperParams {
@@ -386,7 +387,7 @@ impl DecoderModel {
         tables: &[Vec<(Tensor, Tensor)>],
         batch: &mut [SeqStep<'_>],
     ) -> candle_core::Result<Option<Tensor>> {
-        use crate::inference::cuda_kernels::attention as gpu;
+        use crate::inference::kernels::cuda::attention as gpu;
         if !self.device.is_cuda()
             || rows.len() < 2
             || rows.iter().any(|(r, _)| r.t != 1)
@@ -423,7 +424,7 @@ impl DecoderModel {
         tables: &[Vec<(Tensor, Tensor)>],
         batch: &mut [SeqStep<'_>],
     ) -> candle_core::Result<Option<Tensor>> {
-        use crate::inference::cpu_attention as cpu;
+        use crate::inference::kernels::cpu_attention as cpu;
         if !self.device.is_cpu()
             || !rows.iter().any(|(r, _)| r.t == 1)
             || std::env::var_os(super::nn::CANDLE_ONLY_ENV).is_some()

@@ -14,7 +14,7 @@
 //! - Final-logit soft-capping when `gemma3.final_logit_softcapping` is set.
 
 use super::decoder::{Activation, ArchSpec, DecoderModel, HyperParams, LayerKind, Rope, RopeStyle};
-use crate::inference::gguf::GgufFile;
+use crate::inference::files::gguf_weights::GgufFile;
 use anyhow::Result;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::Device;

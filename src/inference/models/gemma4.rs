@@ -36,11 +36,12 @@
 use super::decoder::check_steps;
 use super::nn::{
     apply_rope, attention, model_info, pick_rows, rms_norm_plain, softcap, split_logits, to_heads,
-    Activation, AttnParams, GatedMlp, InfoDims, Loader, Proj, RmsNorm, Rope, RopeStyle, Rows,
+    Activation, GatedMlp, InfoDims, Loader, Proj, RmsNorm, Rope, RopeStyle, Rows,
 };
 use super::qwen35::per_layer;
-use crate::inference::gguf::{GgufFile, LoadError};
-use crate::inference::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::files::gguf_weights::{GgufFile, LoadError};
+use crate::inference::kernels::AttnParams;
 use anyhow::{bail, Result};
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::QTensor;

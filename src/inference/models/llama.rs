@@ -5,7 +5,7 @@
 use super::decoder::{
     rope_freq_factors, Activation, ArchSpec, DecoderModel, HyperParams, LayerKind, Rope, RopeStyle,
 };
-use crate::inference::gguf::GgufFile;
+use crate::inference::files::gguf_weights::GgufFile;
 use anyhow::Result;
 use candle_core::Device;
 

@@ -1,4 +1,5 @@
-//! Model architectures, one file per family. `nn` holds the building blocks
+//! Model architectures, one file per family, and the registry that loads a GGUF
+//! file by its `general.architecture` ([`load_model`], [`ARCHITECTURES`]). `nn` holds the building blocks
 //! every file uses (projections, norms, rotary tables, attention, the tensor
 //! loader); `decoder` the standard decoder-only transformer that the llama,
 //! qwen2, qwen3 and gemma3 files configure; hybrids have files of their own
@@ -17,3 +18,52 @@ pub mod nn;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Result;
+use candle_core::Device;
+
+use crate::inference::engine::model::SharedModel;
+use crate::inference::files::gguf_weights::{GgufFile, LoadError};
+
+/// Architectures [`load_model`] implements.
+pub const ARCHITECTURES: &[&str] = &[
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma3",
+    "gemma4",
+    "qwen35",
+    "nemotron_h",
+];
+
+/// Load the GGUF model at `path` onto `device`.
+pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel> {
+    load_model_from(&mut GgufFile::open(path)?, device)
+}
+
+/// Load the model of an already opened (and parsed) GGUF file onto `device`;
+/// the caller can build the tokenizer and chat template from the same parse.
+pub fn load_model_from(gguf: &mut GgufFile, device: &Device) -> Result<SharedModel> {
+    let arch = gguf.architecture()?;
+    let model: SharedModel = match arch.as_str() {
+        "llama" => Arc::new(llama::load(gguf, device)?),
+        "nemotron_h" => Arc::new(nemotron_h::load(gguf, device)?),
+        "qwen2" => Arc::new(qwen2::load(gguf, device)?),
+        "qwen3" => Arc::new(qwen3::load(gguf, device)?),
+        "gemma3" => Arc::new(gemma3::load(gguf, device)?),
+        "gemma4" => Arc::new(gemma4::load(gguf, device)?),
+        "qwen35" => Arc::new(qwen35::load(gguf, device)?),
+        _ => {
+            return Err(LoadError::UnsupportedArchitecture {
+                path: gguf.path().to_path_buf(),
+                arch,
+                known: ARCHITECTURES.join(", "),
+            }
+            .into())
+        }
+    };
+    Ok(model)
+}

@@ -29,12 +29,13 @@
 use super::decoder::check_steps;
 use super::mamba2::{self, Dims};
 use super::nn::{
-    attention, host_f32, model_info, pick_rows, rms_norm_plain, split_logits, to_heads, AttnParams,
-    InfoDims, Linear, Loader, Proj, RmsNorm, Rows,
+    attention, host_f32, model_info, pick_rows, rms_norm_plain, split_logits, to_heads, InfoDims,
+    Linear, Loader, Proj, RmsNorm, Rows,
 };
 use super::qwen35::per_layer;
-use crate::inference::gguf::GgufFile;
-use crate::inference::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::files::gguf_weights::GgufFile;
+use crate::inference::kernels::AttnParams;
 use anyhow::Result;
 use candle_core::quantized::QTensor;
 use candle_core::{DType, Device, Tensor};

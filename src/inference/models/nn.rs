@@ -4,9 +4,10 @@
 //! ([`attention`]), the [`Loader`] that reads tensors with their shapes
 //! checked, and the [`ModelInfo`] facts common to every file.
 
-use crate::inference::gguf::{GgufFile, LoadError};
-use crate::inference::model::ModelInfo;
-use crate::inference::quant_matmul::{self, cpu_matrix, CpuMatmul};
+use crate::inference::engine::model::ModelInfo;
+use crate::inference::files::gguf_weights::{GgufFile, LoadError};
+use crate::inference::kernels::quant_matmul::{self, cpu_matrix, CpuMatmul};
+use crate::inference::kernels::AttnParams;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use std::sync::Arc;
@@ -493,16 +494,6 @@ pub fn causal_mask(
     Tensor::from_vec(m, (t, l), device).map(Some)
 }
 
-/// How attention scores are formed.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttnParams {
-    pub scale: f32,
-    /// `tanh` soft-capping of the scores.
-    pub softcap: Option<f32>,
-    /// Sliding window (keys at distance `< window` are visible).
-    pub window: Option<usize>,
-}
-
 /// Causal attention of one sequence's `t` new queries `q` (`[n_head, t,
 /// head_dim]`, already normed and rotated) over all its keys and values
 /// `k`, `v` (`[n_kv_head, start + t, head_dim | v_dim]`, this step's
@@ -518,7 +509,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_co
     };
     if cpu(q, false) && cpu(k, true) && cpu(v, true) && std::env::var_os(CANDLE_ONLY_ENV).is_none()
     {
-        return crate::inference::cpu_attention::prefill(q, k, v, p)
+        return crate::inference::kernels::cpu_attention::prefill(q, k, v, p)
             .map_err(|e| candle_core::Error::Msg(format!("CPU attention: {e:#}")));
     }
     attention_candle(q, k, v, p)

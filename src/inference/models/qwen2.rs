@@ -2,7 +2,7 @@
 //! projections and neox-style rotary positions.
 
 use super::decoder::{Activation, ArchSpec, DecoderModel, HyperParams, LayerKind, Rope, RopeStyle};
-use crate::inference::gguf::GgufFile;
+use crate::inference::files::gguf_weights::GgufFile;
 use anyhow::Result;
 use candle_core::Device;
 

@@ -2,7 +2,7 @@
 //! the (neox-style) rotary positions, head size from `attention.key_length`.
 
 use super::decoder::{Activation, ArchSpec, DecoderModel, HyperParams, LayerKind, Rope, RopeStyle};
-use crate::inference::gguf::GgufFile;
+use crate::inference::files::gguf_weights::GgufFile;
 use anyhow::Result;
 use candle_core::Device;
 

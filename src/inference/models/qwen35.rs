@@ -32,11 +32,12 @@
 use super::decoder::check_steps;
 use super::delta_net::{self, Dims};
 use super::nn::{
-    apply_rope, attention, model_info, pick_rows, split_logits, to_heads, Activation, AttnParams,
-    GatedMlp, InfoDims, Loader, Proj, RmsNorm, Rope, RopeStyle, Rows,
+    apply_rope, attention, model_info, pick_rows, split_logits, to_heads, Activation, GatedMlp,
+    InfoDims, Loader, Proj, RmsNorm, Rope, RopeStyle, Rows,
 };
-use crate::inference::gguf::{GgufFile, LoadError};
-use crate::inference::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
+use crate::inference::files::gguf_weights::{GgufFile, LoadError};
+use crate::inference::kernels::AttnParams;
 use anyhow::Result;
 use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::QTensor;
@@ -459,7 +460,7 @@ impl Qwen35 {
     ) -> Result<Tensor> {
         #[cfg(feature = "cuda")]
         if let Some(w) = &m.on_device {
-            if crate::inference::cuda_kernels::delta_net::supported(&self.dims, self.conv_kernel) {
+            if crate::inference::kernels::cuda::delta_net::supported(&self.dims, self.conv_kernel) {
                 return self.delta_net_cuda(li, m, w, h, rows, batch);
             }
         }
@@ -528,7 +529,7 @@ impl Qwen35 {
         rows: &[(Rows, bool)],
         batch: &mut [SeqStep<'_>],
     ) -> Result<Tensor> {
-        use crate::inference::cuda_kernels::delta_net as gpu;
+        use crate::inference::kernels::cuda::delta_net as gpu;
         let qkv = m.qkv.forward(h)?.to_dtype(DType::F32)?;
         let alpha = m.alpha.forward(h)?.to_dtype(DType::F32)?;
         let beta = m.beta.forward(h)?.to_dtype(DType::F32)?;

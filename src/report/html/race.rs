@@ -14,7 +14,8 @@ use serde::Serialize;
 
 use super::data::LineTable;
 use super::{esc, page, script_json};
-use crate::race::report::{load, rate_tables, RateRow};
+use crate::race::analysis::runs::load;
+use crate::race::report::{rate_tables, RateRow};
 
 const TITLES: [&str; 6] = [
     "Unsafe rate by p_max",

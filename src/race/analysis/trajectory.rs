@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::logit::Decision;
-use super::report::RunData;
-use super::scenario::TurnRecord;
+use super::runs::RunData;
+use crate::race::scenario::TurnRecord;
 
 /// One round of a player's race.
 #[derive(Debug, Clone, PartialEq)]

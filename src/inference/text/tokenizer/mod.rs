@@ -262,7 +262,7 @@ impl Tokenizer {
     /// loaded), through Joule's safe GGUF reader.
     pub fn from_gguf_file(path: impl AsRef<Path>) -> Result<Tokenizer> {
         let path = path.as_ref();
-        let content = crate::inference::gguf::read_content(path)?;
+        let content = crate::inference::files::gguf_weights::read_content(path)?;
         Self::from_gguf_content(&content, path)
     }
 
@@ -595,7 +595,7 @@ impl Tokenizer {
 
     /// [`Tokenizer::for_model_file`] from a model file already opened (and
     /// its header parsed) for loading the weights.
-    pub fn for_gguf(gguf: &crate::inference::gguf::GgufFile) -> Result<Tokenizer> {
+    pub fn for_gguf(gguf: &crate::inference::files::gguf_weights::GgufFile) -> Result<Tokenizer> {
         Self::beside(
             Self::from_gguf_content(gguf.content(), gguf.path())?,
             gguf.path(),

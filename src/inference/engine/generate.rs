@@ -28,9 +28,9 @@
 //!   extra stop ids), at a stop string (`Stop`), or when the context is full
 //!   (`Length`).
 
-use super::model::{logits_to_vec, CausalLm, SeqState, SeqStep};
-use super::sampler::{Sampler, SamplingParams};
 use crate::backend::{FinishReason, GenParams, TokenUsage};
+use crate::inference::engine::model::{logits_to_vec, CausalLm, SeqState, SeqStep};
+use crate::inference::engine::sampler::{Sampler, SamplingParams};
 use crate::meter::attribution::{NoObserver, StepObserver, StepWork};
 use anyhow::{bail, Result};
 use std::time::Instant;
@@ -644,7 +644,7 @@ fn advance(
 #[cfg(test)]
 mod tests {
     use super::prompt_pieces;
-    use crate::inference::state::{SeqState, SlotKind, SnapshotPolicy};
+    use crate::inference::engine::state::{SeqState, SlotKind, SnapshotPolicy};
 
     #[test]
     fn pieces_end_at_block_multiples_and_snapshot_only_where_kept() {

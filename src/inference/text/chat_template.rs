@@ -117,7 +117,7 @@ impl ChatTemplate {
     /// file has none. BOS/EOS texts come from the tokenizer.
     pub fn from_gguf_content(
         content: &candle_core::quantized::gguf_file::Content,
-        tokenizer: &crate::inference::tokenizer::Tokenizer,
+        tokenizer: &crate::inference::text::tokenizer::Tokenizer,
     ) -> Result<Option<Self>> {
         let name = format!("{} (tokenizer.chat_template)", tokenizer.source().display());
         match content.metadata.get("tokenizer.chat_template") {

@@ -288,7 +288,7 @@ pub fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::cuda_kernels::test_device;
+    use crate::inference::kernels::cuda::test_device;
     use crate::inference::models::qwen35::{host_core, HostMixer};
     use rand::{Rng, SeedableRng};
 

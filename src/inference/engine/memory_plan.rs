@@ -28,9 +28,9 @@
 use anyhow::{bail, Result};
 use candle_core::Device;
 
-use super::gguf_info::GgufInfo;
-use super::model::{CausalLm, SeqStep};
-use super::state::{KvCache, SeqState, SnapshotPolicy};
+use crate::inference::engine::model::{CausalLm, SeqStep};
+use crate::inference::engine::state::{KvCache, SeqState, SnapshotPolicy};
+use crate::inference::files::gguf_header::GgufInfo;
 
 const MIB: u64 = 1024 * 1024;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -171,6 +171,18 @@ pub struct MemoryPlan {
     pub models: Vec<ModelNeed>,
     /// `None` where the device's free memory cannot be read.
     pub memory: Option<DeviceMemory>,
+}
+
+impl crate::backend::MemoryReport for MemoryPlan {
+    fn device(&self) -> &str {
+        &self.device
+    }
+    fn render(&self) -> String {
+        MemoryPlan::render(self)
+    }
+    fn check(&self) -> Result<Option<String>> {
+        MemoryPlan::check(self)
+    }
 }
 
 impl MemoryPlan {

@@ -20,10 +20,10 @@ use plotters::prelude::*;
 
 use super::archetype::{features, Archetypes, FEATURES};
 use super::logit::{fit_all, Control, Decision, Fit, REPORT_TERMS};
-use super::report::{wilson, RunData};
-use super::rules::{fmt_num, PROGRESS_TOL};
+use super::runs::{wilson, RunData};
 use super::strategy::{classify_player, mix_label};
 use super::trajectory::{from_runs, PlayerRace};
+use crate::race::rules::{fmt_num, PROGRESS_TOL};
 
 /// The logit sample of model runs and the controls that vary in it.
 pub struct ModelSample {

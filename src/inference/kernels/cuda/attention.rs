@@ -5,7 +5,7 @@
 //! `nn::attention` with one query per sequence, which the test compares against.
 
 use super::{cuda_device, function, tensor, upload, zeros, DevF32, ATTENTION};
-use crate::inference::models::nn::AttnParams;
+use crate::inference::kernels::AttnParams;
 use anyhow::{bail, Result};
 use candle_core::cuda_backend::cudarc::driver::{
     CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
@@ -146,7 +146,7 @@ pub fn decode(q: &Tensor, kv: &[SeqKv<'_>], p: AttnParams) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::cuda_kernels::test_device;
+    use crate::inference::kernels::cuda::test_device;
     use crate::inference::models::nn::attention;
     use candle_core::Device;
 

@@ -39,8 +39,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// Architectures (GGUF `general.architecture`) that the candle engine implements:
-/// the ones [`crate::inference::model::load_model`] dispatches on.
-pub const ENGINE_ARCHITECTURES: &[&str] = crate::inference::model::ARCHITECTURES;
+/// the ones [`crate::inference::models::load_model`] dispatches on.
+pub const ENGINE_ARCHITECTURES: &[&str] = crate::inference::models::ARCHITECTURES;
 
 /// The environment variable naming a folder of user manifests.
 pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
@@ -52,28 +52,31 @@ pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
 const EMBEDDED: &[(&str, &str)] = &[
     (
         "gemma4-e4b.toml",
-        include_str!("../../models/gemma4-e4b.toml"),
+        include_str!("../../../models/gemma4-e4b.toml"),
     ),
     (
         "nemotron-3-nano-4b.toml",
-        include_str!("../../models/nemotron-3-nano-4b.toml"),
+        include_str!("../../../models/nemotron-3-nano-4b.toml"),
     ),
     (
         "qwen2.5-7b-instruct.toml",
-        include_str!("../../models/qwen2.5-7b-instruct.toml"),
+        include_str!("../../../models/qwen2.5-7b-instruct.toml"),
     ),
-    ("qwen3-8b.toml", include_str!("../../models/qwen3-8b.toml")),
+    (
+        "qwen3-8b.toml",
+        include_str!("../../../models/qwen3-8b.toml"),
+    ),
     (
         "qwen3.5-4b.toml",
-        include_str!("../../models/qwen3.5-4b.toml"),
+        include_str!("../../../models/qwen3.5-4b.toml"),
     ),
     (
         "qwen3.5-9b.toml",
-        include_str!("../../models/qwen3.5-9b.toml"),
+        include_str!("../../../models/qwen3.5-9b.toml"),
     ),
     (
         "smollm2-135m-instruct.toml",
-        include_str!("../../models/smollm2-135m-instruct.toml"),
+        include_str!("../../../models/smollm2-135m-instruct.toml"),
     ),
 ];
 
@@ -917,7 +920,7 @@ tag = "mini:1b"
         std::fs::write(dir.path().join("mini.toml"), GOOD).unwrap();
         std::fs::write(
             dir.path().join("qwen3-8b.toml"),
-            include_str!("../../models/qwen3-8b.toml").replace("size_b = 8", "size_b = 8.2"),
+            include_str!("../../../models/qwen3-8b.toml").replace("size_b = 8", "size_b = 8.2"),
         )
         .unwrap();
         std::fs::write(dir.path().join("README.md"), "not a manifest").unwrap();

@@ -32,7 +32,7 @@
 //! f16 caches too and an f16 cache gives the f32 result of its rounded keys
 //! and values.
 
-use crate::inference::models::nn::AttnParams;
+use crate::inference::kernels::AttnParams;
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, DType, Storage, Tensor};
 use half::{f16, slice::HalfFloatSliceExt};

@@ -13,8 +13,8 @@
 //! must be a single vocabulary token (true of `<think>`/`</think>` in Qwen and
 //! Nemotron and of `<|channel>`/`<channel|>` in Gemma 4).
 
-use crate::inference::chat_template::ThinkingSupport;
-use crate::inference::tokenizer::Tokenizer;
+use crate::inference::text::chat_template::ThinkingSupport;
+use crate::inference::text::tokenizer::Tokenizer;
 use anyhow::{anyhow, Result};
 
 /// Token ids of a thinking block's markers.

@@ -11,8 +11,8 @@
 
 use serde::Serialize;
 
-use super::rules::PROGRESS_TOL;
 use super::trajectory::PlayerRace;
+use crate::race::rules::PROGRESS_TOL;
 
 /// The label of the exploratory rule (not one of the paper's strategies).
 pub const EXPLORATORY_BEHIND: &str = "BEHIND_UNSAFE_EXPLORATORY";

@@ -31,7 +31,7 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::state::{KvCache, SeqState};
+use crate::inference::engine::state::{KvCache, SeqState};
 
 /// Keys and values of one block for every layer (`None` for layers without).
 type KvBlock = Vec<Option<(Tensor, Tensor)>>;
@@ -293,7 +293,7 @@ impl PrefixCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inference::state::SlotKind;
+    use crate::inference::engine::state::SlotKind;
     use candle_core::Device;
 
     /// A one-layer attention state whose key at position p is p.

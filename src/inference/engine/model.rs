@@ -1,7 +1,7 @@
 //! The architecture-independent model interface: [`CausalLm`] (a batch of
-//! sequences in, one logits row per sequence out) and [`load_model`], which
-//! dispatches on the GGUF `general.architecture` to one file per family
-//! under `models/`.
+//! sequences in, one logits row per sequence out). Loading a GGUF file is the
+//! registry's job ([`crate::inference::models::load_model`], dispatching on
+//! `general.architecture` to one file per family).
 //!
 //! Weights are shared: a loaded model is an `Arc<dyn CausalLm>` that every
 //! agent's sequence borrows, while each sequence owns its own [`SeqState`]
@@ -9,14 +9,12 @@
 //! tokens it encodes). Five agents on one model cost one copy of the weights
 //! and five states.
 
-use super::gguf::{GgufFile, LoadError};
-use super::models;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use super::state::{KvCache, SeqState, SlotKind, SnapshotPolicy};
+pub use crate::inference::engine::state::{KvCache, SeqState, SlotKind, SnapshotPolicy};
 
 /// Facts about a loaded model that callers need (context limits, sizes).
 #[derive(Debug, Clone, PartialEq)]
@@ -105,46 +103,6 @@ pub trait CausalLm: Send + Sync {
 
 /// A model shared between sequences.
 pub type SharedModel = Arc<dyn CausalLm>;
-
-/// Architectures [`load_model`] implements.
-pub const ARCHITECTURES: &[&str] = &[
-    "llama",
-    "qwen2",
-    "qwen3",
-    "gemma3",
-    "gemma4",
-    "qwen35",
-    "nemotron_h",
-];
-
-/// Load the GGUF model at `path` onto `device`.
-pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel> {
-    load_model_from(&mut GgufFile::open(path)?, device)
-}
-
-/// Load the model of an already opened (and parsed) GGUF file onto `device`;
-/// the caller can build the tokenizer and chat template from the same parse.
-pub fn load_model_from(gguf: &mut GgufFile, device: &Device) -> Result<SharedModel> {
-    let arch = gguf.architecture()?;
-    let model: SharedModel = match arch.as_str() {
-        "llama" => Arc::new(models::llama::load(gguf, device)?),
-        "nemotron_h" => Arc::new(models::nemotron_h::load(gguf, device)?),
-        "qwen2" => Arc::new(models::qwen2::load(gguf, device)?),
-        "qwen3" => Arc::new(models::qwen3::load(gguf, device)?),
-        "gemma3" => Arc::new(models::gemma3::load(gguf, device)?),
-        "gemma4" => Arc::new(models::gemma4::load(gguf, device)?),
-        "qwen35" => Arc::new(models::qwen35::load(gguf, device)?),
-        _ => {
-            return Err(LoadError::UnsupportedArchitecture {
-                path: gguf.path().to_path_buf(),
-                arch,
-                known: ARCHITECTURES.join(", "),
-            }
-            .into())
-        }
-    };
-    Ok(model)
-}
 
 /// Copy a logits tensor (any shape) to a `Vec<f32>` on the host.
 pub fn logits_to_vec(t: &Tensor) -> Result<Vec<f32>> {

@@ -22,7 +22,7 @@
 
 use serde::Serialize;
 
-use super::rng::PyRandom;
+use crate::race::rng::PyRandom;
 
 use super::trajectory::PlayerRace;
 

@@ -1,0 +1,20 @@
+//! The engine: the model interface, per-sequence state, the prefix cache, sampling,
+//! batched generation and the memory plan.
+//!
+//! - [`model`]: [`model::CausalLm`] (a batch of sequences in, logits out) and loading a model
+//!   through the registry in [`crate::inference::models`].
+//! - [`state`]: [`state::SeqState`], one sequence's keys/values or recurrent state.
+//! - [`prefix_cache`]: computed prompt blocks shared by every call, agent and run.
+//! - [`sampler`], [`generate`]: seeded sampling; batched and continuous generation with exact counts.
+//! - [`memory_plan`]: measuring what models and states need against a device.
+//! - [`device`]: choosing a device (`cpu`, `cuda[:N]`, `metal[:N]`).
+//! - [`logits`]: the logits of a token sequence (`joule logits`, the roster tests).
+
+pub mod device;
+pub mod generate;
+pub mod logits;
+pub mod memory_plan;
+pub mod model;
+pub mod prefix_cache;
+pub mod sampler;
+pub mod state;

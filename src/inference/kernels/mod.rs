@@ -1,0 +1,23 @@
+//! Joule's own compute kernels: quantised matrix products and attention on the CPU, and the
+//! host side of the CUDA kernels in the top-level `kernels/*.cu`.
+//!
+//! - [`quant_matmul`]: CPU matrix products over the file's quantised blocks (AVX-512 VNNI,
+//!   AVX-VNNI, AVX2, portable; chosen at run time).
+//! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
+//! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
+
+pub mod cpu_attention;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod quant_matmul;
+
+/// How attention scores are formed: the parameters every attention path takes (the CPU
+/// kernels here, the CUDA kernel, and candle's reference in `models::nn`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnParams {
+    pub scale: f32,
+    /// `tanh` soft-capping of the scores.
+    pub softcap: Option<f32>,
+    /// Sliding window (keys at distance `< window` are visible).
+    pub window: Option<usize>,
+}

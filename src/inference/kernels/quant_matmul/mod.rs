@@ -1,0 +1,612 @@
+//! CPU matrix products for the GGUF weight types of the roster's files:
+//! the 32-value types `Q4_0`, `Q4_1` (the default SmolLM2 model's type),
+//! `Q5_0`, `Q5_1`, `Q8_0`, and the 256-value k-quants `Q4_K`, `Q5_K`, `Q6_K`
+//! (Ollama's Q4_K_M files are Q4_K with Q6_K for part of `ffn_down`/`attn_v`
+//! and the output; a Q4_K_M file whose rows are not a multiple of 256 values,
+//! SmolLM2's, falls back to Q5_0/Q8_0). candle 0.11 computes Q4_1/Q5_0/Q5_1
+//! dot products with scalar loops, which made prefill three times and decode
+//! 1.4 times slower than llama.cpp here. Which types these kernels take is
+//! [`DEFAULT_TYPES`] (those where they beat candle in
+//! `benches/quant_matmul.rs`; candle's repacked Q4_K and Q6_K kernels are
+//! faster on an AVX-512 CPU) unless `JOULE_CPU_KERNEL_TYPES` names others.
+//!
+//! A k-quant super-block is one group of eight 32-value blocks here: Q4_K and
+//! Q5_K blocks are Q4_1/Q5_1 blocks whose `d = d·sc` and `m = −dmin·mn` come
+//! from the super-block's 6-bit scales (exact in f32, computed per group in
+//! the kernel), and Q6_K blocks are signed bytes `q − 32` with one scale per
+//! 16 values (a block's two halves are scaled separately).
+//!
+//! [`QuantMatrix`] holds a `[n, k]` weight as the file's bytes regrouped: each
+//! 32-value block's integer payload (nibbles, fifth bits, bytes) in one array,
+//! and the scales of each group of [`GROUP`] blocks of a row ([`GroupScales`]:
+//! eight f16 `d` (and `m`), or a k-quant's super-block scales) in another,
+//! rows padded to whole groups, so the scales of eight blocks are one vector
+//! load and one conversion. The matrix takes the bytes of the file (plus that
+//! padding; Q6_K's six-bit values take a byte each): decode reads every weight
+//! once per step. A weight is either `d·u + m` with `u` unsigned
+//! ([`WeightBlock::SIGNED`] false: Q4_0/Q5_0 as `m = −8d`/`−16d`, Q4_1/Q5_1
+//! with their own `m`, Q4_K/Q5_K) or `d·s` with `s` a signed byte (Q8_0, Q6_K).
+//!
+//! [`QuantMatrix::matmul`] computes `y = x · Wᵀ` for `m` activation rows the
+//! way llama.cpp does: each activation row is quantised once to 8-bit blocks
+//! ([`Acts`]: `x ≈ d₈·q₈`, with `s = d₈·Σq₈` kept), and a block's contribution
+//! is `d·d₈·Σ u·q₈ + m·s`. The integer sums use AVX-512 VNNI (two blocks per
+//! 512-bit register), AVX-VNNI or AVX2 when the CPU has them (checked at run
+//! time; `JOULE_SIMD` picks another to compare) and a portable loop otherwise;
+//! all give the same integer sums, so the paths differ only by float
+//! summation order. The SIMD paths multiply the scales of eight blocks at once
+//! (`d·d₈` for eight blocks in one product, the `m·s` terms of eight blocks in
+//! one fused multiply-add), leaving per block (AVX-512: per pair of blocks)
+//! and row only the integer product, its conversion, the scale's broadcast
+//! and one fused multiply-add.
+//!
+//! Work is split over weight rows across candle's CPU worker pool. Each weight
+//! block is unpacked once and multiplied with up to [`ROW_TILE`] activation
+//! rows, so a batch of decode rows (several agents' next tokens) reads the
+//! weights once: that is what makes batched decoding pay on a CPU. A row's
+//! result does not depend on the tile it was computed in (the same operations
+//! in the same order for every `(weight row, activation row)` pair), so a
+//! sequence's logits do not depend on what it is batched with.
+//! [`matmul_many`] multiplies one input with several matrices (a layer's
+//! q/k/v, or gate/up) after quantising it once, in one pass of the pool.
+
+use crate::inference::files::gguf_weights::ggml_name;
+use anyhow::{bail, Result};
+use candle_core::quantized::GgmlDType;
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::ops::Range;
+
+/// Values per quantisation block (GGUF's QK4_0 … QK8_0 and QK8_1).
+pub const BLOCK: usize = 32;
+/// Blocks whose scales are read, converted and multiplied as one vector.
+pub const GROUP: usize = 8;
+/// Activation rows multiplied with one unpacked weight block.
+pub const ROW_TILE: usize = 4;
+/// Activation rows per work item (their 8-bit blocks stay in L2).
+const ROW_BLOCK: usize = 64;
+/// Weight rows per work item (their blocks stay in L1).
+const WEIGHT_CHUNK: usize = 16;
+/// Activation rows from which quantising them is split over the worker pool.
+const PARALLEL_QUANTISE_ROWS: usize = 16;
+
+/// A `[n, k]` weight matrix this module multiplies, whatever its block type.
+pub trait CpuMatmul: Debug + Send + Sync {
+    /// Output features (rows of the weight).
+    fn n(&self) -> usize;
+    /// Input features (columns of the weight).
+    fn k(&self) -> usize;
+    /// The weight as f32, row major (for tests and reference checks).
+    fn dequantize(&self) -> Vec<f32>;
+    /// `y[r·n + j]` for activation rows `rows` of `acts` and weight rows `js`.
+    ///
+    /// # Safety
+    /// `acts` must have rows of `k` values, `y` must point to `m·n` writable
+    /// floats (`m` the rows of `acts`), and no other thread may write the same
+    /// `(r, j)` while this runs.
+    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32);
+}
+
+/// `y = x · Wᵀ` for `x` of `m = x.len() / k` rows; `y` row major (`[m, n]`).
+pub fn matmul(w: &dyn CpuMatmul, x: &[f32]) -> Result<Vec<f32>> {
+    matmul_many(&[w], x).map(|mut ys| ys.remove(0))
+}
+
+/// The products of one input with several weights of the same `k` (a
+/// layer's q/k/v, or gate/up): the input is quantised once and every
+/// matrix's work goes to the worker pool in one pass.
+pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
+    let Some(first) = ws.first() else {
+        return Ok(Vec::new());
+    };
+    let k = first.k();
+    if let Some(w) = ws.iter().find(|w| w.k() != k) {
+        bail!(
+            "weights of {} and {k} columns multiplied with one input",
+            w.k()
+        );
+    }
+    if k == 0 || k % BLOCK != 0 || x.len() % k != 0 {
+        bail!(
+            "activations of {} values are not rows of {k} for a [{}, {k}] weight",
+            x.len(),
+            first.n()
+        );
+    }
+    let m = x.len() / k;
+    let acts = Acts::quantize(x, k);
+    let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.n()]).collect();
+    let ptrs: Vec<SendPtr<f32>> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
+    // Work items are (matrix, block of activation rows, chunk of weight
+    // rows): a block of activations stays in L2 and a chunk of weights in L1
+    // while every pair is multiplied. Run on candle's own worker pool, so
+    // its threads are not left spinning while another pool works.
+    let row_blocks = m.div_ceil(ROW_BLOCK);
+    let chunks: Vec<usize> = ws.iter().map(|w| w.n().div_ceil(WEIGHT_CHUNK)).collect();
+    let mut starts = Vec::with_capacity(ws.len() + 1);
+    starts.push(0usize);
+    for c in &chunks {
+        starts.push(starts[starts.len() - 1] + row_blocks * c);
+    }
+    let total = starts[ws.len()];
+    candle_core::utils::barrier_pool().execute_chunked(total, |items| {
+        for item in items {
+            let wi = starts.partition_point(|&s| s <= item) - 1;
+            let local = item - starts[wi];
+            let (rb, wc) = (local / chunks[wi], local % chunks[wi]);
+            let w = ws[wi];
+            let rows = rb * ROW_BLOCK..m.min((rb + 1) * ROW_BLOCK);
+            let js = wc * WEIGHT_CHUNK..w.n().min((wc + 1) * WEIGHT_CHUNK);
+            // SAFETY: `acts` has rows of k values; `ys[wi]` holds m·n floats
+            // and outlives the pass; item (wi, rb, wc) is the only writer of
+            // its rows and weight rows.
+            unsafe { w.run_chunk(&acts, rows, js, ptrs[wi].get()) };
+        }
+    });
+    Ok(ys)
+}
+
+/// The environment variable naming the GGUF types this module multiplies
+/// (a comma-separated list of names such as `Q4_K,Q6_K`, or `all`); unset,
+/// [`DEFAULT_TYPES`].
+pub const TYPES_ENV: &str = "JOULE_CPU_KERNEL_TYPES";
+
+/// The types this module takes by default, unless candle repacks the
+/// matrix ([`candle_repacks`]): those whose products it computes faster than
+/// candle 0.11 (`benches/quant_matmul.rs`, both columns). candle's repacked
+/// 16-row kernels for Q4_K and Q6_K were faster on the AVX-512 Xeon measured
+/// (prefill 1.1–2.4×, decode 1.0–1.7×: they keep 256-value activation blocks
+/// and sum a super-block's sub-blocks in integers), so those two stay on
+/// candle unless [`TYPES_ENV`] names them.
+pub const DEFAULT_TYPES: [GgmlDType; 6] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q5K,
+];
+
+/// Whether candle 0.11.1 multiplies a `[n, k]` matrix of `dtype` with its
+/// repacked x86 kernels (its `repack_x86::select`: `k` whole 256-value
+/// super-blocks, `n` whole tiles of 16 rows, and for Q8_0 a CPU with
+/// AVX-512 VNNI or AVX-VNNI). A default Q8_0 matrix of that shape goes to
+/// candle: its repacked Q8_0 was 2× faster than this module's at the 4B FFN
+/// and 1536-wide shapes (prefill and decode), while at SmolLM2's 576-wide
+/// output head, which candle does not repack, this module's prefill was 2.3×
+/// candle's.
+pub fn candle_repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
+    const TILE_N: usize = 16;
+    const QK_K: usize = 256;
+    if k == 0 || n % TILE_N != 0 || k % QK_K != 0 {
+        return false;
+    }
+    match dtype {
+        GgmlDType::Q4K | GgmlDType::Q6K => true,
+        #[cfg(target_arch = "x86_64")]
+        GgmlDType::Q8_0 => {
+            is_x86_feature_detected!("avxvnni")
+                || (is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni"))
+        }
+        _ => false,
+    }
+}
+
+/// Every type this module can multiply.
+pub const ALL_TYPES: [GgmlDType; 8] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+/// The types a [`TYPES_ENV`] value names, or `None` when it names none
+/// (unset or empty: [`DEFAULT_TYPES`], less what [`candle_repacks`]).
+pub fn kernel_types(spec: Option<&str>) -> Result<Option<Vec<GgmlDType>>> {
+    let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if spec.eq_ignore_ascii_case("all") {
+        return Ok(Some(ALL_TYPES.to_vec()));
+    }
+    spec.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            ALL_TYPES
+                .into_iter()
+                .find(|&d| ggml_name(d).is_some_and(|n| n.eq_ignore_ascii_case(t)))
+                .ok_or_else(|| {
+                    let names: Vec<&str> = ALL_TYPES.iter().filter_map(|&d| ggml_name(d)).collect();
+                    anyhow::anyhow!(
+                        "{TYPES_ENV}={spec:?}: {t:?} is not a type Joule's CPU kernels have \
+                         (expected `all` or a comma-separated list of {})",
+                        names.join(", ")
+                    )
+                })
+        })
+        .collect::<Result<_>>()
+        .map(Some)
+}
+
+/// This module's matrix for a GGUF tensor of `dtype`, or `None` for a matrix
+/// it leaves to candle: a type not among [`kernel_types`] of [`TYPES_ENV`],
+/// or with [`TYPES_ENV`] unset one that [`candle_repacks`].
+pub fn cpu_matrix(
+    dtype: GgmlDType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    let taken = match kernel_types(std::env::var(TYPES_ENV).ok().as_deref()) {
+        // Named explicitly, a type is taken whatever its shape.
+        Ok(Some(types)) => types.contains(&dtype),
+        Ok(None) => DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k),
+        Err(e) => return Some(Err(e)),
+    };
+    if taken {
+        cpu_matrix_of(dtype, bytes, n, k)
+    } else {
+        None
+    }
+}
+
+/// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.
+pub fn cpu_matrix_of(
+    dtype: GgmlDType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
+    }
+    Some(match dtype {
+        GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
+        GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
+        GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
+        GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
+        GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
+        GgmlDType::Q4K => boxed::<BlockQ4K>(bytes, n, k),
+        GgmlDType::Q5K => boxed::<BlockQ5K>(bytes, n, k),
+        GgmlDType::Q6K => boxed::<BlockQ6K>(bytes, n, k),
+        _ => return None,
+    })
+}
+
+mod acts;
+mod blocks;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use acts::padded;
+pub use acts::Acts;
+pub use blocks::*;
+
+/// A `[n, k]` weight of block type `B` ready for [`CpuMatmul::matmul`].
+#[derive(Clone)]
+pub struct QuantMatrix<B: WeightBlock> {
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    /// 32-value blocks per row, and that rounded up to whole groups.
+    pub(crate) kb: usize,
+    pub(crate) kbp: usize,
+    /// `n·kb` payloads, row major.
+    pub(crate) ints: Vec<B::Ints>,
+    /// `n·kbp/GROUP` group scales, row major (zero in the padding).
+    pub(crate) scales: Vec<B::Scales>,
+    /// The dot-product implementation, chosen for this CPU at load.
+    pub(crate) simd: Simd,
+    pub(crate) _block: PhantomData<B>,
+}
+
+impl<B: WeightBlock> Debug for QuantMatrix<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "QuantMatrix<{}>[{}, {}] ({:?})",
+            B::NAME,
+            self.n,
+            self.k,
+            self.simd
+        )
+    }
+}
+
+/// The default model's type, by its old name.
+pub type Q41Matrix = QuantMatrix<BlockQ41>;
+
+impl<B: WeightBlock> QuantMatrix<B> {
+    /// Build from GGUF block bytes of a `[n, k]` tensor (row major).
+    pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
+        if k == 0 || k % B::VALUES != 0 {
+            bail!(
+                "{} rows of {k} values are not whole blocks of {}",
+                B::NAME,
+                B::VALUES
+            );
+        }
+        let kb = k / BLOCK;
+        let kbp = padded(kb);
+        let per_row = k / B::VALUES;
+        if bytes.len() != n * per_row * B::BYTES {
+            bail!(
+                "{} tensor [{n}, {k}] needs {} bytes, got {}",
+                B::NAME,
+                n * per_row * B::BYTES,
+                bytes.len()
+            );
+        }
+        let groups = kbp / GROUP;
+        let mut ints = Vec::with_capacity(n * kb);
+        let mut scales = vec![B::Scales::default(); n * groups];
+        let sub = B::VALUES / BLOCK;
+        for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {
+            // The first 32-value block of GGUF block i, within its row.
+            let b = (i % per_row) * sub;
+            let group = &mut scales[(i / per_row) * groups + b / GROUP];
+            B::parse(c, b % GROUP, group, &mut ints);
+        }
+        Ok(Self {
+            n,
+            k,
+            kb,
+            kbp,
+            ints,
+            scales,
+            simd: Simd::detect()?,
+            _block: PhantomData,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
+    }
+
+    /// The scales of the group holding block `b` of row `j`.
+    pub(crate) fn group(&self, j: usize, b: usize) -> &B::Scales {
+        &self.scales[j * (self.kbp / GROUP) + b / GROUP]
+    }
+
+    /// `(d, m)` of block `b` of row `j`.
+    pub(crate) fn dm_at(&self, j: usize, b: usize) -> (f32, f32) {
+        self.group(j, b).block(b % GROUP)
+    }
+
+    /// `y = x · Wᵀ` (see [`matmul`]).
+    pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
+        matmul(self, x)
+    }
+
+    /// Dot products of weight rows `js` with activation rows `rows` of `acts`.
+    pub(crate) fn dot_tiles<const W: usize, const N: usize>(
+        &self,
+        js: [usize; W],
+        acts: &Acts,
+        rows: [usize; N],
+    ) -> [[f32; N]; W] {
+        match self.simd {
+            Simd::Portable => std::array::from_fn(|w| {
+                std::array::from_fn(|i| self.dot_portable(js[w], acts, rows[i]))
+            }),
+            // SAFETY: `detect` checked that the CPU has AVX2, FMA and F16C;
+            // `run_chunk`'s caller guarantees the rows exist.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { x86::avx2::dot_tile(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => unsafe { x86::avx2::dot_tile_vnni(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => unsafe { x86::avx512::dot_tile_512(self, js, acts, rows) },
+        }
+    }
+
+    pub(crate) fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
+        let mut acc = 0f32;
+        for b in 0..self.kb {
+            let q = &self.ints[j * self.kb + b];
+            let x = &a.qs[r * a.kb + b].0;
+            let ints = q.ints();
+            let isum = |v: Range<usize>| -> i32 { v.map(|i| ints[i] * i32::from(x[i])).sum() };
+            let (d, m) = self.dm_at(j, b);
+            let d8 = a.d[r * a.kbp + b];
+            if <B::Scales as GroupScales>::SPLIT {
+                let dh = self.group(j, b).high_d(b % GROUP);
+                acc += d * d8 * isum(0..16) as f32 + dh * d8 * isum(16..32) as f32;
+            } else {
+                acc += d * d8 * isum(0..BLOCK) as f32 + m * a.s[r * a.kbp + b];
+            }
+        }
+        acc
+    }
+}
+
+impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
+    fn n(&self) -> usize {
+        self.n
+    }
+
+    fn k(&self) -> usize {
+        self.k
+    }
+
+    fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.n * self.k);
+        for j in 0..self.n {
+            for b in 0..self.kb {
+                let (d, m) = self.dm_at(j, b);
+                let dh = self.group(j, b).high_d(b % GROUP);
+                out.extend(
+                    self.ints[j * self.kb + b]
+                        .ints()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &q)| if i < 16 { d } else { dh } * q as f32 + m),
+                );
+            }
+        }
+        out
+    }
+
+    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
+        let n = self.n;
+        debug_assert!(acts.kb == self.kb && rows.end <= acts.rows());
+        // SAFETY: the caller owns y[r, j] for these rows and weight rows.
+        let put = |r: usize, j: usize, v: f32| unsafe { *y.add(r * n + j) = v };
+        // Two weight rows at a time (each activation block loaded once for
+        // both), each against up to ROW_TILE activation rows.
+        let mut j = js.start;
+        while j < js.end {
+            let two = j + 1 < js.end;
+            let mut r = rows.start;
+            while r + ROW_TILE <= rows.end {
+                let a: [usize; ROW_TILE] = std::array::from_fn(|i| r + i);
+                if two {
+                    let d = self.dot_tiles::<2, ROW_TILE>([j, j + 1], acts, a);
+                    for (w, dw) in d.iter().enumerate() {
+                        dw.iter()
+                            .enumerate()
+                            .for_each(|(i, &v)| put(r + i, j + w, v));
+                    }
+                } else {
+                    let d = self.dot_tiles::<1, ROW_TILE>([j], acts, a);
+                    d[0].iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
+                }
+                r += ROW_TILE;
+            }
+            while r + 2 <= rows.end {
+                if two {
+                    let d = self.dot_tiles::<2, 2>([j, j + 1], acts, [r, r + 1]);
+                    for (w, dw) in d.iter().enumerate() {
+                        put(r, j + w, dw[0]);
+                        put(r + 1, j + w, dw[1]);
+                    }
+                } else {
+                    let d = self.dot_tiles::<1, 2>([j], acts, [r, r + 1]);
+                    put(r, j, d[0][0]);
+                    put(r + 1, j, d[0][1]);
+                }
+                r += 2;
+            }
+            if r < rows.end {
+                if two {
+                    let d = self.dot_tiles::<2, 1>([j, j + 1], acts, [r]);
+                    put(r, j, d[0][0]);
+                    put(r, j + 1, d[1][0]);
+                } else {
+                    put(r, j, self.dot_tiles::<1, 1>([j], acts, [r])[0][0]);
+                }
+            }
+            j += if two { 2 } else { 1 };
+        }
+    }
+}
+
+/// A raw output pointer shared by the pool's workers (each writes its own rows).
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: workers write disjoint ranges; see `matmul_many` and `Acts::quantize`.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// The environment variable that picks a kernel by [`Simd::name`].
+pub const SIMD_ENV: &str = "JOULE_SIMD";
+
+/// Which dot-product implementation the CPU supports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Simd {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
+    /// Two blocks per 512-bit register, one VNNI instruction per pair.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni,
+}
+
+impl Simd {
+    /// Every implementation this CPU can run, slowest first.
+    pub fn available() -> Vec<Self> {
+        #[allow(unused_mut)]
+        let mut paths = vec![Simd::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
+                paths.push(Simd::Avx2);
+                if is_x86_feature_detected!("avxvnni") {
+                    paths.push(Simd::AvxVnni);
+                }
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+                {
+                    paths.push(Simd::Avx512Vnni);
+                }
+            }
+        }
+        paths
+    }
+
+    /// The name `JOULE_SIMD` takes for this implementation.
+    pub fn name(self) -> &'static str {
+        match self {
+            Simd::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => "avxvnni",
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// The fastest implementation this CPU can run, or the one the
+    /// environment variable [`SIMD_ENV`] names (to compare paths on one
+    /// machine); a name this CPU cannot run is an error.
+    pub fn detect() -> Result<Self> {
+        Self::chosen(std::env::var(SIMD_ENV).ok().as_deref())
+    }
+
+    /// The implementation `name` names (unset or empty: the fastest).
+    pub(crate) fn chosen(name: Option<&str>) -> Result<Self> {
+        let available = Self::available();
+        match name {
+            Some(name) if !name.is_empty() => available
+                .iter()
+                .copied()
+                .find(|s| s.name() == name)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = available.iter().map(|s| s.name()).collect();
+                    anyhow::anyhow!(
+                        "{SIMD_ENV}={name:?}: expected one of {} (the kernels this CPU can run)",
+                        names.join(", ")
+                    )
+                }),
+            _ => Ok(available.last().copied().unwrap_or(Simd::Portable)),
+        }
+    }
+}

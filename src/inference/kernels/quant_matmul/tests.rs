@@ -1,0 +1,443 @@
+//! Tests of the quantised matrix products: every type and SIMD path against a dequantised
+//! reference, candle's matmul and ggml's dequantisation; tiles bit for bit.
+
+use super::*;
+use rand::{Rng, SeedableRng};
+
+/// Random GGUF bytes of `n·k/VALUES` blocks of `B`: f16 scales in a sane
+/// range where the layout has them, every other byte random.
+fn random_blocks<B: WeightBlock>(rng: &mut impl Rng, n: usize, k: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for _ in 0..n * k / B::VALUES {
+        let mut blk: Vec<u8> = (0..B::BYTES).map(|_| rng.gen()).collect();
+        let d = half::f16::from_f32(rng.gen_range(0.001..0.05)).to_le_bytes();
+        blk[..2].copy_from_slice(&d);
+        if matches!(B::NAME, "Q4_1" | "Q5_1") {
+            let m = half::f16::from_f32(rng.gen_range(-0.2..0.0)).to_le_bytes();
+            blk[2..4].copy_from_slice(&m);
+        }
+        if matches!(B::NAME, "Q4_K" | "Q5_K") {
+            // d is per 6-bit scale unit, dmin per 6-bit min unit.
+            let d = half::f16::from_f32(rng.gen_range(0.0001..0.002)).to_le_bytes();
+            let dmin = half::f16::from_f32(rng.gen_range(0.0..0.005)).to_le_bytes();
+            blk[..2].copy_from_slice(&d);
+            blk[2..4].copy_from_slice(&dmin);
+        }
+        if B::NAME == "Q6_K" {
+            let d = half::f16::from_f32(rng.gen_range(0.0001..0.001)).to_le_bytes();
+            // Q6_K starts with payload bytes, and keeps d at its end.
+            blk[0] = rng.gen();
+            blk[1] = rng.gen();
+            blk[208..210].copy_from_slice(&d);
+        }
+        bytes.extend_from_slice(&blk);
+    }
+    bytes
+}
+
+/// GGUF's own dequantisation of one block, written from the format's
+/// definition (ggml's `dequantize_row_*`, not through this module's
+/// payloads and scales).
+fn gguf_dequant(name: &str, c: &[u8]) -> Vec<f32> {
+    let f = |i: usize| half::f16::from_le_bytes([c[i], c[i + 1]]).to_f32();
+    if name == "Q6_K" {
+        let d = f(208);
+        let mut y = vec![0f32; 256];
+        for n in 0..2 {
+            let (ql, qh, sc) = (&c[64 * n..], &c[128 + 32 * n..], &c[192 + 8 * n..]);
+            let sc = |i: usize| f32::from(sc[i] as i8);
+            for l in 0..32 {
+                let is = l / 16;
+                let q = |v: u8| f32::from(v as i8 - 32);
+                let q1 = q((ql[l] & 0xf) | ((qh[l] & 3) << 4));
+                let q2 = q((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4));
+                let q3 = q((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                let q4 = q((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+                y[128 * n + l] = d * sc(is) * q1;
+                y[128 * n + l + 32] = d * sc(is + 2) * q2;
+                y[128 * n + l + 64] = d * sc(is + 4) * q3;
+                y[128 * n + l + 96] = d * sc(is + 6) * q4;
+            }
+        }
+        return y;
+    }
+    if name == "Q4_K" || name == "Q5_K" {
+        let (d, dmin, q) = (f(0), f(2), &c[4..16]);
+        // ggml's get_scale_min_k4.
+        let scale_min = |j: usize| {
+            if j < 4 {
+                (q[j] & 63, q[j + 4] & 63)
+            } else {
+                (
+                    (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+                    (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+                )
+            }
+        };
+        let (qh, ql) = if name == "Q5_K" {
+            (&c[16..48], &c[48..176])
+        } else {
+            (&c[0..0], &c[16..144])
+        };
+        let mut out = Vec::with_capacity(256);
+        for chunk in 0..4 {
+            let qs = &ql[32 * chunk..32 * chunk + 32];
+            for half in 0..2 {
+                let is = 2 * chunk + half;
+                let (sc, m) = scale_min(is);
+                let (d1, m1) = (d * f32::from(sc), dmin * f32::from(m));
+                for l in 0..32 {
+                    let mut u = (qs[l] >> (4 * half)) & 0xf;
+                    if !qh.is_empty() && qh[l] & (1 << is) != 0 {
+                        u += 16;
+                    }
+                    out.push(d1 * f32::from(u) - m1);
+                }
+            }
+        }
+        return out;
+    }
+    let mut out = vec![0f32; BLOCK];
+    let qs = match name {
+        "Q4_0" => &c[2..],
+        "Q4_1" => &c[4..],
+        "Q5_0" => &c[6..],
+        "Q5_1" => &c[8..],
+        _ => &c[2..],
+    };
+    for j in 0..16 {
+        let (lo, hi) = (f32::from(qs[j] & 15), f32::from(qs[j] >> 4));
+        let qh = |o: usize| u32::from_le_bytes([c[o], c[o + 1], c[o + 2], c[o + 3]]);
+        let h = |o: usize, bit: usize| ((qh(o) >> bit) & 1) as f32 * 16.0;
+        let (a, b) = match name {
+            "Q4_0" => (f(0) * (lo - 8.0), f(0) * (hi - 8.0)),
+            "Q4_1" => (f(0) * lo + f(2), f(0) * hi + f(2)),
+            "Q5_0" => (
+                f(0) * (lo + h(2, j) - 16.0),
+                f(0) * (hi + h(2, j + 16) - 16.0),
+            ),
+            "Q5_1" => (
+                f(0) * (lo + h(4, j)) + f(2),
+                f(0) * (hi + h(4, j + 16)) + f(2),
+            ),
+            _ => (
+                f(0) * f32::from(c[2 + j] as i8),
+                f(0) * f32::from(c[2 + j + 16] as i8),
+            ),
+        };
+        out[j] = a;
+        out[j + 16] = b;
+    }
+    out
+}
+
+fn reference(wf: &[f32], x: &[f32], n: usize, k: usize) -> Vec<f32> {
+    let m = x.len() / k;
+    let mut y = vec![0f32; m * n];
+    for r in 0..m {
+        for j in 0..n {
+            y[r * n + j] = (0..k)
+                .map(|i| f64::from(x[r * k + i]) * f64::from(wf[j * k + i]))
+                .sum::<f64>() as f32;
+        }
+    }
+    y
+}
+
+/// Every path this CPU has against the dequantise-then-f32 product of
+/// GGUF's own dequantisation, on random blocks and activations.
+fn check_type<B: WeightBlock>(seed: u64) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let shapes = if B::VALUES == BLOCK {
+        [(37, 96), (9, 544)]
+    } else {
+        // 8 blocks (one group), 24 (three).
+        [(37, 256), (9, 768)]
+    };
+    for (n, k) in shapes {
+        check_shape::<B>(&mut rng, n, k);
+    }
+}
+
+/// [`check_type`] for one shape.
+fn check_shape<B: WeightBlock>(rng: &mut impl Rng, n: usize, k: usize) {
+    let bytes = random_blocks::<B>(rng, n, k);
+    let w = QuantMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
+    let wf: Vec<f32> = bytes
+        .chunks_exact(B::BYTES)
+        .flat_map(|c| gguf_dequant(B::NAME, c))
+        .collect();
+    assert_eq!(w.dequantize(), wf, "{}: dequantisation", B::NAME);
+    let wmax = wf.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for m in [1usize, 3, 4, 5, 9] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let want = reference(&wf, &x, n, k);
+        for simd in Simd::available() {
+            let got = w.clone().with_simd(simd).matmul(&x).unwrap();
+            assert_eq!(got.len(), m * n);
+            for (g, e) in got.iter().zip(&want) {
+                // 8-bit activations: error about Σ|w|·|x|/254 ≤ k·wmax/254.
+                let tol = 0.01 * k as f32 * wmax;
+                assert!(
+                    (g - e).abs() < tol,
+                    "{} {simd:?} m={m}: {g} vs {e}",
+                    B::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_and_path_matches_the_dequantized_product() {
+    check_type::<BlockQ40>(1);
+    check_type::<BlockQ41>(7);
+    check_type::<BlockQ50>(2);
+    check_type::<BlockQ51>(3);
+    check_type::<BlockQ80>(4);
+    check_type::<BlockQ4K>(5);
+    check_type::<BlockQ5K>(6);
+    check_type::<BlockQ6K>(8);
+}
+
+/// The SIMD paths give the portable path's integer sums: results agree
+/// to float rounding, and a row's result is the same bits alone, in a
+/// batch, and in every tile shape (rows of 9 blocks: a whole group of
+/// scales and a partial one).
+fn check_paths_agree<B: WeightBlock>(seed: u64) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Rows of 9 blocks (a whole group of scales and a partial one), or
+    // for a k-quant 16 (two groups).
+    let (n, k) = (20, if B::VALUES == BLOCK { 288 } else { 512 });
+    let w = QuantMatrix::<B>::from_gguf_bytes(&random_blocks::<B>(&mut rng, n, k), n, k).unwrap();
+    let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+    let acts = Acts::quantize(&x, k);
+    let batch = w.matmul(&x).unwrap();
+    for r in 0..6 {
+        let alone = w.matmul(&x[r * k..(r + 1) * k]).unwrap();
+        assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
+    }
+    let paths: Vec<QuantMatrix<B>> = Simd::available()
+        .into_iter()
+        .map(|p| w.clone().with_simd(p))
+        .collect();
+    let rows = [0, 1, 2, 3];
+    for j in 0..n {
+        let want = paths[0].dot_tiles::<1, 4>([j], &acts, rows)[0];
+        for p in &paths {
+            let got = p.dot_tiles::<1, 4>([j], &acts, rows)[0];
+            for (g, e) in got.iter().zip(&want) {
+                assert!(
+                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "{} {:?}: {g} vs {e}",
+                    B::NAME,
+                    p.simd
+                );
+            }
+            for (i, &g) in got.iter().enumerate() {
+                let one = p.dot_tiles::<1, 1>([j], &acts, [i])[0][0];
+                assert_eq!(one.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+                let two = p.dot_tiles::<1, 2>([j], &acts, [i, 5])[0][0];
+                assert_eq!(two.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+            }
+            if j + 1 < n {
+                // Two weight rows at once: each row's sums as when alone.
+                let two = p.dot_tiles::<2, 4>([j, j + 1], &acts, rows);
+                assert_eq!(two[0], got, "{} {:?}", B::NAME, p.simd);
+                assert_eq!(
+                    two[1],
+                    p.dot_tiles::<1, 4>([j + 1], &acts, rows)[0],
+                    "{} {:?}",
+                    B::NAME,
+                    p.simd
+                );
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let by = |s: Simd| paths.iter().find(|p| p.simd == s);
+            if let (Some(a), Some(v)) = (by(Simd::Avx2), by(Simd::AvxVnni)) {
+                // Same integer sums, same float operations: bit-identical.
+                assert_eq!(
+                    a.dot_tiles::<1, 4>([j], &acts, rows),
+                    v.dot_tiles::<1, 4>([j], &acts, rows)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_and_portable_paths_agree_for_every_type() {
+    check_paths_agree::<BlockQ40>(11);
+    check_paths_agree::<BlockQ41>(12);
+    check_paths_agree::<BlockQ50>(13);
+    check_paths_agree::<BlockQ51>(14);
+    check_paths_agree::<BlockQ80>(15);
+    check_paths_agree::<BlockQ4K>(16);
+    check_paths_agree::<BlockQ5K>(17);
+    check_paths_agree::<BlockQ6K>(18);
+}
+
+#[test]
+fn one_input_times_several_matrices_equals_each_product() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
+    let k = 64;
+    let a = QuantMatrix::<BlockQ50>::from_gguf_bytes(
+        &random_blocks::<BlockQ50>(&mut rng, 40, k),
+        40,
+        k,
+    )
+    .unwrap();
+    let b =
+        QuantMatrix::<BlockQ80>::from_gguf_bytes(&random_blocks::<BlockQ80>(&mut rng, 7, k), 7, k)
+            .unwrap();
+    let c = Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 16, k), 16, k).unwrap();
+    for m in [1usize, 5, 70] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let ys = matmul_many(&[&a, &b, &c], &x).unwrap();
+        assert_eq!(ys[0], a.matmul(&x).unwrap());
+        assert_eq!(ys[1], b.matmul(&x).unwrap());
+        assert_eq!(ys[2], c.matmul(&x).unwrap());
+    }
+    let short =
+        Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 2, 32), 2, 32).unwrap();
+    assert!(matmul_many(&[&a, &short], &[0f32; 64]).is_err());
+}
+
+#[test]
+fn rows_quantised_on_the_pool_equal_rows_quantised_alone() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+    let k = 96;
+    let m = 2 * PARALLEL_QUANTISE_ROWS + 3;
+    let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let all = Acts::quantize(&x, k);
+    for r in [0, PARALLEL_QUANTISE_ROWS, m - 1] {
+        let one = Acts::quantize(&x[r * k..(r + 1) * k], k);
+        assert_eq!(one.qs[..], all.qs[r * all.kb..(r + 1) * all.kb]);
+        assert_eq!(one.d[..], all.d[r * all.kbp..(r + 1) * all.kbp]);
+        assert_eq!(one.s[..], all.s[r * all.kbp..(r + 1) * all.kbp]);
+    }
+    let w = Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 5, k), 5, k).unwrap();
+    let y = w.matmul(&x).unwrap();
+    assert_eq!(y[(m - 1) * 5..], w.matmul(&x[(m - 1) * k..]).unwrap()[..]);
+}
+
+/// candle's quantiser and dequantiser (an implementation of GGUF's types
+/// independent of this module's) against this module's view of the same
+/// bytes, for every type it takes.
+#[test]
+fn every_type_dequantises_as_candle_does() {
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
+    let dev = Device::Cpu;
+    let (n, k) = (8, 512);
+    let w = Tensor::randn(0f32, 0.5, (n, k), &dev).unwrap();
+    for dt in ALL_TYPES {
+        let q = QTensor::quantize(&w, dt).unwrap();
+        let ours = cpu_matrix_of(dt, &q.data().unwrap(), n, k)
+            .unwrap()
+            .unwrap()
+            .dequantize();
+        let theirs: Vec<f32> = q
+            .dequantize(&dev)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(ours, theirs, "{dt:?}");
+    }
+}
+
+#[test]
+fn repacked_shapes_are_left_to_candle() {
+    // Not whole 256-value super-blocks, or not whole 16-row tiles.
+    assert!(!candle_repacks(GgmlDType::Q8_0, 49152, 576));
+    assert!(!candle_repacks(GgmlDType::Q4K, 40, 256));
+    assert!(candle_repacks(GgmlDType::Q4K, 9728, 2560));
+    assert!(candle_repacks(GgmlDType::Q6K, 32, 512));
+    assert!(!candle_repacks(GgmlDType::Q4_1, 9728, 2560));
+    assert!(!candle_repacks(GgmlDType::Q5K, 9728, 2560));
+    if std::env::var_os(TYPES_ENV).is_none() {
+        let bytes = vec![0u8; 16 * 8 * 34];
+        let repacked = candle_repacks(GgmlDType::Q8_0, 16, 256);
+        assert_eq!(
+            cpu_matrix(GgmlDType::Q8_0, &bytes, 16, 256).is_none(),
+            repacked
+        );
+        assert!(cpu_matrix(GgmlDType::Q8_0, &bytes[..8 * 34], 1, 256).is_some());
+    }
+}
+
+#[test]
+fn kernel_types_take_defaults_all_or_a_list_and_name_a_bad_one() {
+    assert_eq!(kernel_types(None).unwrap(), None);
+    assert_eq!(kernel_types(Some(" ")).unwrap(), None);
+    assert_eq!(kernel_types(Some("all")).unwrap(), Some(ALL_TYPES.to_vec()));
+    assert_eq!(
+        kernel_types(Some("q4_k, Q6_K")).unwrap(),
+        Some(vec![GgmlDType::Q4K, GgmlDType::Q6K])
+    );
+    let err = kernel_types(Some("Q4_K,IQ2_XS")).unwrap_err().to_string();
+    assert!(
+        err.contains(TYPES_ENV) && err.contains("IQ2_XS") && err.contains("Q6_K"),
+        "{err}"
+    );
+}
+
+#[test]
+fn joule_simd_names_a_kernel_this_cpu_has() {
+    let fastest = *Simd::available().last().unwrap();
+    assert_eq!(Simd::chosen(None).unwrap(), fastest);
+    assert_eq!(Simd::chosen(Some("")).unwrap(), fastest);
+    for simd in Simd::available() {
+        assert_eq!(Simd::chosen(Some(simd.name())).unwrap(), simd);
+    }
+    let err = Simd::chosen(Some("avx9000")).unwrap_err().to_string();
+    assert!(
+        err.contains("JOULE_SIMD") && err.contains("avx9000") && err.contains("portable"),
+        "{err}"
+    );
+}
+
+#[test]
+fn extreme_q8_0_weights_do_not_overflow() {
+    // −128 and 127 weights against ±127 activations: the sign trick must
+    // neither saturate nor flip (|−128| is 128 as an unsigned byte).
+    let mut bytes = half::f16::from_f32(1.0).to_le_bytes().to_vec();
+    bytes.extend((0..32).map(|i| if i % 2 == 0 { 0x80u8 } else { 0x7f }));
+    let w = QuantMatrix::<BlockQ80>::from_gguf_bytes(&bytes, 1, 32).unwrap();
+    let x: Vec<f32> = (0..32)
+        .map(|i| if i % 2 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    for simd in Simd::available() {
+        let y = w.clone().with_simd(simd).matmul(&x).unwrap();
+        // 16·128 + 16·127 = 4080 (activations quantise to exactly ±127/127).
+        assert!((y[0] - 4080.0).abs() < 1e-2, "{simd:?}: {}", y[0]);
+    }
+}
+
+#[test]
+fn types_candle_keeps_are_not_taken_and_bad_shapes_are_errors() {
+    assert!(cpu_matrix(GgmlDType::F16, &[], 1, 256).is_none());
+    assert!(cpu_matrix_of(GgmlDType::F16, &[], 1, 256).is_none());
+    assert!(cpu_matrix_of(GgmlDType::Q4K, &[0u8; 144], 1, 256)
+        .unwrap()
+        .is_ok());
+    // A k-quant row is whole super-blocks of 256 values.
+    let err = QuantMatrix::<BlockQ4K>::from_gguf_bytes(&[0u8; 144], 1, 128).unwrap_err();
+    assert!(err.to_string().contains("256"), "{err}");
+    assert!(QuantMatrix::<BlockQ5K>::from_gguf_bytes(&[0u8; 175], 1, 256).is_err());
+    assert!(cpu_matrix_of(GgmlDType::Q6K, &[0u8; 210], 1, 256)
+        .unwrap()
+        .is_ok());
+    assert!(cpu_matrix(GgmlDType::Q5_0, &[0u8; 22], 1, 32)
+        .unwrap()
+        .is_ok());
+    assert!(Q41Matrix::from_gguf_bytes(&[0u8; 20], 1, 30).is_err());
+    assert!(Q41Matrix::from_gguf_bytes(&[0u8; 19], 1, 32).is_err());
+    assert!(QuantMatrix::<BlockQ50>::from_gguf_bytes(&[0u8; 21], 1, 32).is_err());
+    let w = Q41Matrix::from_gguf_bytes(&[0u8; 40], 2, 32).unwrap();
+    assert!(w.matmul(&[0f32; 33]).is_err());
+}

@@ -1,0 +1,63 @@
+//! The x86-64 SIMD paths of the integer dot products: shared unpacking of block payloads
+//! here, the AVX-512 VNNI tile in [`avx512`], the AVX2 and AVX-VNNI tiles in [`avx2`]. Which
+//! runs is [`super::Simd`], chosen at run time.
+
+pub(super) mod avx2;
+pub(super) mod avx512;
+
+/// How far ahead of the current block the weights are prefetched.
+const PREFETCH: usize = 512;
+use std::arch::x86_64::*;
+
+/// Nibbles as 32 bytes: value `j` in byte `j` (low nibbles first).
+#[inline(always)]
+pub(crate) unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let low_mask = _mm_set1_epi8(0x0f);
+    let packed = _mm_loadu_si128(qs.as_ptr() as *const __m128i);
+    let lo = _mm_and_si128(packed, low_mask);
+    let hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low_mask);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Nibbles with bit `j` of `qh` as bit 4 of byte `j`.
+#[inline(always)]
+pub(crate) unsafe fn nibbles5(qs: &[u8; 16], qh: u32) -> __m256i {
+    // Byte j takes byte j/8 of qh (every 128-bit lane holds all four),
+    // then keeps bit j%8: equal to its bit selector where the bit is set.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+    _mm256_or_si256(nibbles(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)))
+}
+
+/// Two blocks' nibbles (16 bytes each, contiguous in `packed`) as 64
+/// bytes: block 0's values in bytes 0..32, block 1's in 32..64.
+#[inline(always)]
+pub(crate) unsafe fn nibbles_pair(packed: __m256i) -> __m512i {
+    // 128-bit lanes [b0, b0, b1, b1]; the odd lanes shifted down by four
+    // bits give the high nibbles once every byte is masked to 0x0f.
+    let z = _mm512_castsi256_si512(packed);
+    let z = _mm512_shuffle_i64x2::<0b01_01_00_00>(z, z);
+    let z = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+    _mm512_and_si512(z, _mm512_set1_epi8(0x0f))
+}
+
+/// [`nibbles_pair`] of two Q5 blocks, bit `j` of `qh` as bit 4 of byte `j`.
+#[inline(always)]
+pub(crate) unsafe fn nibbles5_pair(qs0: &[u8; 16], qs1: &[u8; 16], qh: u64) -> __m512i {
+    let packed = _mm256_inserti128_si256::<1>(
+        _mm256_castsi128_si256(_mm_loadu_si128(qs0.as_ptr() as *const __m128i)),
+        _mm_loadu_si128(qs1.as_ptr() as *const __m128i),
+    );
+    let low = nibbles_pair(packed);
+    // (a nibble is below 16, so adding 16 sets bit 4)
+    _mm512_mask_add_epi8(low, qh, low, _mm512_set1_epi8(0x10))
+}

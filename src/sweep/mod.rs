@@ -1,0 +1,238 @@
+//! Sweeps: a grid of Energy Society configs × seeds, run resumably. Each cell
+//! writes its own run folder `<out>/<config name>/seed_<seed>`; a cell whose
+//! folder holds the completion marker is skipped, so an interrupted sweep
+//! resumes where it stopped (an incomplete folder is cleared and rerun).
+//! [`run_cells`] runs all-scripted cells on worker threads and cells with
+//! model-backed agents together on one driver, so their model calls batch;
+//! cells share a backend only when their whole backend configuration agrees
+//! ([`backend_key`]). [`slurm`]: the same cells as a Slurm job array, and the
+//! state of every cell from its files. `joule sweep` is `crate::cli::sweep`.
+
+pub mod slurm;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::SCRIPTED_PREFIX;
+use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::recorder::Recorder;
+use crate::energy_society::runner::{backend_for, backend_for_all, run_many, MakeJobs};
+
+/// The sweep file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepFile {
+    /// Config files, relative to the sweep file.
+    pub configs: Vec<PathBuf>,
+    pub seeds: Vec<u64>,
+    #[serde(default)]
+    pub out: Option<PathBuf>,
+}
+
+impl SweepFile {
+    /// Parse a sweep file's text; `file` names it in errors.
+    pub fn from_toml_str(text: &str, file: &str) -> anyhow::Result<SweepFile> {
+        toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "{file}: {}",
+                crate::energy_society::config::toml_message(&e, text)
+            )
+        })
+    }
+}
+
+/// One cell of the grid.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub config: SocietyConfig,
+    pub dir: PathBuf,
+}
+
+fn read_sweep(file: &Path) -> anyhow::Result<SweepFile> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    SweepFile::from_toml_str(&text, &file.display().to_string())
+}
+
+fn sweep_out(file: &Path, sweep: &SweepFile, out_override: Option<&Path>) -> PathBuf {
+    out_override
+        .map(Path::to_path_buf)
+        .or(sweep.out.clone())
+        .unwrap_or_else(|| PathBuf::from("runs").join(SocietyConfig::folder_name(file)))
+}
+
+/// The sweep's output folder: `--out`, else the file's `out`, else `runs/<file name>`.
+pub fn out_dir(file: &Path, out_override: Option<&Path>) -> anyhow::Result<PathBuf> {
+    Ok(sweep_out(file, &read_sweep(file)?, out_override))
+}
+
+/// Expand a sweep file into its cells (config order, then seed order).
+pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
+    let sweep = read_sweep(file)?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    let out = sweep_out(file, &sweep, out_override);
+    let mut cells = Vec::new();
+    for c in &sweep.configs {
+        let path = base.join(c);
+        let mut cfg = SocietyConfig::load(&path)?;
+        cfg.resolve_paths(path.parent().unwrap_or(base));
+        for &seed in &sweep.seeds {
+            let mut cfg = cfg.clone();
+            cfg.seed = seed;
+            cells.push(Cell {
+                config: cfg,
+                dir: out
+                    .join(SocietyConfig::folder_name(&path))
+                    .join(format!("seed_{seed}")),
+            });
+        }
+    }
+    Ok(cells)
+}
+
+/// What shapes a cell's backend: its whole `[llm]` and `[scripted]`
+/// sections, serialized (so every field, including ones added later, counts),
+/// and whether any agent is model-backed. Cells with equal keys can share
+/// one backend; cells with different keys never do.
+pub fn backend_key(cfg: &SocietyConfig) -> String {
+    serde_json::json!({
+        "llm": cfg.llm,
+        "scripted": cfg.scripted,
+        "model_backed": !scripted_only(cfg),
+    })
+    .to_string()
+}
+
+fn scripted_only(cfg: &SocietyConfig) -> bool {
+    cfg.roster
+        .iter()
+        .all(|a| a.model.starts_with(SCRIPTED_PREFIX))
+}
+
+/// Run every incomplete cell; returns (ran, skipped).
+///
+/// Cells whose agents are all scripted are independent and cheap to set up,
+/// so `jobs` worker threads run them, each cell on its own backend. Cells
+/// with model-backed agents are grouped by [`backend_key`]; each group gets
+/// one backend (one copy of each model in memory), and `jobs` of its cells
+/// at a time run on one driver so their model calls batch together.
+pub fn run_cells(
+    cells: Vec<Cell>,
+    jobs: usize,
+    quiet: bool,
+    make_jobs: MakeJobs,
+) -> anyhow::Result<(usize, usize)> {
+    let total = cells.len();
+    let todo: Vec<Cell> = cells
+        .into_iter()
+        .filter(|c| !Recorder::is_complete(&c.dir))
+        .collect();
+    let skipped = total - todo.len();
+    let ran = todo.len();
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} cells {pos}/{len} {bar:30} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let jobs = jobs.max(1);
+    let (scripted, model_backed): (Vec<Cell>, Vec<Cell>) =
+        todo.into_iter().partition(|c| scripted_only(&c.config));
+    let failures = Mutex::new(Vec::new());
+    let fail = |dir: &Path, e: anyhow::Error| {
+        if let Ok(mut f) = failures.lock() {
+            f.push(format!("{}: {e:#}", dir.display()));
+        }
+    };
+
+    // Scripted cells: a pool of `jobs` threads, one cell at a time each.
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(scripted.len()) {
+            scope.spawn(|| loop {
+                let Some(c) = scripted.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    break;
+                };
+                match backend_for(&c.config) {
+                    Ok(mut backend) => {
+                        let r = run_many(
+                            vec![(c.config.clone(), c.dir.clone())],
+                            backend.as_mut(),
+                            make_jobs,
+                            |_| {},
+                        );
+                        for r in r {
+                            if let Err(e) = r {
+                                fail(&c.dir, e);
+                            }
+                        }
+                    }
+                    Err(e) => fail(&c.dir, e),
+                }
+                bar.inc(1);
+            });
+        }
+    });
+
+    // Model-backed cells: one backend per backend key, `jobs` cells per driver.
+    let mut groups: Vec<(String, Vec<Cell>)> = Vec::new();
+    for c in model_backed {
+        let key = backend_key(&c.config);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, g)) => g.push(c),
+            None => groups.push((key, vec![c])),
+        }
+    }
+    for (_, group) in groups {
+        let configs: Vec<SocietyConfig> = group.iter().map(|c| c.config.clone()).collect();
+        let mut backend = match backend_for_all(&configs) {
+            Ok(b) => b,
+            Err(e) => {
+                for c in &group {
+                    fail(&c.dir, anyhow::anyhow!("{e:#}"));
+                    bar.inc(1);
+                }
+                continue;
+            }
+        };
+        for chunk in group.chunks(jobs) {
+            let dirs: Vec<PathBuf> = chunk.iter().map(|c| c.dir.clone()).collect();
+            let results = run_many(
+                chunk
+                    .iter()
+                    .map(|c| (c.config.clone(), c.dir.clone()))
+                    .collect(),
+                backend.as_mut(),
+                make_jobs,
+                |_| bar.tick(),
+            );
+            for (dir, r) in dirs.iter().zip(results) {
+                bar.inc(1);
+                if let Err(e) = r {
+                    fail(dir, e);
+                }
+            }
+        }
+        if let Some(status) = backend.metering() {
+            bar.println(status.summary());
+        }
+    }
+    bar.finish_and_clear();
+    let failures = failures.into_inner().unwrap_or_default();
+    if !failures.is_empty() {
+        anyhow::bail!(
+            "{} cell(s) failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+    Ok((ran, skipped))
+}
