@@ -1,7 +1,7 @@
 //! Build script: with the `cuda` feature, compiles Joule's own CUDA kernels
 //! (`kernels/*.cu`) with nvcc into fat binaries (machine code for sm_80 and
 //! sm_90, i.e. A100 and H100/H200, plus compute_80 PTX that the driver
-//! compiles for any newer GPU) that `src/inference/cuda` embeds and loads at
+//! compiles for any newer GPU) that `src/inference/kernels/cuda` embeds and loads at
 //! run time. Without the feature it does nothing.
 //!
 //! nvcc is found at `$NVCC`, else `bin/nvcc` under `$CUDA_ROOT`, `$CUDA_PATH`

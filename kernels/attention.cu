@@ -2,7 +2,7 @@
 // sequence with its own number of keys and its own K/V buffers, f32
 // (`attn_decode`) or f16 (`attn_decode_f16`, `[llm] kv_cache = "f16"`: each
 // key and value read as the f32 it stands for; the arithmetic is f32).
-// Host side: src/inference/cuda/attention.rs. CPU reference:
+// Host side: src/inference/kernels/cuda/attention.rs. CPU reference:
 // `attention` in src/inference/models/nn.rs (t = 1: causal = all keys so
 // far, optionally the last `window` only, optional tanh soft-capping).
 //

@@ -1,5 +1,5 @@
 // Gated delta-net (Qwen3.5's linear attention) on CUDA, f32 throughout.
-// Host side and the exact shapes: src/inference/cuda/delta_net.rs. The CPU
+// Host side and the exact shapes: src/inference/kernels/cuda/delta_net.rs. The CPU
 // reference these kernels are tested against: src/inference/models/delta_net.rs
 // (the delta rule) and src/inference/models/qwen35.rs (conv, decay, beta).
 //

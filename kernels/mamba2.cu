@@ -1,5 +1,5 @@
 // Mamba-2 selective state-space scan (Nemotron-H's recurrent layers) on
-// CUDA, f32. Host side: src/inference/cuda_kernels/mamba2.rs. CPU reference:
+// CUDA, f32. Host side: src/inference/kernels/cuda/mamba2.rs. CPU reference:
 // src/inference/models/mamba2.rs. Per head h (state S [head_dim, d_state]),
 // per token:  S <- S * exp(dt * A) + (dt * x) (x) B;   y = S . C + D * x.
 // Every row i of S (one element of x) evolves on its own, so one warp owns

@@ -4,7 +4,7 @@ in the environment Hugging Face transformers uses for apply_chat_template
 (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
 json.dumps-style tojson, raise_exception, strftime_now), and write the expected
 strings to tests/fixtures/chat_templates/<template>.json for the Rust tests
-(src/inference/chat_template.rs).
+(src/inference/text/chat_template.rs).
 
 Usage (from the repository root): pip install jinja2 && python3 scripts/gen_chat_template_fixtures.py
 """

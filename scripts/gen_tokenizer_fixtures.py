@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Expected token ids computed with Hugging Face's `tokenizers` library (an
 independent BPE implementation), in llama.cpp's `.out` format, for the Rust
-tests of src/inference/tokenizer:
+tests of src/inference/text/tokenizer:
 - tests/fixtures/tokenizers/ggml-vocab-{qwen35,gemma-4}.gguf.out: llama.cpp's
   qwen2 test inputs under vocabularies llama.cpp ships no vectors for (for
   Gemma 4 the pipeline mirrors llama.cpp's: U+2581 for spaces, cut at newline

@@ -275,9 +275,9 @@ import json, sys
 p = sys.argv[1]; d = json.load(open(p)); d["executables"] = sys.argv[2]; json.dump(d, open(p, "w"))
 EOF
 
-# ---- Kernel tests (the lib's unit tests under inference::cuda_kernels): they must not skip.
+# ---- Kernel tests (the lib's unit tests under inference::kernels::cuda): they must not skip.
 if [[ -n ${test_bins[lib]:-} ]]; then
-  step kernel-tests kernel-tests.log env RUST_TEST_THREADS=1 "${test_bins[lib]}" cuda_kernels --nocapture
+  step kernel-tests kernel-tests.log env RUST_TEST_THREADS=1 "${test_bins[lib]}" kernels::cuda --nocapture
   if grep -q "skipped, no CUDA device" "$L/kernel-tests.log"; then
     record kernel-tests-ran fail 0 "the kernel tests found no CUDA device" kernel-tests.log
   fi

@@ -1,22 +1,22 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
-pub mod bench;
-pub mod bench_society;
-pub mod calibrate;
-pub mod generate;
-pub mod jobs;
-pub mod logits;
-pub mod meters;
-pub mod models;
-pub mod race;
-pub mod replay;
-pub mod report;
-pub mod run;
-pub mod serve_check;
-pub mod slurm;
-pub mod sweep;
-pub mod tokenize;
-pub mod view;
+pub(crate) mod bench;
+pub(crate) mod bench_society;
+pub(crate) mod calibrate;
+pub(crate) mod generate;
+pub(crate) mod jobs;
+pub(crate) mod logits;
+pub(crate) mod meters;
+pub(crate) mod models;
+pub(crate) mod race;
+pub(crate) mod replay;
+pub(crate) mod report;
+pub(crate) mod run;
+pub(crate) mod serve_check;
+pub(crate) mod slurm;
+pub(crate) mod sweep;
+pub(crate) mod tokenize;
+pub(crate) mod view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

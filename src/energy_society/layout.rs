@@ -168,50 +168,6 @@ pub struct TranscriptEntry {
     pub structured_response: serde_json::Value,
 }
 
-/// A vote's structured response (`AgentVote`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VoteResponse {
-    #[serde(default)]
-    pub voter_id: Option<String>,
-    #[serde(default)]
-    pub overall_reasoning: Option<String>,
-    #[serde(default)]
-    pub recommendations: Vec<Recommendation>,
-}
-
-/// One recommendation of a vote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Recommendation {
-    pub agent_id: Option<String>,
-    pub recommended_action: Option<String>,
-    #[serde(default)]
-    pub job_id: Option<String>,
-    #[serde(default)]
-    pub target_agent: Option<String>,
-    #[serde(default)]
-    pub amount: Option<f64>,
-}
-
-/// A decision's structured response (`AgentDecision`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DecisionResponse {
-    #[serde(default)]
-    pub reasoning: Option<String>,
-    pub action: Option<String>,
-    #[serde(default)]
-    pub job_id: Option<String>,
-    #[serde(default)]
-    pub target_agent: Option<String>,
-    #[serde(default)]
-    pub amount: Option<f64>,
-}
-
-/// A solve's structured response (`AgentJobSolution`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SolutionResponse {
-    pub answer: Option<String>,
-}
-
 /// All four files of one run folder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunFolder {

@@ -151,10 +151,6 @@ impl Tab {
     pub fn per_token(&self) -> f64 {
         self.per_token
     }
-
-    pub fn charges(&self) -> &[Charge] {
-        &self.charges
-    }
 }
 
 /// A change the ledger refused: the account is not where the caller thinks.
@@ -219,10 +215,6 @@ impl Ledger {
         self.energy.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.energy.is_empty()
-    }
-
     /// Start round `round`: its start energies are today's energies.
     pub fn begin_round(&mut self, round: u32) {
         self.round = round;
@@ -230,6 +222,7 @@ impl Ledger {
         self.lines.clear();
     }
 
+    #[cfg(test)]
     /// This round's lines so far.
     pub fn lines(&self) -> &[LedgerLine] {
         &self.lines

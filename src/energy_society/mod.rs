@@ -18,22 +18,22 @@
 
 pub mod condition;
 pub mod config;
-pub mod dataset;
-pub mod draw;
-pub mod invoke;
+pub(crate) mod dataset;
+pub(crate) mod draw;
+pub(crate) mod invoke;
 pub mod job;
-pub mod layout;
-pub mod ledger;
+pub(crate) mod layout;
+pub(crate) mod ledger;
 pub mod listed_jobs;
-pub mod policies;
-pub mod procedural;
-pub mod prompts;
+pub(crate) mod policies;
+pub(crate) mod procedural;
+pub(crate) mod prompts;
 pub mod recorder;
 pub mod replay;
-pub mod rules;
+pub(crate) mod rules;
 pub mod runner;
 pub mod schema;
-pub mod society;
+pub(crate) mod society;
 #[cfg(test)]
 mod society_tests;
-pub mod state;
+pub(crate) mod state;

@@ -14,9 +14,6 @@ use crate::scripted::{Policy, ScriptedBackend, TokenDist};
 
 use super::config::Skill;
 
-/// The names registered by [`register_policies`].
-pub const POLICY_NAMES: [&str; 4] = ["random", "easiest", "greedy", "donor"];
-
 /// Which rule a scripted agent follows when deciding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {

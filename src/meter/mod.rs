@@ -23,10 +23,10 @@
 //! batched forward step among the step's sequences.
 
 pub mod attribution;
-pub mod fake;
-pub mod fit;
-pub mod nvml;
-pub mod rapl;
+pub(crate) mod fake;
+pub(crate) mod fit;
+pub(crate) mod nvml;
+pub(crate) mod rapl;
 
 use serde::{Deserialize, Serialize};
 

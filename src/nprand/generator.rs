@@ -24,13 +24,21 @@ pub struct Generator {
 /// `ValueError`s numpy raises for the arguments handled here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrawError {
-    EmptyRange { low: i64, high: i64 },
-    SampleTooLarge { size: usize, pop: usize },
+    #[cfg(test)]
+    EmptyRange {
+        low: i64,
+        high: i64,
+    },
+    SampleTooLarge {
+        size: usize,
+        pop: usize,
+    },
 }
 
 impl std::fmt::Display for DrawError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            #[cfg(test)]
             DrawError::EmptyRange { low, high } => {
                 write!(f, "integers: low ({low}) must be less than high ({high})")
             }
@@ -49,19 +57,13 @@ impl Generator {
         Self { bitgen }
     }
 
-    pub fn bit_generator(&self) -> &Pcg64 {
-        &self.bitgen
-    }
-
-    pub fn bit_generator_mut(&mut self) -> &mut Pcg64 {
-        &mut self.bitgen
-    }
-
+    #[cfg(test)]
     /// `random()`: one float64 in [0, 1).
     pub fn random(&mut self) -> f64 {
         self.bitgen.next_f64()
     }
 
+    #[cfg(test)]
     /// `integers(low, high, size=n)` with the default `dtype=int64`,
     /// `endpoint=False`.
     pub fn integers(&mut self, low: i64, high: i64, n: usize) -> Result<Vec<i64>, DrawError> {

@@ -12,7 +12,7 @@ mod generator;
 mod pcg64;
 mod seed_sequence;
 
-pub use generator::{DrawError, Generator};
+pub use generator::Generator;
 pub use pcg64::Pcg64;
 pub use seed_sequence::SeedSequence;
 

@@ -43,6 +43,7 @@ impl Pcg64 {
         self.state = self.state.wrapping_mul(MULT).wrapping_add(self.inc);
     }
 
+    #[cfg(test)]
     /// `bit_generator.state["state"]`: (state, inc).
     pub fn state(&self) -> (u128, u128) {
         (self.state, self.inc)
@@ -69,6 +70,7 @@ impl Pcg64 {
         next as u32
     }
 
+    #[cfg(test)]
     /// `next_double`: 53 random bits in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / 9007199254740992.0)

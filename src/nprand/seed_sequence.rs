@@ -68,6 +68,7 @@ impl SeedSequence {
         Self { pool }
     }
 
+    #[cfg(test)]
     /// The mixed entropy pool (`SeedSequence.pool`).
     pub fn pool(&self) -> [u32; POOL_SIZE] {
         self.pool

@@ -37,12 +37,6 @@ impl Strategy {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Self> {
-        STRATEGIES
-            .into_iter()
-            .find(|x| x.name().eq_ignore_ascii_case(s))
-    }
-
     /// The action given the co-players' previous actions (none in round 1).
     /// CS/CAS copy a single opponent; with several co-players CS plays SAFE
     /// iff all played SAFE (§2 "Reference strategies"), and CAS — which has

@@ -149,7 +149,6 @@ pub struct RaceResult {
 /// A race in progress.
 pub struct Race {
     pub rules: RaceRules,
-    pub game_seed: i64,
     horizon: PyRandom,
     setback: PyRandom,
     snapshot: Snapshot,
@@ -164,7 +163,6 @@ impl Race {
         let (h, s) = rules.streams();
         Self {
             rules,
-            game_seed,
             horizon: PyRandom::from_i64(stream_seed(game_seed, h)),
             setback: PyRandom::from_i64(stream_seed(game_seed, s)),
             snapshot: Snapshot::new(rules.n_players),
@@ -315,6 +313,7 @@ pub fn score_terminal(
         .collect()
 }
 
+#[cfg(test)]
 /// The horizon W a game seed produces (the stop draws do not depend on the
 /// actions), for tests and theory.
 pub fn horizon_of(game_seed: i64, n_players: usize) -> (u32, Vec<f64>) {

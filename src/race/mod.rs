@@ -18,18 +18,18 @@
 //! - [`analysis`]: humans versus models (§8): run loading, trajectories, the human data
 //!   set, the cluster-robust logits, strategies, archetypes and the comparison.
 
-pub mod agents;
+pub(crate) mod agents;
 pub mod analysis;
 pub mod audit;
 pub mod config;
-pub mod egt;
-pub mod engine;
+pub(crate) mod egt;
+pub(crate) mod engine;
 pub mod parser;
-pub mod prompt;
-pub mod replay;
+pub(crate) mod prompt;
+pub(crate) mod replay;
 pub mod report;
-pub mod rng;
-pub mod rules;
+pub(crate) mod rng;
+pub(crate) mod rules;
 pub mod run;
 pub mod scenario;
 

@@ -8,8 +8,6 @@
 //! cooperative/adversarial, risk-averse/seeking), the eight narrative skins,
 //! opaque P/Q action codes, and the decision card (§5.3).
 
-use std::collections::BTreeMap;
-
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
@@ -504,9 +502,4 @@ pub fn seat_names(n: usize, cond: &PromptCondition) -> Vec<String> {
 pub fn band_of(id: Option<&Persona>) -> String {
     id.map(|p| p.band.clone())
         .unwrap_or_else(|| "baseline".into())
-}
-
-/// Index of personas by id (for reports).
-pub fn persona_index() -> anyhow::Result<BTreeMap<String, Persona>> {
-    Ok(personas()?.into_iter().map(|p| (p.id.clone(), p)).collect())
 }

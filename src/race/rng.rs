@@ -12,8 +12,6 @@ pub const BASE_SEED: i64 = 260_726;
 pub const STREAM_HORIZON: i64 = 17;
 /// Stream of the two-player setback draws.
 pub const STREAM_SETBACK: i64 = 29;
-/// Stream of the theory Monte Carlo.
-pub const STREAM_THEORY: i64 = 41;
 /// Stream of the N-player horizon draws.
 pub const STREAM_NPLAYER_HORIZON: i64 = 53;
 /// Stream of the N-player setback draws.

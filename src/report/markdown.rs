@@ -86,11 +86,6 @@ pub fn condition_section(s: &Summary) -> String {
     out
 }
 
-/// The whole `report.md`.
-pub fn report(summaries: &[Summary], plots: &[String]) -> String {
-    report_with(summaries, &[], plots)
-}
-
 /// The report with a further section after each condition's (`extra[i]`
 /// follows condition i: the measured energy).
 pub fn report_with(summaries: &[Summary], extra: &[String], plots: &[String]) -> String {

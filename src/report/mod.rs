@@ -14,16 +14,16 @@
 //! `--compare` also `compare.md` and `compare.csv`; with `--html` also
 //! `report.html` (per condition: `<condition>/report.html` when there are several).
 
-pub mod compare;
-pub mod html;
+pub(crate) mod compare;
+pub(crate) mod html;
 pub mod load;
-pub mod markdown;
-pub mod measured;
+pub(crate) mod markdown;
+pub(crate) mod measured;
 pub mod metrics;
-pub mod plots;
-pub mod stats;
+pub(crate) mod plots;
+pub(crate) mod stats;
 pub mod summary;
-pub mod table;
+pub(crate) mod table;
 
 use std::path::{Path, PathBuf};
 

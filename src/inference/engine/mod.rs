@@ -16,5 +16,5 @@ pub mod logits;
 pub mod memory_plan;
 pub mod model;
 pub mod prefix_cache;
-pub mod sampler;
+pub(crate) mod sampler;
 pub mod state;

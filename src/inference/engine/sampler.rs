@@ -42,6 +42,7 @@ impl SamplingParams {
         }
     }
 
+    #[cfg(test)]
     pub fn greedy() -> Self {
         Self {
             temperature: 0.0,
@@ -66,10 +67,6 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         let rng = ChaCha20Rng::seed_from_u64(params.seed);
         Self { params, rng }
-    }
-
-    pub fn params(&self) -> &SamplingParams {
-        &self.params
     }
 
     /// Choose the next token from `logits` (one row, `vocab` long).

@@ -12,4 +12,4 @@ pub mod gguf_header;
 pub mod gguf_weights;
 pub mod manifest;
 pub mod sources;
-pub mod wheel;
+pub(crate) mod wheel;

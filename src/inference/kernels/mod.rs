@@ -6,9 +6,9 @@
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
 
-pub mod cpu_attention;
+pub(crate) mod cpu_attention;
 #[cfg(feature = "cuda")]
-pub mod cuda;
+pub(crate) mod cuda;
 pub mod quant_matmul;
 
 /// How attention scores are formed: the parameters every attention path takes (the CPU

@@ -7,17 +7,17 @@
 //! Mamba-2 scan in `mamba2`, `gemma4` with per-layer embeddings and shared
 //! keys/values).
 
-pub mod decoder;
-pub mod delta_net;
-pub mod gemma3;
-pub mod gemma4;
-pub mod llama;
-pub mod mamba2;
-pub mod nemotron_h;
-pub mod nn;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen35;
+pub(crate) mod decoder;
+pub(crate) mod delta_net;
+pub(crate) mod gemma3;
+pub(crate) mod gemma4;
+pub(crate) mod llama;
+pub(crate) mod mamba2;
+pub(crate) mod nemotron_h;
+pub(crate) mod nn;
+pub(crate) mod qwen2;
+pub(crate) mod qwen3;
+pub(crate) mod qwen35;
 
 use std::path::Path;
 use std::sync::Arc;

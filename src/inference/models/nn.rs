@@ -27,7 +27,6 @@ pub enum RopeStyle {
 pub struct Rope {
     inv_freq: Vec<f64>,
     pos_scale: f64,
-    rot_dim: usize,
 }
 
 impl Rope {
@@ -59,12 +58,7 @@ impl Rope {
         Self {
             inv_freq,
             pos_scale: pos_scale as f64,
-            rot_dim,
         }
-    }
-
-    pub fn rot_dim(&self) -> usize {
-        self.rot_dim
     }
 
     /// `cos`, `sin` tables `[t, rot_dim/2]` for positions `start..start+t`.
@@ -126,10 +120,6 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn new(weight: Tensor, eps: f32) -> Self {
-        Self { weight, eps }
-    }
-
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         candle_nn::ops::rms_norm(&x.contiguous()?, &self.weight, self.eps)
     }
@@ -344,14 +334,6 @@ impl Loader<'_> {
             weight: self.dense(name, &[n])?,
             eps: self.eps,
         })
-    }
-
-    pub fn opt_norm(&mut self, name: &str, n: usize) -> Result<Option<RmsNorm>, LoadError> {
-        if self.has(name) {
-            self.norm(name, n).map(Some)
-        } else {
-            Ok(None)
-        }
     }
 
     /// `{prefix}.weight` (`[out, inp]`) and, with `bias`, `{prefix}.bias`.

@@ -8,5 +8,5 @@
 
 pub mod chat_template;
 pub mod constrain;
-pub mod thinking;
+pub(crate) mod thinking;
 pub mod tokenizer;

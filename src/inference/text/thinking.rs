@@ -43,6 +43,7 @@ impl ThinkingMarkers {
     }
 }
 
+#[cfg(test)]
 /// The span `[start, end)` of generated ids that are thinking tokens (see the
 /// module rule); `None` when there are none.
 pub fn thinking_span(
@@ -66,6 +67,7 @@ pub fn thinking_span(
     (end > start).then_some((start, end))
 }
 
+#[cfg(test)]
 /// Number of thinking tokens among the generated ids (see the module rule).
 pub fn count_thinking_tokens(
     ids: &[u32],

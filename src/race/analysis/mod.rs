@@ -17,5 +17,5 @@ pub mod compare;
 pub mod human;
 pub mod logit;
 pub mod runs;
-pub mod strategy;
+pub(crate) mod strategy;
 pub mod trajectory;

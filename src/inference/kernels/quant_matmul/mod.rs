@@ -287,11 +287,11 @@ mod x86;
 
 use acts::padded;
 pub use acts::Acts;
-pub use blocks::*;
+pub(crate) use blocks::*;
 
 /// A `[n, k]` weight of block type `B` ready for [`CpuMatmul::matmul`].
 #[derive(Clone)]
-pub struct QuantMatrix<B: WeightBlock> {
+pub(crate) struct QuantMatrix<B: WeightBlock> {
     pub(crate) n: usize,
     pub(crate) k: usize,
     /// 32-value blocks per row, and that rounded up to whole groups.
@@ -319,8 +319,9 @@ impl<B: WeightBlock> Debug for QuantMatrix<B> {
     }
 }
 
+#[cfg(test)]
 /// The default model's type, by its old name.
-pub type Q41Matrix = QuantMatrix<BlockQ41>;
+pub(crate) type Q41Matrix = QuantMatrix<BlockQ41>;
 
 impl<B: WeightBlock> QuantMatrix<B> {
     /// Build from GGUF block bytes of a `[n, k]` tensor (row major).
@@ -381,6 +382,7 @@ impl<B: WeightBlock> QuantMatrix<B> {
         self.group(j, b).block(b % GROUP)
     }
 
+    #[cfg(test)]
     /// `y = x · Wᵀ` (see [`matmul`]).
     pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
         matmul(self, x)
