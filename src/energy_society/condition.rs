@@ -256,12 +256,23 @@ pub fn infer(run: &RunFolder, run_dir: &Path, flags: &Overrides) -> Condition {
     infer_with_names(run, &folder, flags)
 }
 
-/// [`infer`] with the folder names already read.
+/// [`infer`] with the folder names already read: one inference per switch.
 pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides) -> Condition {
+    Condition {
+        objective: infer_objective(run, folder, flags),
+        use_votes: infer_votes(run, folder, flags),
+        enable_sabotage: infer_sabotage(run, folder, flags),
+        memory: infer_memory(folder, flags),
+        difficulty: infer_difficulty(run, folder),
+        alpha: infer_alpha(run, folder, flags),
+    }
+}
+
+/// Objective: flag > `prompt_mode` > `experiment` > folder > comp; notes
+/// where `experiment` or the folder name disagree.
+fn infer_objective(run: &RunFolder, folder: &FolderName, flags: &Overrides) -> Inferred<Objective> {
     let c = &run.config;
     let names = &folder.names;
-
-    // Objective: flag > prompt_mode > experiment > folder > comp.
     let experiment_says = if c.experiment.contains("coop") {
         Some(Objective::Cooperative)
     } else if c.experiment.contains("comp") {
@@ -307,8 +318,13 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
             }
         }
     }
+    objective
+}
 
-    // Votes: flag > use_votes > the transcript > folder > on.
+/// Votes: flag > `use_votes` > the transcript (vote entries, or none while
+/// two agents decided in round 1) > folder > on.
+fn infer_votes(run: &RunFolder, folder: &FolderName, flags: &Overrides) -> Inferred<bool> {
+    let names = &folder.names;
     let vote_entries = run.transcript.iter().filter(|t| t.phase == "vote").count();
     let round1_deciders = run
         .transcript
@@ -327,7 +343,7 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
     };
     let mut use_votes = match (
         flags.use_votes,
-        c.use_votes,
+        run.config.use_votes,
         &recorded_votes,
         folder.use_votes,
     ) {
@@ -347,12 +363,16 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
             use_votes = use_votes.note(format!("the folder name {names} says {}", on_off(v)));
         }
     }
+    use_votes
+}
 
-    // Sabotage: flag > enable_sabotage > any recorded SABOTAGE > folder > off.
+/// Sabotage: flag > `enable_sabotage` > any recorded SABOTAGE > folder > off.
+fn infer_sabotage(run: &RunFolder, folder: &FolderName, flags: &Overrides) -> Inferred<bool> {
+    let names = &folder.names;
     let evidence = sabotage_evidence(run);
     let mut enable_sabotage = match (
         flags.enable_sabotage,
-        c.enable_sabotage,
+        run.config.enable_sabotage,
         &evidence,
         folder.enable_sabotage,
     ) {
@@ -389,16 +409,23 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
             enable_sabotage = enable_sabotage.note(format!("the folder name {names} agrees"));
         }
     }
+    enable_sabotage
+}
 
-    // Memory: nothing recorded shows it (spec §4.3), so flag > folder > on.
-    let memory = match (flags.memory, folder.memory) {
+/// Memory: nothing recorded shows it (spec §4.3), so flag > folder > on.
+fn infer_memory(folder: &FolderName, flags: &Overrides) -> Inferred<bool> {
+    match (flags.memory, folder.memory) {
         (Some(v), _) => Inferred::new(v, "the --memory/--no-memory flag"),
-        (None, Some(v)) => Inferred::new(v, format!("the folder name {names}")),
+        (None, Some(v)) => Inferred::new(v, format!("the folder name {}", folder.names)),
         (None, None) => Inferred::new(true, "the default (on): the folder name does not say"),
-    };
+    }
+}
 
-    // Jobs per round: config.json (always there), checked against the folder
-    // name and the job ids recorded in memory entries.
+/// Jobs per round: config.json (always there), checked against `num_jobs`,
+/// the folder name and the job ids recorded in memory entries.
+fn infer_difficulty(run: &RunFolder, folder: &FolderName) -> Inferred<DifficultyCounts> {
+    let c = &run.config;
+    let names = &folder.names;
     let d = c.difficulty_distribution;
     let n = d.easy + d.medium + d.hard;
     let mut difficulty = Inferred::new(
@@ -437,11 +464,16 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
             ));
         }
     }
+    difficulty
+}
 
-    // α: flag > config.json (checked against the folder and the charges); when
-    // config.json and the folder disagree, the one more charges fit.
-    let config_alpha = c.model_size_exponent;
-    let mut alpha = match (flags.alpha, folder.alpha) {
+/// α: flag > config.json (checked against the folder and the charges); when
+/// config.json and the folder disagree, the one more charges fit. The fit of
+/// the chosen α is always noted.
+fn infer_alpha(run: &RunFolder, folder: &FolderName, flags: &Overrides) -> Inferred<f64> {
+    let names = &folder.names;
+    let config_alpha = run.config.model_size_exponent;
+    let alpha = match (flags.alpha, folder.alpha) {
         (Some(a), _) => Inferred::new(a, "the --alpha flag"),
         (None, Some(fa)) if fa != config_alpha => {
             let (cf, _) = charge_fit(run, config_alpha);
@@ -462,16 +494,7 @@ pub fn infer_with_names(run: &RunFolder, folder: &FolderName, flags: &Overrides)
         (None, _) => Inferred::new(config_alpha, "config.json `model_size_exponent`"),
     };
     let check = fit_note(run, alpha.value);
-    alpha = alpha.note(check);
-
-    Condition {
-        objective,
-        use_votes,
-        enable_sabotage,
-        memory,
-        difficulty,
-        alpha,
-    }
+    alpha.note(check)
 }
 
 impl std::fmt::Display for Condition {

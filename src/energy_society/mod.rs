@@ -9,7 +9,8 @@
 //! - [`ledger`]: the agents' energies, the only code that changes them (one
 //!   line per change), and the conservation check.
 //! - [`invoke`]: one invocation of up to 5 calls with parse-and-retry (§2).
-//! - [`society`]: the round loop R0–R7 as an async scenario (§1).
+//! - [`society`]: the round loop R0–R7 as an async scenario (§1), one
+//!   function per phase of a round.
 //! - [`policies`]: scripted baseline agents.
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
 //! - [`replay`]: re-run a reference run through the engine and compare.

@@ -11,8 +11,8 @@ use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine::{Race, RaceResult, RaceRules, Snapshot};
-use super::parser::{parse_action, parse_code_action, ParsedAction};
+use super::engine::{Race, RaceResult, RaceRules, RoundRecord, Snapshot};
+use super::parser::{parse_action, parse_code_action, CodeMapping, ParsedAction};
 use super::prompt::{render_prompt, seat_names, Persona, PromptCondition, SeatView};
 use super::rng::sampling_seed;
 use super::rules::{Action, PROGRESS_TOL};
@@ -182,7 +182,7 @@ fn observation(
     seat: usize,
     s: &Snapshot,
     race: &Race,
-    mapping: Option<super::parser::CodeMapping>,
+    mapping: Option<CodeMapping>,
 ) -> serde_json::Value {
     let prev = race.history().last();
     serde_json::json!({
@@ -203,6 +203,42 @@ fn observation(
     })
 }
 
+/// What every round of one race shares, fixed before round 1.
+struct RaceSetup<'a> {
+    spec: &'a GameSpec,
+    /// The seats' names in the prompts.
+    names: Vec<String>,
+    /// The action codes of this repetition, if the prompt uses codes.
+    mapping: Option<CodeMapping>,
+    prompt_version: String,
+}
+
+/// The seats' answers in one round, after the parse retries.
+struct Answers {
+    /// Every attempt of each seat, the last one deciding.
+    attempts: Vec<Vec<Attempt>>,
+    /// Each seat's final parse (SAFE when it failed).
+    parsed: Vec<ParsedAction>,
+    /// Each seat's latency summed over its attempts.
+    latency: Vec<f64>,
+    /// Attempts that failed to parse, retries included.
+    failed_attempts: u32,
+    /// Seats whose final attempt failed to parse.
+    parse_failures: u32,
+}
+
+/// One round as played: what the seats saw, what they answered, and what
+/// the engine made of it.
+struct PlayedRound {
+    round: u32,
+    /// The snapshot every seat was shown.
+    before: Snapshot,
+    prompts: Vec<String>,
+    answers: Answers,
+    actions: Vec<Action>,
+    rec: RoundRecord,
+}
+
 /// Play one race to the end, logging every turn and the result.
 pub async fn play_race(
     agency: Agency,
@@ -216,171 +252,242 @@ pub async fn play_race(
         spec.game_id,
         spec.models.len()
     );
-    let names = seat_names(n, &spec.prompt);
-    let mapping = spec.prompt.mapping(spec.rep)?;
-    let prompt_version = spec.prompt.prompt_version();
+    let setup = RaceSetup {
+        spec: &spec,
+        names: seat_names(n, &spec.prompt),
+        mapping: spec.prompt.mapping(spec.rep)?,
+        prompt_version: spec.prompt.prompt_version(),
+    };
     let mut race = Race::new(spec.rules, spec.game_seed);
     let (mut parse_failures, mut failed_attempts) = (0u32, 0u32);
     while !race.is_over() {
-        let snap = race.snapshot().clone();
-        let round = snap.completed + 1;
-        let mut prompts = Vec::with_capacity(n);
-        let mut requests = Vec::with_capacity(n);
-        for seat in 0..n {
-            let view = SeatView {
-                seat,
-                names: &names,
-                personas: &spec.personas,
-                p_max: spec.rules.p_max,
-                snapshot: &snap,
-                history: race.history(),
-            };
-            let prompt = render_prompt(&spec.prompt, spec.rep, &view)?;
-            let mut params = spec.params.clone();
-            params.seed = sampling_seed(spec.game_seed, round, seat, 0) as u64;
-            requests.push(ModelRequest {
-                model: spec.models[seat].clone(),
-                session: 0,
-                agent_id: format!("{}::{}", spec.game_id, names[seat]),
-                tag: format!("race.decide.r{round}"),
-                messages: vec![ChatMessage::user(prompt.clone())],
-                format: Default::default(),
-                params,
-                observation: observation(&spec, seat, &snap, &race, mapping),
-            });
-            prompts.push(prompt);
-        }
-        let mut attempts: Vec<Vec<Attempt>> = vec![Vec::new(); n];
-        let mut parsed: Vec<Option<ParsedAction>> = vec![None; n];
-        let mut latency = vec![0.0; n];
-        let mut pending: Vec<usize> = (0..n).collect();
-        for attempt in 0..=spec.max_parse_retries {
-            if pending.is_empty() {
-                break;
-            }
-            let batch: Vec<ModelRequest> = pending
-                .iter()
-                .map(|&seat| {
-                    let mut r = requests[seat].clone();
-                    r.params.seed = sampling_seed(spec.game_seed, round, seat, attempt) as u64;
-                    if attempt > 0 {
-                        r.tag = format!("race.decide.r{round}.retry{attempt}");
-                    }
-                    r
-                })
-                .collect();
-            let answers = agency.call_all(batch).await;
-            let mut still = Vec::new();
-            for (&seat, answer) in pending.iter().zip(answers) {
-                let resp = answer.map_err(|e| {
-                    anyhow::anyhow!("game {} round {round} seat {seat}: {e}", spec.game_id)
-                })?;
-                let p = match mapping {
-                    None => parse_action(&resp.text),
-                    Some(m) => parse_code_action(&resp.text, m).0,
-                };
-                latency[seat] += resp.latency_ms;
-                attempts[seat].push(Attempt {
-                    attempt,
-                    sampling_seed: spec
-                        .sampling_seed_applied
-                        .then(|| sampling_seed(spec.game_seed, round, seat, attempt)),
-                    sampling_seed_applied: spec.sampling_seed_applied,
-                    raw_response: resp.text.clone(),
-                    parse_failed: p.parse_failed,
-                    parsed_action: (!p.parse_failed).then_some(p.action),
-                    generated_tokens: resp.usage.generated_tokens,
-                });
-                if p.parse_failed {
-                    failed_attempts += 1;
-                    still.push(seat);
-                }
-                parsed[seat] = Some(p);
-            }
-            pending = still;
-        }
-        parse_failures += pending.len() as u32;
-        let parsed: Vec<ParsedAction> = parsed
-            .into_iter()
-            .map(|p| p.expect("every seat was asked at least once"))
-            .collect();
-        let actions: Vec<Action> = parsed.iter().map(|p| p.action).collect();
+        let before = race.snapshot().clone();
+        let round = before.completed + 1;
+        let (prompts, requests) = round_requests(&setup, &race, &before, round)?;
+        let answers = ask_seats(&agency, &setup, round, &requests).await?;
+        parse_failures += answers.parse_failures;
+        failed_attempts += answers.failed_attempts;
+        let actions: Vec<Action> = answers.parsed.iter().map(|p| p.action).collect();
         let rec = race.play_round(&actions)?.clone();
-        let after = race.snapshot();
+        let played = PlayedRound {
+            round,
+            before,
+            prompts,
+            answers,
+            actions,
+            rec,
+        };
         let mut sink = sink.borrow_mut();
         for seat in 0..n {
-            let others: Vec<usize> = (0..n).filter(|&i| i != seat).collect();
-            let first_other = others[0];
-            let last = attempts[seat].last().expect("at least one attempt");
-            let prev = race
-                .history()
-                .len()
-                .checked_sub(2)
-                .map(|i| &race.history()[i]);
-            let risk_after = spec.rules.p_max * after.unsafe_counts[seat] as f64
-                / after.completed as f64
-                * 100.0;
-            let turn = TurnRecord {
-                game_id: spec.game_id.clone(),
-                lineup: spec.lineup.clone(),
-                model: spec.models[seat].clone(),
-                n_players: n,
-                max_private_risk: spec.rules.p_max,
-                prompt_version: prompt_version.clone(),
-                run_phase: spec.run_phase.clone(),
-                persona_condition: spec.persona_condition.clone(),
-                seat_persona_role: spec.personas[seat]
-                    .as_ref()
-                    .map(|p| p.role.clone())
-                    .unwrap_or_else(|| "none".into()),
-                persona_band: super::prompt::band_of(spec.personas[seat].as_ref()),
-                rep: spec.rep,
-                game_seed: spec.game_seed,
-                sampling_seed: last.sampling_seed,
-                sampling_seed_applied: spec.sampling_seed_applied,
-                round,
-                player: names[seat].clone(),
-                player_index: seat,
-                opponent: names[first_other].clone(),
-                others: others.iter().map(|&o| names[o].clone()).collect(),
-                position: position_of(&snap.progress, seat),
-                code_mapping: mapping.map(|m| m.as_str().to_string()),
-                action: actions[seat],
-                unsafe_: actions[seat].is_unsafe(),
-                parse_failed: parsed[seat].parse_failed,
-                retry_count: last.attempt,
-                reasoning: parsed[seat].reasoning.clone(),
-                raw_response: last.raw_response.clone(),
-                prompt: prompts[seat].clone(),
-                own_prev_action: prev.map(|r| r.actions[seat]),
-                opponent_prev_action: prev.map(|r| r.actions[first_other]),
-                others_prev_actions: prev.map(|r| others.iter().map(|&o| r.actions[o]).collect()),
-                own_progress_before: snap.progress[seat],
-                opponent_progress_before: best_other(&snap.progress, seat),
-                others_progress_before: others.iter().map(|&o| snap.progress[o]).collect(),
-                progress_gap_before: snap.gap(seat),
-                own_stage_payoff_before: snap.stage_payoffs[seat],
-                opponent_stage_payoff_before: snap.stage_payoffs[first_other],
-                own_private_risk_before: snap.current_risk_pct(seat, spec.rules.p_max),
-                opponent_private_risk_before: snap.current_risk_pct(first_other, spec.rules.p_max),
-                round_payoff: rec.payoffs[seat],
-                step_increment: rec.increments[seat],
-                own_progress_after: after.progress[seat],
-                opponent_progress_after: best_other(&after.progress, seat),
-                progress_gap_after: after.gap(seat),
-                cumulative_stage_payoff_after: after.stage_payoffs[seat],
-                unsafe_count_after: after.unsafe_counts[seat],
-                unsafe_fraction_after: after.unsafe_counts[seat] as f64 / after.completed as f64,
-                current_private_risk_after: risk_after,
-                stop_draw: rec.stop_draw,
-                stopped: rec.stopped,
-                attempt_history: attempts[seat].clone(),
-                logprobs: None,
-                latency_ms: latency[seat],
-            };
-            sink.turns.write(&turn)?;
+            sink.turns
+                .write(&turn_record(&setup, &race, &played, seat))?;
         }
     }
+    let record = race_record(&setup, &race, parse_failures, failed_attempts)?;
+    sink.borrow_mut().races.write(&record)?;
+    Ok(record)
+}
+
+/// Each seat's prompt for this round and the request carrying it (first
+/// attempt's sampling seed), all from the same pre-round snapshot.
+fn round_requests(
+    setup: &RaceSetup,
+    race: &Race,
+    snap: &Snapshot,
+    round: u32,
+) -> anyhow::Result<(Vec<String>, Vec<ModelRequest>)> {
+    let spec = setup.spec;
+    let n = spec.rules.n_players;
+    let mut prompts = Vec::with_capacity(n);
+    let mut requests = Vec::with_capacity(n);
+    for seat in 0..n {
+        let view = SeatView {
+            seat,
+            names: &setup.names,
+            personas: &spec.personas,
+            p_max: spec.rules.p_max,
+            snapshot: snap,
+            history: race.history(),
+        };
+        let prompt = render_prompt(&spec.prompt, spec.rep, &view)?;
+        let mut params = spec.params.clone();
+        params.seed = sampling_seed(spec.game_seed, round, seat, 0) as u64;
+        requests.push(ModelRequest {
+            model: spec.models[seat].clone(),
+            session: 0,
+            agent_id: format!("{}::{}", spec.game_id, setup.names[seat]),
+            tag: format!("race.decide.r{round}"),
+            messages: vec![ChatMessage::user(prompt.clone())],
+            format: Default::default(),
+            params,
+            observation: observation(spec, seat, snap, race, setup.mapping),
+        });
+        prompts.push(prompt);
+    }
+    Ok((prompts, requests))
+}
+
+/// Ask every seat at once; resend the requests whose answer failed to parse,
+/// unchanged but for the retry's sampling seed and tag, up to
+/// `max_parse_retries` times. A seat whose last answer still fails keeps
+/// the parser's SAFE fallback.
+async fn ask_seats(
+    agency: &Agency,
+    setup: &RaceSetup<'_>,
+    round: u32,
+    requests: &[ModelRequest],
+) -> anyhow::Result<Answers> {
+    let spec = setup.spec;
+    let n = spec.rules.n_players;
+    let mut attempts: Vec<Vec<Attempt>> = vec![Vec::new(); n];
+    let mut parsed: Vec<Option<ParsedAction>> = vec![None; n];
+    let mut latency = vec![0.0; n];
+    let mut failed_attempts = 0u32;
+    let mut pending: Vec<usize> = (0..n).collect();
+    for attempt in 0..=spec.max_parse_retries {
+        if pending.is_empty() {
+            break;
+        }
+        let batch: Vec<ModelRequest> = pending
+            .iter()
+            .map(|&seat| {
+                let mut r = requests[seat].clone();
+                r.params.seed = sampling_seed(spec.game_seed, round, seat, attempt) as u64;
+                if attempt > 0 {
+                    r.tag = format!("race.decide.r{round}.retry{attempt}");
+                }
+                r
+            })
+            .collect();
+        let answers = agency.call_all(batch).await;
+        let mut still = Vec::new();
+        for (&seat, answer) in pending.iter().zip(answers) {
+            let resp = answer.map_err(|e| {
+                anyhow::anyhow!("game {} round {round} seat {seat}: {e}", spec.game_id)
+            })?;
+            let p = match setup.mapping {
+                None => parse_action(&resp.text),
+                Some(m) => parse_code_action(&resp.text, m).0,
+            };
+            latency[seat] += resp.latency_ms;
+            attempts[seat].push(Attempt {
+                attempt,
+                sampling_seed: spec
+                    .sampling_seed_applied
+                    .then(|| sampling_seed(spec.game_seed, round, seat, attempt)),
+                sampling_seed_applied: spec.sampling_seed_applied,
+                raw_response: resp.text.clone(),
+                parse_failed: p.parse_failed,
+                parsed_action: (!p.parse_failed).then_some(p.action),
+                generated_tokens: resp.usage.generated_tokens,
+            });
+            if p.parse_failed {
+                failed_attempts += 1;
+                still.push(seat);
+            }
+            parsed[seat] = Some(p);
+        }
+        pending = still;
+    }
+    Ok(Answers {
+        attempts,
+        parsed: parsed
+            .into_iter()
+            .map(|p| p.expect("every seat was asked at least once"))
+            .collect(),
+        latency,
+        failed_attempts,
+        parse_failures: pending.len() as u32,
+    })
+}
+
+/// Seat `seat`'s turn record of a round just played: `race` is the race
+/// after the round, `played.before` the snapshot the seat was shown.
+fn turn_record(setup: &RaceSetup, race: &Race, played: &PlayedRound, seat: usize) -> TurnRecord {
+    let spec = setup.spec;
+    let n = spec.rules.n_players;
+    let names = &setup.names;
+    let (snap, rec, a) = (&played.before, &played.rec, &played.answers);
+    let after = race.snapshot();
+    let others: Vec<usize> = (0..n).filter(|&i| i != seat).collect();
+    let first_other = others[0];
+    let last = a.attempts[seat].last().expect("at least one attempt");
+    let prev = race
+        .history()
+        .len()
+        .checked_sub(2)
+        .map(|i| &race.history()[i]);
+    let risk_after =
+        spec.rules.p_max * after.unsafe_counts[seat] as f64 / after.completed as f64 * 100.0;
+    TurnRecord {
+        game_id: spec.game_id.clone(),
+        lineup: spec.lineup.clone(),
+        model: spec.models[seat].clone(),
+        n_players: n,
+        max_private_risk: spec.rules.p_max,
+        prompt_version: setup.prompt_version.clone(),
+        run_phase: spec.run_phase.clone(),
+        persona_condition: spec.persona_condition.clone(),
+        seat_persona_role: spec.personas[seat]
+            .as_ref()
+            .map(|p| p.role.clone())
+            .unwrap_or_else(|| "none".into()),
+        persona_band: super::prompt::band_of(spec.personas[seat].as_ref()),
+        rep: spec.rep,
+        game_seed: spec.game_seed,
+        sampling_seed: last.sampling_seed,
+        sampling_seed_applied: spec.sampling_seed_applied,
+        round: played.round,
+        player: names[seat].clone(),
+        player_index: seat,
+        opponent: names[first_other].clone(),
+        others: others.iter().map(|&o| names[o].clone()).collect(),
+        position: position_of(&snap.progress, seat),
+        code_mapping: setup.mapping.map(|m| m.as_str().to_string()),
+        action: played.actions[seat],
+        unsafe_: played.actions[seat].is_unsafe(),
+        parse_failed: a.parsed[seat].parse_failed,
+        retry_count: last.attempt,
+        reasoning: a.parsed[seat].reasoning.clone(),
+        raw_response: last.raw_response.clone(),
+        prompt: played.prompts[seat].clone(),
+        own_prev_action: prev.map(|r| r.actions[seat]),
+        opponent_prev_action: prev.map(|r| r.actions[first_other]),
+        others_prev_actions: prev.map(|r| others.iter().map(|&o| r.actions[o]).collect()),
+        own_progress_before: snap.progress[seat],
+        opponent_progress_before: best_other(&snap.progress, seat),
+        others_progress_before: others.iter().map(|&o| snap.progress[o]).collect(),
+        progress_gap_before: snap.gap(seat),
+        own_stage_payoff_before: snap.stage_payoffs[seat],
+        opponent_stage_payoff_before: snap.stage_payoffs[first_other],
+        own_private_risk_before: snap.current_risk_pct(seat, spec.rules.p_max),
+        opponent_private_risk_before: snap.current_risk_pct(first_other, spec.rules.p_max),
+        round_payoff: rec.payoffs[seat],
+        step_increment: rec.increments[seat],
+        own_progress_after: after.progress[seat],
+        opponent_progress_after: best_other(&after.progress, seat),
+        progress_gap_after: after.gap(seat),
+        cumulative_stage_payoff_after: after.stage_payoffs[seat],
+        unsafe_count_after: after.unsafe_counts[seat],
+        unsafe_fraction_after: after.unsafe_counts[seat] as f64 / after.completed as f64,
+        current_private_risk_after: risk_after,
+        stop_draw: rec.stop_draw,
+        stopped: rec.stopped,
+        attempt_history: a.attempts[seat].clone(),
+        logprobs: None,
+        latency_ms: a.latency[seat],
+    }
+}
+
+/// The per-race record of a finished race, with its exclusion reasons
+/// (any parse failure, a forced stop, a non-canonical risk).
+fn race_record(
+    setup: &RaceSetup,
+    race: &Race,
+    parse_failures: u32,
+    failed_attempts: u32,
+) -> anyhow::Result<RaceRecord> {
+    let spec = setup.spec;
     let result = race
         .result()
         .cloned()
@@ -398,13 +505,13 @@ pub async fn play_race(
     {
         exclusion_reasons.push("non_canonical_risk".to_string());
     }
-    let record = RaceRecord {
+    Ok(RaceRecord {
         game_id: spec.game_id.clone(),
         lineup: spec.lineup.clone(),
         models: spec.models.clone(),
-        n_players: n,
+        n_players: spec.rules.n_players,
         max_private_risk: spec.rules.p_max,
-        prompt_version,
+        prompt_version: setup.prompt_version.clone(),
         persona_condition: spec.persona_condition.clone(),
         personas: spec
             .personas
@@ -422,7 +529,5 @@ pub async fn play_race(
         failed_attempts,
         any_parse_failure: parse_failures > 0,
         exclusion_reasons,
-    };
-    sink.borrow_mut().races.write(&record)?;
-    Ok(record)
+    })
 }
