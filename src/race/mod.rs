@@ -21,6 +21,7 @@
 //! - [`strategy`]: nearest-strategy classification (§8).
 //! - [`archetype`]: the five features, human k-means, nearest centroid (§8).
 //! - [`compare`]: humans versus models in the report (§8).
+//! - [`unsafe_rates`]: each model's Unsafe rate against the humans' (two-proportion and cluster-robust tests).
 
 pub mod agents;
 pub mod archetype;
@@ -41,6 +42,7 @@ pub mod run;
 pub mod scenario;
 pub mod strategy;
 pub mod trajectory;
+pub mod unsafe_rates;
 
 #[cfg(test)]
 mod tests;
