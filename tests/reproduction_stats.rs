@@ -31,10 +31,18 @@ fn f(v: &Value) -> f64 {
 fn student_t_tails_and_quantiles_match_scipy() {
     let d = fixture();
     for c in d["t_sf2"].as_array().unwrap() {
-        close(t_sf2(f(&c["t"]), f(&c["df"])), f(&c["p2"]), &format!("t_sf2 {c}"));
+        close(
+            t_sf2(f(&c["t"]), f(&c["df"])),
+            f(&c["p2"]),
+            &format!("t_sf2 {c}"),
+        );
     }
     for c in d["t_quantile"].as_array().unwrap() {
-        close(t_quantile(f(&c["q"]), f(&c["df"])), f(&c["x"]), &format!("t.ppf {c}"));
+        close(
+            t_quantile(f(&c["q"]), f(&c["df"])),
+            f(&c["x"]),
+            &format!("t.ppf {c}"),
+        );
     }
 }
 
@@ -109,7 +117,12 @@ fn cluster_robust_difference_matches_statsmodels_ols() {
             v.as_array()
                 .unwrap()
                 .iter()
-                .map(|x| (x[0].as_str().unwrap().to_string(), x[1].as_i64().unwrap() == 1))
+                .map(|x| {
+                    (
+                        x[0].as_str().unwrap().to_string(),
+                        x[1].as_i64().unwrap() == 1,
+                    )
+                })
                 .collect()
         };
         let z = cluster_robust_diff(&side(&c["a"]), &side(&c["b"]));
@@ -129,10 +142,18 @@ fn bootstrap_quantiles_and_interval_p_values_match_numpy() {
         sorted: q["sample"].as_array().unwrap().iter().map(f).collect(),
     };
     for (k, v) in q["q"].as_object().unwrap() {
-        close(dist.quantile(k.parse().unwrap()), f(v), &format!("quantile {k}"));
+        close(
+            dist.quantile(k.parse().unwrap()),
+            f(v),
+            &format!("quantile {k}"),
+        );
     }
     for c in q["p_interval"].as_array().unwrap() {
         let lo = c["lo"].as_f64().unwrap_or(f64::NEG_INFINITY);
-        close(dist.p_interval(lo, f(&c["hi"])), f(&c["p"]), &format!("p_interval {c}"));
+        close(
+            dist.p_interval(lo, f(&c["hi"])),
+            f(&c["p"]),
+            &format!("p_interval {c}"),
+        );
     }
 }

@@ -120,7 +120,9 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
                 print!("{}", report::reproduction::render::markdown(&r));
                 Ok(Vec::new())
             }
-            None => anyhow::bail!("give --out FOLDER (or --against paper|DIR to only print the comparison)"),
+            None => anyhow::bail!(
+                "give --out FOLDER (or --against paper|DIR to only print the comparison)"
+            ),
         };
     };
     let written = report::write(&reports, out, args.compare.is_some(), !args.no_plots)?;

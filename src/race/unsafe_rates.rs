@@ -50,7 +50,11 @@ pub struct Test {
 
 /// Every test: tables `(title, keys)`, plus `all` (every decision).
 pub fn tests(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> Vec<Test> {
-    let models: BTreeSet<&str> = obs.iter().map(|o| o.group).filter(|g| *g != human).collect();
+    let models: BTreeSet<&str> = obs
+        .iter()
+        .map(|o| o.group)
+        .filter(|g| *g != human)
+        .collect();
     let mut out = Vec::new();
     let mut cells: Vec<(String, String, Option<usize>)> = vec![("all".into(), "all".into(), None)];
     for (ti, (title, keys)) in tables.iter().enumerate() {

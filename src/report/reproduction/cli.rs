@@ -11,7 +11,11 @@ use crate::report::metrics::Mode;
 use crate::report::ConditionReport;
 
 /// Compare `reports` with `against` (`paper` or a reference folder).
-pub fn compare(reports: &[ConditionReport], against: &str, mode: Mode) -> anyhow::Result<Reproduction> {
+pub fn compare(
+    reports: &[ConditionReport],
+    against: &str,
+    mode: Mode,
+) -> anyhow::Result<Reproduction> {
     match Against::parse(against) {
         Against::Paper => against_paper(reports, mode),
         Against::Runs(dir) => {
@@ -28,7 +32,8 @@ pub fn compare(reports: &[ConditionReport], against: &str, mode: Mode) -> anyhow
 pub fn write(r: &Reproduction, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let md = out.join("reproduction.md");
-    std::fs::write(&md, render::markdown(r)).with_context(|| format!("writing {}", md.display()))?;
+    std::fs::write(&md, render::markdown(r))
+        .with_context(|| format!("writing {}", md.display()))?;
     let csv = out.join("reproduction.csv");
     std::fs::write(&csv, render::csv(r)).with_context(|| format!("writing {}", csv.display()))?;
     let json = out.join("reproduction.json");
@@ -40,9 +45,13 @@ pub fn write(r: &Reproduction, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
 pub fn add_to_pages(r: &Reproduction, pages: &[PathBuf]) -> anyhow::Result<()> {
     let section = render::html_section(r);
     for p in pages {
-        let page = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let page =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let Some(new) = render::insert_into_page(&page, &section) else {
-            anyhow::bail!("{}: not a page this report wrote (no navigation or sections)", p.display());
+            anyhow::bail!(
+                "{}: not a page this report wrote (no navigation or sections)",
+                p.display()
+            );
         };
         std::fs::write(p, new).with_context(|| format!("writing {}", p.display()))?;
     }

@@ -74,7 +74,11 @@ impl RunEffect {
             }
             RunEffect::Independent(a, b) => {
                 let (sa, sb) = (Summary::of(a), Summary::of(b));
-                (sa.mean - sb.mean, vec![mean_component(&sa), mean_component(&sb)], sa.n.min(sb.n))
+                (
+                    sa.mean - sb.mean,
+                    vec![mean_component(&sa), mean_component(&sb)],
+                    sa.n.min(sb.n),
+                )
             }
         }
     }
@@ -151,7 +155,11 @@ fn missing_note(c: &Contrast, cells: &[(Cell, &ConditionReport)], whose: &str) -
         .map(|x| cell_label(*x))
         .collect();
     need.dedup();
-    format!("contrast `{}` not tested: {whose} no {} runs", c.id, need.join(" or "))
+    format!(
+        "contrast `{}` not tested: {whose} no {} runs",
+        c.id,
+        need.join(" or ")
+    )
 }
 
 /// The contrasts of the paper that `cells` (run conditions by paper cell)
@@ -170,7 +178,10 @@ pub fn against_paper(
         };
         let eff = RunEffect::of(c, ra, rb, mode);
         if !eff.enough() {
-            notes.push(format!("contrast `{}` not tested: fewer than 2 runs with values", c.id));
+            notes.push(format!(
+                "contrast `{}` not tested: fewer than 2 runs with values",
+                c.id
+            ));
             continue;
         }
         let (est, comps, n) = eff.estimate();
@@ -288,7 +299,10 @@ pub fn against_runs(
         let eff = RunEffect::of(c, ra, rb, mode);
         let reff = RunEffect::of(c, xa, xb, mode);
         if !eff.enough() || !reff.enough() {
-            notes.push(format!("contrast `{}` not tested: fewer than 2 runs with values", c.id));
+            notes.push(format!(
+                "contrast `{}` not tested: fewer than 2 runs with values",
+                c.id
+            ));
             continue;
         }
         let (est, comps, n) = eff.estimate();
@@ -307,7 +321,9 @@ pub fn against_runs(
             let mut all: Vec<(f64, Vec<f64>)> = parts(&eff);
             all.extend(parts(&reff).into_iter().map(|(w, x)| (-w, x)));
             let refs: Vec<(f64, &[f64])> = all.iter().map(|(w, x)| (*w, x.as_slice())).collect();
-            BOOTSTRAP.contrast(&format!("{key}:difference"), &refs).sorted
+            BOOTSTRAP
+                .contrast(&format!("{key}:difference"), &refs)
+                .sorted
         };
         let dd = stats::Distribution { sorted: diffs };
         rows.push(ContrastRow {
@@ -338,4 +354,3 @@ pub fn against_runs(
     finish(&mut rows);
     (rows, notes)
 }
-

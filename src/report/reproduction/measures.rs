@@ -153,7 +153,9 @@ pub fn per_run(
                 let att: Vec<_> = jobs::attempts(&rows.memory, mode)
                     .into_iter()
                     .filter(|m| {
-                        &m.run_id == run && m.agent_id == agent && m.job_difficulty.as_deref() == Some(d)
+                        &m.run_id == run
+                            && m.agent_id == agent
+                            && m.job_difficulty.as_deref() == Some(d)
                     })
                     .collect();
                 (!att.is_empty()).then(|| {

@@ -179,7 +179,11 @@ pub fn fmt_value(x: f64, percent: bool) -> String {
     if x.is_nan() {
         "—".into()
     } else if x.is_infinite() {
-        if x > 0.0 { "∞".into() } else { "−∞".into() }
+        if x > 0.0 {
+            "∞".into()
+        } else {
+            "−∞".into()
+        }
     } else if percent {
         format!("{:.1}%", 100.0 * x)
     } else {
@@ -352,7 +356,10 @@ fn level_vs_published(
         Some(p) => {
             let t = stats::welch(&run, &p);
             let name = if p.sd == 0.0 {
-                format!("one-sample t vs the every-run value (df {:.0})", run.n as f64 - 1.0)
+                format!(
+                    "one-sample t vs the every-run value (df {:.0})",
+                    run.n as f64 - 1.0
+                )
             } else if t.df.is_nan() {
                 "Welch t (both sds 0)".to_string()
             } else {
@@ -441,7 +448,12 @@ pub fn against_paper(reports: &[ConditionReport], mode: Mode) -> anyhow::Result<
             let agents: Vec<String> = f.agent.iter().cloned().collect();
             let xs = values(&side_values(r, f.metric, &agents, mode));
             let run = Summary::of(&xs);
-            let key = format!("{i}:{}:{}:{}", cell_label(cell), f.metric.name(), f.agent.as_deref().unwrap_or(""));
+            let key = format!(
+                "{i}:{}:{}:{}",
+                cell_label(cell),
+                f.metric.name(),
+                f.agent.as_deref().unwrap_or("")
+            );
             let mut row = LevelRow {
                 reference_condition: cell_label(cell),
                 run_condition: r.condition.label.clone(),
@@ -557,8 +569,15 @@ pub fn against_runs(
         anyhow::bail!(
             "--against {}: none of its conditions ({}) matches the runs' ({})",
             dir.display(),
-            refs.iter().map(|r| r.condition.label.as_str()).collect::<Vec<_>>().join(", "),
-            reports.iter().map(|r| r.condition.label.as_str()).collect::<Vec<_>>().join(", ")
+            refs.iter()
+                .map(|r| r.condition.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            reports
+                .iter()
+                .map(|r| r.condition.label.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let mut levels = Vec::new();
@@ -637,8 +656,10 @@ pub fn against_runs(
     };
     let run_cells = cells_of(reports, pairs.iter().map(|p| p.0).collect());
     let ref_cells = cells_of(refs, pairs.iter().map(|p| p.1).collect());
-    let rc: Vec<(Cell, &ConditionReport)> = run_cells.iter().map(|(c, i)| (*c, &reports[*i])).collect();
-    let xc: Vec<(Cell, &ConditionReport)> = ref_cells.iter().map(|(c, i)| (*c, &refs[*i])).collect();
+    let rc: Vec<(Cell, &ConditionReport)> =
+        run_cells.iter().map(|(c, i)| (*c, &reports[*i])).collect();
+    let xc: Vec<(Cell, &ConditionReport)> =
+        ref_cells.iter().map(|(c, i)| (*c, &refs[*i])).collect();
     let (contrasts, mut cnotes) = contrasts::against_runs(&Paper::embedded(), &rc, &xc, mode);
     notes.append(&mut cnotes);
     Ok(Reproduction {

@@ -258,7 +258,11 @@ impl Paper {
                     "figure {}: metric {} {} an agent",
                     i + 1,
                     f.metric.name(),
-                    if f.metric.per_agent() { "needs" } else { "takes no" }
+                    if f.metric.per_agent() {
+                        "needs"
+                    } else {
+                        "takes no"
+                    }
                 ));
             }
             figures.push(Figure {
@@ -276,7 +280,10 @@ impl Paper {
                 let cell = (s.condition, s.objective);
                 if let Some(v) = s.exact {
                     if s.implied_by.is_none() {
-                        return Err(format!("contrast {}: an `exact` side needs `implied_by`", c.id));
+                        return Err(format!(
+                            "contrast {}: an `exact` side needs `implied_by`",
+                            c.id
+                        ));
                     }
                     return Ok(Side {
                         cell,
@@ -291,7 +298,9 @@ impl Paper {
                 let find = |agent: Option<&str>| {
                     figures
                         .iter()
-                        .find(|f| f.cell == cell && f.metric == s.metric && f.agent.as_deref() == agent)
+                        .find(|f| {
+                            f.cell == cell && f.metric == s.metric && f.agent.as_deref() == agent
+                        })
                         .map(|f| f.published)
                         .ok_or_else(|| {
                             format!(
@@ -378,7 +387,14 @@ mod tests {
                 .join("../shared/seeds/002_3760e6cb0ada987f.txt"),
         );
         if let Ok(seed) = seed {
-            let plain = seed.replace("\\(", "").replace("\\)", "").replace("\\pm", "±").replace("\\approx ", "≈").replace("\\to", "→").replace("\\%", "%").replace("\\times", "×");
+            let plain = seed
+                .replace("\\(", "")
+                .replace("\\)", "")
+                .replace("\\pm", "±")
+                .replace("\\approx ", "≈")
+                .replace("\\to", "→")
+                .replace("\\%", "%")
+                .replace("\\times", "×");
             let plain = plain.split_whitespace().collect::<Vec<_>>().join(" ");
             for f in &p.figures {
                 for part in f.sentence.split("...").chain(f.also.as_deref()) {

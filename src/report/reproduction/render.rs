@@ -234,13 +234,33 @@ pub fn csv(r: &Reproduction) -> String {
             l.verdict.text(),
             l.source.clone(),
         ];
-        out.push_str(&fields.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(","));
+        out.push_str(
+            &fields
+                .iter()
+                .map(|f| csv_field(f))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
         out.push('\n');
     }
     for c in &r.contrasts {
         for (kind, p, ph, d, ci, verdict) in [
-            ("contrast_sign", c.p_sign, c.p_sign_holm, c.run_effect.mean, c.run_ci, &c.sign),
-            ("contrast_size", c.p_size, c.p_size_holm, c.size_difference, c.size_ci, &c.size),
+            (
+                "contrast_sign",
+                c.p_sign,
+                c.p_sign_holm,
+                c.run_effect.mean,
+                c.run_ci,
+                &c.sign,
+            ),
+            (
+                "contrast_size",
+                c.p_size,
+                c.p_size_holm,
+                c.size_difference,
+                c.size_ci,
+                &c.size,
+            ),
         ] {
             let fields = [
                 kind.to_string(),
@@ -265,7 +285,13 @@ pub fn csv(r: &Reproduction) -> String {
                 verdict.clone(),
                 c.claim.clone(),
             ];
-            out.push_str(&fields.iter().map(|f| csv_field(f)).collect::<Vec<_>>().join(","));
+            out.push_str(
+                &fields
+                    .iter()
+                    .map(|f| csv_field(f))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
             out.push('\n');
         }
     }
@@ -285,7 +311,16 @@ pub fn html_section(r: &Reproduction) -> String {
     }
     h.push_str("</ul>\n<div class=\"scroll\"><table id=\"reproduction-levels\"><caption>Levels: the runs against the reference, per condition and metric</caption><thead><tr>");
     for t in [
-        "Reference", "Runs", "Metric", "Agent", "Runs: mean ± sd (n)", "Reference", "Difference [95 % CI]", "Test", "p (Holm)", "Verdict",
+        "Reference",
+        "Runs",
+        "Metric",
+        "Agent",
+        "Runs: mean ± sd (n)",
+        "Reference",
+        "Difference [95 % CI]",
+        "Test",
+        "p (Holm)",
+        "Verdict",
     ] {
         let _ = write!(h, "<th scope=\"col\">{t}</th>");
     }
@@ -322,7 +357,16 @@ pub fn html_section(r: &Reproduction) -> String {
     if !r.contrasts.is_empty() {
         h.push_str("<div class=\"scroll\"><table id=\"reproduction-effects\"><caption>Effects: the paper's claims as contrasts (a − b)</caption><thead><tr>");
         for t in [
-            "Contrast", "Runs (a − b)", "Runs' effect [95 % CI]", "Reference effect", "Sign", "Run − reference [95 % CI]", "Test", "p sign (Holm)", "p size (Holm)", "Size",
+            "Contrast",
+            "Runs (a − b)",
+            "Runs' effect [95 % CI]",
+            "Reference effect",
+            "Sign",
+            "Run − reference [95 % CI]",
+            "Test",
+            "p sign (Holm)",
+            "p size (Holm)",
+            "Size",
         ] {
             let _ = write!(h, "<th scope=\"col\">{t}</th>");
         }
@@ -348,7 +392,11 @@ pub fn html_section(r: &Reproduction) -> String {
         }
         h.push_str("</tbody></table></div>\n");
     }
-    let _ = write!(h, "<p class=\"note\">{}</p>", esc(&method_note(r).replace('*', "").replace('`', "")));
+    let _ = write!(
+        h,
+        "<p class=\"note\">{}</p>",
+        esc(&method_note(r).replace('*', "").replace('`', ""))
+    );
     if !r.notes.is_empty() {
         h.push_str("<p class=\"note\">Not compared:</p><ul class=\"note\">");
         for n in &r.notes {

@@ -285,9 +285,7 @@ pub fn two_proportion_z(ka: usize, na: usize, kb: usize, nb: usize) -> ZTest {
 /// `a` and `b` are (cluster, outcome) pairs; clusters are compared by value.
 pub fn cluster_robust_diff(a: &[(String, bool)], b: &[(String, bool)]) -> ZTest {
     use std::collections::BTreeMap;
-    let rate = |xs: &[(String, bool)]| {
-        xs.iter().filter(|x| x.1).count() as f64 / xs.len() as f64
-    };
+    let rate = |xs: &[(String, bool)]| xs.iter().filter(|x| x.1).count() as f64 / xs.len() as f64;
     let (pa, pb) = (rate(a), rate(b));
     let d = pa - pb;
     // Least squares with a dummy: the residuals are y − p_group. The slope's
@@ -295,10 +293,12 @@ pub fn cluster_robust_diff(a: &[(String, bool)], b: &[(String, bool)]) -> ZTest 
     // slope influence = (1/na) on a and −(1/nb) on b; sum per cluster.
     let mut score: BTreeMap<(u8, &str), f64> = BTreeMap::new();
     for (c, y) in a {
-        *score.entry((0, c.as_str())).or_default() += (f64::from(u8::from(*y)) - pa) / a.len() as f64;
+        *score.entry((0, c.as_str())).or_default() +=
+            (f64::from(u8::from(*y)) - pa) / a.len() as f64;
     }
     for (c, y) in b {
-        *score.entry((1, c.as_str())).or_default() -= (f64::from(u8::from(*y)) - pb) / b.len() as f64;
+        *score.entry((1, c.as_str())).or_default() -=
+            (f64::from(u8::from(*y)) - pb) / b.len() as f64;
     }
     let g = score.len() as f64;
     let n = (a.len() + b.len()) as f64;
@@ -394,7 +394,11 @@ impl Bootstrap {
     /// The bootstrap distribution of the mean of `xs` (n ≥ 1).
     pub fn mean(&self, key: &str, xs: &[f64]) -> Distribution {
         let mut rng = ChaCha20Rng::seed_from_u64(key_seed(self.seed, key));
-        Distribution::new((0..self.resamples).map(|_| resample_mean(&mut rng, xs)).collect())
+        Distribution::new(
+            (0..self.resamples)
+                .map(|_| resample_mean(&mut rng, xs))
+                .collect(),
+        )
     }
 
     /// The bootstrap distribution of mean(a) − mean(b), each resampled on its
@@ -449,15 +453,26 @@ mod tests {
 
     #[test]
     fn exact_estimates_have_p_one_or_zero() {
-        let a = Summary { mean: 30.0, sd: 0.0, n: 5 };
+        let a = Summary {
+            mean: 30.0,
+            sd: 0.0,
+            n: 5,
+        };
         assert_eq!(welch(&a, &a).p, 1.0);
-        let b = Summary { mean: 25.0, sd: 0.0, n: 5 };
+        let b = Summary {
+            mean: 25.0,
+            sd: 0.0,
+            n: 5,
+        };
         assert_eq!(welch(&b, &a).p, 0.0);
     }
 
     #[test]
     fn bootstrap_is_deterministic_and_keyed() {
-        let b = Bootstrap { seed: 7, resamples: 999 };
+        let b = Bootstrap {
+            seed: 7,
+            resamples: 999,
+        };
         let xs = [1.0, 2.0, 3.0, 4.0, 10.0];
         let d1 = b.mean("k", &xs);
         let d2 = b.mean("k", &xs);
