@@ -267,6 +267,8 @@ fn a_scripted_sweep_against_the_paper_shows_the_known_differences() {
         "baseline-coop",
         "no-size-penalty-comp",
         "no-size-penalty-coop",
+        "no-memory-comp",
+        "scarcity-coop",
     ];
     let list: Vec<String> = names
         .iter()
@@ -295,6 +297,14 @@ fn a_scripted_sweep_against_the_paper_shows_the_known_differences() {
         OsStr::new("paper"),
     ]);
     let rows = level_rows(&md);
+    // Conditions the paper gives no figures for are named, not compared (the
+    // memory switch read from the run's config.resolved.toml).
+    assert!(md.contains("no-memory-comp ("), "{md}");
+    assert!(md.contains("is not a condition the paper gives figures for (baseline or no size penalty): no memory"), "{md}");
+    assert!(md.contains("jobs 2/2/2"), "{md}");
+    assert!(!rows
+        .iter()
+        .any(|r| r[1] == "no-memory-comp" || r[1] == "scarcity-coop"));
     // Every run of a sweep cell is its own run (they share run_number 1).
     assert!(
         md.contains("`baseline-comp` (3 runs) against the paper's baseline comp"),

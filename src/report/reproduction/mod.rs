@@ -191,12 +191,40 @@ pub fn fmt_value(x: f64, percent: bool) -> String {
     }
 }
 
+/// A Joule run's own switches, from its `config.resolved.toml` (the
+/// reference layout has no memory switch, and a Joule folder name such as
+/// `no-memory-comp` is not the reference's): they outrank what is inferred
+/// from the recorded run. A reference run has no such file: no overrides.
+pub fn resolved_switches(run_dir: &Path) -> Overrides {
+    let Some(t) = std::fs::read_to_string(run_dir.join("config.resolved.toml"))
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+    else {
+        return Overrides::default();
+    };
+    let flag = |k: &str| t.get(k).and_then(|v| v.as_bool());
+    Overrides {
+        objective: match t.get("objective").and_then(|v| v.as_str()) {
+            Some("comp") => Some(EngineObjective::Competitive),
+            Some("coop") => Some(EngineObjective::Cooperative),
+            _ => None,
+        },
+        use_votes: flag("use_votes"),
+        enable_sabotage: flag("enable_sabotage"),
+        memory: flag("memory"),
+        alpha: t
+            .get("cost")
+            .and_then(|c| c.get("alpha"))
+            .and_then(|a| a.as_float().or_else(|| a.as_integer().map(|i| i as f64))),
+    }
+}
+
 /// The paper cell of a condition, from the condition inferred for each run;
 /// `Err` says why it is none of the paper's.
 pub fn paper_cell(cond: &Condition) -> Result<Cell, String> {
     let mut cell: Option<Cell> = None;
     for run in &cond.runs {
-        let c = condition::infer(&run.data, &run.dir, &Overrides::default());
+        let c = condition::infer(&run.data, &run.dir, &resolved_switches(&run.dir));
         let d = c.difficulty.value;
         let mut differs = Vec::new();
         if !c.use_votes.value {
