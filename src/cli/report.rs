@@ -22,7 +22,8 @@ pub struct ReportArgs {
     /// reference runs (a folder in the reference layout): per condition and
     /// metric, mean ± sd beside the reference, the difference with a 95 %
     /// interval, the test, and a verdict (consistent / higher / lower, Holm
-    /// over the table); and the paper's claims as effects.
+    /// over the table); and the paper's claims as effects. (A folder named
+    /// `paper` is `./paper`.)
     #[arg(long, value_name = "paper|DIR")]
     pub against: Option<String>,
     /// Compare two conditions A and B (each a folder of runs of one condition);

@@ -30,6 +30,15 @@ fn side_label(s: &Side) -> String {
     format!("{} {}{}", cell_label(s.cell), s.metric.name(), who)
 }
 
+/// A side's published value, with the sentence it is implied by.
+fn side_text(s: &Side) -> String {
+    let t = s.published.text(s.metric.percent());
+    match &s.implied_by {
+        Some(by) => format!("{t}, implied by \"{by}\""),
+        None => t,
+    }
+}
+
 /// The runs' effect of a contrast: per-run differences when paired, else the
 /// two samples.
 enum RunEffect {
@@ -204,8 +213,8 @@ pub fn against_paper(
                     reference_effect: format!(
                         "{} ({} − {})",
                         super::fmt_value(reference, false),
-                        c.a.published.text(c.a.metric.percent()),
-                        c.b.published.text(c.b.metric.percent())
+                        side_text(&c.a),
+                        side_text(&c.b)
                     ),
                     reference_value: reference,
                     size_difference: size.estimate,
@@ -254,8 +263,8 @@ pub fn against_paper(
                                 super::fmt_value(hi, c.a.metric.percent())
                             )
                         },
-                        c.a.published.text(c.a.metric.percent()),
-                        c.b.published.text(c.b.metric.percent())
+                        side_text(&c.a),
+                        side_text(&c.b)
                     ),
                     reference_value: mid,
                     size_difference: distance(est, lo, hi),

@@ -139,6 +139,8 @@ pub struct Side {
     /// The paper's value of this side, as summary statistics (mean ± sd or
     /// exact) or an interval.
     pub published: Published,
+    /// The sentence a side stated only by implication comes from.
+    pub implied_by: Option<String>,
 }
 
 /// A claim of the paper as an effect: mean(a) − mean(b).
@@ -293,6 +295,7 @@ impl Paper {
                             value: v,
                             n: raw.seeds,
                         },
+                        implied_by: s.implied_by.clone(),
                     });
                 }
                 let find = |agent: Option<&str>| {
@@ -343,6 +346,7 @@ impl Paper {
                     metric: s.metric,
                     agents: s.agents.clone(),
                     published,
+                    implied_by: None,
                 })
             };
             contrasts.push(Contrast {

@@ -204,7 +204,11 @@ fn num(x: f64) -> String {
     }
 }
 
-/// Every test as one CSV row (`table` = level or contrast).
+/// Every test as one CSV row: `table` = `level`, or `contrast_sign` /
+/// `contrast_size` (two rows per contrast; there `reference_condition` holds
+/// the contrast id, `run_condition` the runs' conditions a − b, the run
+/// columns the runs' effect, `reference` and `reference_mean` the paper's
+/// (or the reference runs') effect, and `source` the claim).
 pub fn csv(r: &Reproduction) -> String {
     let mut out = String::from(
         "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,difference,ci_low,ci_high,test,p,p_holm,verdict,source\n",
