@@ -13,9 +13,19 @@ pub struct ReportArgs {
     /// Run folders, or folders holding them at any depth (e.g.
     /// `<condition>/exponent_<α>/`); runs are grouped by their parent folder.
     pub runs: Vec<PathBuf>,
-    /// Output folder (aggregate/*.csv, report.md, metrics.json, plots/).
+    /// Output folder (aggregate/*.csv, report.md, metrics.json, plots/; with
+    /// `--against`, also reproduction.md and reproduction.csv). May be left
+    /// out with `--against`: then the comparison is only printed.
     #[arg(long)]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
+    /// Compare the runs with the paper's published figures (`paper`) or with
+    /// reference runs (a folder in the reference layout): per condition and
+    /// metric, mean ± sd beside the reference, the difference with a 95 %
+    /// interval, the test, and a verdict (consistent / higher / lower, Holm
+    /// over the table); and the paper's claims as effects. (A folder named
+    /// `paper` is `./paper`.)
+    #[arg(long, value_name = "paper|DIR")]
+    pub against: Option<String>,
     /// Compare two conditions A and B (each a folder of runs of one condition);
     /// differences are B − A.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
@@ -101,19 +111,42 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .into_iter()
         .map(|c| report::analyse_with(c, mode))
         .collect();
-    let written = report::write(&reports, &args.out, args.compare.is_some(), !args.no_plots)?;
+    let reproduction = match &args.against {
+        Some(a) => Some(report::reproduction::cli::compare(&reports, a, mode)?),
+        None => None,
+    };
+    let Some(out) = &args.out else {
+        return match reproduction {
+            Some(r) => {
+                print!("{}", report::reproduction::render::markdown(&r));
+                Ok(Vec::new())
+            }
+            None => anyhow::bail!(
+                "give --out FOLDER (or --against paper|DIR to only print the comparison)"
+            ),
+        };
+    };
+    let written = report::write(&reports, out, args.compare.is_some(), !args.no_plots)?;
     print!("{}", written.terminal);
+    if let Some(r) = &reproduction {
+        print!("\n{}", report::reproduction::render::markdown(r));
+    }
     for d in &written.aggregate_dirs {
         println!("wrote {}", d.display());
     }
-    println!("wrote {}", args.out.join("report.md").display());
-    println!("wrote {}", args.out.join("metrics.json").display());
+    println!("wrote {}", out.join("report.md").display());
+    println!("wrote {}", out.join("metrics.json").display());
     if !written.plots.is_empty() {
         println!(
             "wrote {} plots in {}",
             written.plots.len(),
-            args.out.join("plots").display()
+            out.join("plots").display()
         );
+    }
+    if let Some(r) = &reproduction {
+        for p in report::reproduction::cli::write(r, out)? {
+            println!("wrote {}", p.display());
+        }
     }
     for w in &written.warnings {
         eprintln!("warning: {w}");
@@ -124,7 +157,11 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
     let dirs: Vec<PathBuf> = written
         .aggregate_dirs
         .iter()
-        .map(|d| d.parent().map_or_else(|| args.out.clone(), PathBuf::from))
+        .map(|d| d.parent().map_or_else(|| out.clone(), PathBuf::from))
         .collect();
-    report::html::write_society(&reports, &dirs, &args.out, args.compare.is_some())
+    let pages = report::html::write_society(&reports, &dirs, out, args.compare.is_some())?;
+    if let Some(r) = &reproduction {
+        report::reproduction::cli::add_to_pages(r, &pages)?;
+    }
+    Ok(pages)
 }

@@ -7,7 +7,8 @@
 //!
 //! Run folders are recognised by holding `agents.json` and `config.json`. Runs
 //! are grouped into conditions by their parent folder and ordered by path, as
-//! pandas' `sorted(Path)` orders them; a run is labelled `run_<run_number>`.
+//! pandas' `sorted(Path)` orders them; a run is labelled `run_<run_number>`, or
+//! by its folder name when runs of one condition share a run number (a sweep).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -191,6 +192,18 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<Condition>> {
             .entry(parent)
             .or_default()
             .push(Run { dir, run_id, data });
+    }
+    for runs in by_parent.values_mut() {
+        // Runs that share a run number (a sweep writes run_number 1 in every
+        // `seed_<s>` folder) would merge into one run: name them by folder.
+        let ids: HashSet<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+        if ids.len() < runs.len() {
+            for r in runs.iter_mut() {
+                if let Some(name) = r.dir.file_name() {
+                    r.run_id = name.to_string_lossy().into_owned();
+                }
+            }
+        }
     }
     Ok(by_parent
         .into_iter()

@@ -8,6 +8,7 @@
 //! - [`summary`], [`markdown`], [`plots`], [`compare`]: the human-facing report;
 //! - [`html`]: the self-contained `report.html` run explorer (`--html`, `joule view`).
 //! - [`measured`]: measured joules per agent and phase beside the formula's charges.
+//! - [`reproduction`]: `--against paper|DIR`, verdicts of a reproduction.
 //!
 //! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
 //! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
@@ -21,6 +22,7 @@ pub(crate) mod markdown;
 pub(crate) mod measured;
 pub mod metrics;
 pub(crate) mod plots;
+pub mod reproduction;
 pub(crate) mod stats;
 pub mod summary;
 pub(crate) mod table;

@@ -445,6 +445,29 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
     );
     std::fs::write(out.join("humans_vs_models.csv"), csv.join("\n") + "\n")
         .with_context(|| format!("writing {}/humans_vs_models.csv", out.display()))?;
+    if have_h {
+        // Each model's Unsafe rate against the humans' (src/race/analysis/unsafe_rates.rs).
+        let positions = ["Leader".to_string(), "Trailer".to_string()];
+        let obs: Vec<super::unsafe_rates::Obs> = all
+            .iter()
+            .flat_map(|p| {
+                p.rounds.iter().map(move |r| super::unsafe_rates::Obs {
+                    group: &p.group,
+                    cluster: &p.cluster,
+                    keys: vec![fmt_num(p.p_max), position(r.gap_before).to_string()],
+                    unsafe_: r.unsafe_,
+                })
+            })
+            .collect();
+        let (tmd, tcsv) = super::unsafe_rates::section(
+            &obs,
+            "human",
+            &[("p_max", &risk_keys), ("position", &positions)],
+        );
+        md.push_str(&tmd);
+        std::fs::write(out.join("unsafe_tests.csv"), tcsv)
+            .with_context(|| format!("writing {}/unsafe_tests.csv", out.display()))?;
+    }
 
     // Archetypes.
     let archetypes = if have_h {

@@ -8,6 +8,8 @@
 //! - [`strategy`]: the nearest of AS/AU/CS/CAS per player (ties kept), N-player AS/AU/CS.
 //! - [`archetype`]: five features, z-scored with the human mean/SD, k-means as scikit-learn runs it.
 //! - [`compare`]: humans versus models: the report section, its CSVs and the archetype plot.
+//! - [`unsafe_rates`]: each model's Unsafe rate against the humans' (two-proportion and
+//!   cluster-robust tests, Holm-adjusted), beside the comparison.
 //!
 //! Imports run one way: `report.rs` (the rate tables) calls [`compare`]; nothing here
 //! imports the report writer.
@@ -19,3 +21,4 @@ pub mod logit;
 pub mod runs;
 pub(crate) mod strategy;
 pub mod trajectory;
+pub mod unsafe_rates;

@@ -1,0 +1,222 @@
+//! Each model's Unsafe rate against the humans' (issue #29 item 5), beside the
+//! humans-versus-models rate tables of `race report --human`: for every cell
+//! of those tables (all rounds, by p_max, by position) and every model, the
+//! difference model − humans with
+//!
+//! - the pooled two-proportion z test (statsmodels' `proportions_ztest`),
+//!   which treats every decision as independent, and
+//! - the cluster-robust test, clustered as the logits are (a model's CRN
+//!   block `source::model::rep`, a human pair): the slope of a linear
+//!   probability model on a model dummy with statsmodels' cluster sandwich
+//!   (`OLS(...).fit(cov_type="cluster")`), its 95 % interval and normal p.
+//!
+//! Decisions of one player are not independent, so the verdict uses the
+//! cluster-robust p-value, Holm-adjusted over every test of the section.
+//! The statistics are `report::reproduction::stats`, checked against
+//! statsmodels by `tests/reproduction_stats.rs`.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use crate::report::reproduction::stats::{cluster_robust_diff, holm, two_proportion_z};
+
+/// One decision: its group (`human` or a model), cluster, its key in each
+/// table (same order as the tables), and whether it was Unsafe.
+pub struct Obs<'a> {
+    pub group: &'a str,
+    pub cluster: &'a str,
+    pub keys: Vec<String>,
+    pub unsafe_: bool,
+}
+
+/// One test.
+#[derive(Debug, Clone)]
+pub struct Test {
+    pub table: String,
+    pub key: String,
+    pub model: String,
+    pub model_k: usize,
+    pub model_n: usize,
+    pub human_k: usize,
+    pub human_n: usize,
+    pub diff: f64,
+    pub ci: (f64, f64),
+    pub z_pooled: f64,
+    pub p_pooled: f64,
+    pub p_cluster: f64,
+    pub p_holm: f64,
+    pub verdict: &'static str,
+}
+
+/// Every test: tables `(title, keys)`, plus `all` (every decision).
+pub fn tests(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> Vec<Test> {
+    let models: BTreeSet<&str> = obs
+        .iter()
+        .map(|o| o.group)
+        .filter(|g| *g != human)
+        .collect();
+    let mut out = Vec::new();
+    let mut cells: Vec<(String, String, Option<usize>)> = vec![("all".into(), "all".into(), None)];
+    for (ti, (title, keys)) in tables.iter().enumerate() {
+        for k in keys.iter() {
+            cells.push((title.to_string(), k.clone(), Some(ti)));
+        }
+    }
+    for (table, key, ti) in &cells {
+        let pick = |g: &str| -> Vec<(String, bool)> {
+            obs.iter()
+                .filter(|o| o.group == g && ti.is_none_or(|t| o.keys.get(t) == Some(key)))
+                .map(|o| (o.cluster.to_string(), o.unsafe_))
+                .collect()
+        };
+        let h = pick(human);
+        if h.is_empty() {
+            continue;
+        }
+        for m in &models {
+            let x = pick(m);
+            if x.is_empty() {
+                continue;
+            }
+            let (mk, hk) = (
+                x.iter().filter(|o| o.1).count(),
+                h.iter().filter(|o| o.1).count(),
+            );
+            let z = two_proportion_z(mk, x.len(), hk, h.len());
+            let c = cluster_robust_diff(&x, &h);
+            out.push(Test {
+                table: table.clone(),
+                key: key.clone(),
+                model: m.to_string(),
+                model_k: mk,
+                model_n: x.len(),
+                human_k: hk,
+                human_n: h.len(),
+                diff: c.estimate,
+                ci: c.ci,
+                z_pooled: z.z,
+                p_pooled: z.p,
+                p_cluster: c.p,
+                p_holm: f64::NAN,
+                verdict: "",
+            });
+        }
+    }
+    let adj = holm(&out.iter().map(|t| t.p_cluster).collect::<Vec<_>>());
+    for (t, p) in out.iter_mut().zip(adj) {
+        t.p_holm = p;
+        t.verdict = if p.is_nan() {
+            "not tested"
+        } else if p >= 0.05 {
+            "no difference shown"
+        } else if t.diff > 0.0 {
+            "more Unsafe"
+        } else {
+            "less Unsafe"
+        };
+    }
+    out
+}
+
+fn fp(p: f64) -> String {
+    crate::report::reproduction::render::fmt_p(p)
+}
+
+/// The Markdown section and its CSV (`unsafe_tests.csv`).
+pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (String, String) {
+    let ts = tests(obs, human, tables);
+    let mut md = String::from(
+        "### Unsafe rates against the humans' (two-proportion tests)\n\n\
+         Each model against the humans in the same cell: difference model − humans in percentage points \
+         with its cluster-robust 95 % CI (clustered as the logits: a model's CRN block, a human pair), the \
+         pooled two-proportion z test (decisions taken as independent), and the cluster-robust p with \
+         Holm's adjustment over every test of this table, which gives the verdict.\n\n\
+         | cells | key | model | model Unsafe (n) | humans Unsafe (n) | difference [95 % CI] | z pooled, p | cluster-robust p (Holm) | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut csv = String::from(
+        "cells,key,model,model_unsafe,model_n,human_unsafe,human_n,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,p_cluster_holm,verdict\n",
+    );
+    let pct = |k: usize, n: usize| format!("{:.1}% ({n})", 100.0 * k as f64 / n as f64);
+    for t in &ts {
+        let _ = writeln!(
+            md,
+            "| {} | {} | `{}` | {} | {} | {:+.1} [{:+.1}, {:+.1}] | {:.2}, {} | {} ({}) | **{}** |",
+            t.table,
+            t.key,
+            t.model,
+            pct(t.model_k, t.model_n),
+            pct(t.human_k, t.human_n),
+            100.0 * t.diff,
+            100.0 * t.ci.0,
+            100.0 * t.ci.1,
+            t.z_pooled,
+            fp(t.p_pooled),
+            fp(t.p_cluster),
+            fp(t.p_holm),
+            t.verdict
+        );
+        let q = |s: &str| {
+            if s.contains([',', '"']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        };
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            q(&t.table),
+            q(&t.key),
+            q(&t.model),
+            t.model_k,
+            t.model_n,
+            t.human_k,
+            t.human_n,
+            t.diff,
+            t.ci.0,
+            t.ci.1,
+            t.z_pooled,
+            t.p_pooled,
+            t.p_cluster,
+            t.p_holm,
+            t.verdict
+        );
+    }
+    md.push('\n');
+    (md, csv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_model_that_is_always_unsafe_is_more_unsafe_than_mixed_humans() {
+        let keys = vec!["0.1".to_string()];
+        let mut obs = Vec::new();
+        let clusters: Vec<String> = (0..20).map(|i| format!("c{i}")).collect();
+        for (i, c) in clusters.iter().enumerate() {
+            for r in 0..5 {
+                obs.push(Obs {
+                    group: "human",
+                    cluster: c,
+                    keys: keys.clone(),
+                    unsafe_: (i + r) % 3 == 0,
+                });
+                obs.push(Obs {
+                    group: "m",
+                    cluster: c,
+                    keys: keys.clone(),
+                    unsafe_: true,
+                });
+            }
+        }
+        let ts = tests(&obs, "human", &[("p_max", &keys)]);
+        assert_eq!(ts.len(), 2);
+        assert!(ts.iter().all(|t| t.verdict == "more Unsafe"), "{ts:?}");
+        let (md, csv) = section(&obs, "human", &[("p_max", &keys)]);
+        assert!(md.contains("more Unsafe"));
+        assert_eq!(csv.lines().count(), 3);
+    }
+}
