@@ -182,52 +182,204 @@ fn kv_sources(sliding: &[bool], first_shared: usize) -> Vec<Option<KvSource>> {
         .collect()
 }
 
+/// The metadata key `gemma4.{s}`.
+fn key(s: &str) -> String {
+    format!("{ARCH}.{s}")
+}
+
+/// Gemma 4's hyper-parameters, read from the `gemma4.*` metadata.
+struct Hparams {
+    n_embd: usize,
+    n_layer: usize,
+    /// Per layer: feed-forward width, attention heads, key/value heads.
+    n_ff: Vec<usize>,
+    n_heads: Vec<usize>,
+    n_kv_heads: Vec<usize>,
+    dims: HeadDims,
+    eps: f32,
+    base_global: f32,
+    base_swa: f32,
+    kinds: LayerKinds,
+    /// Width of each layer's per-layer input (0: no PLE).
+    d_ple: usize,
+    attn_softcap: Option<f32>,
+    final_softcap: Option<f32>,
+    context_length: usize,
+}
+
+/// Head and rotary sizes of global and sliding layers.
+struct HeadDims {
+    hd_global: usize,
+    hd_swa: usize,
+    rot_global: usize,
+    rot_swa: usize,
+}
+
+/// Which layers slide and where each layer's keys and values come from.
+struct LayerKinds {
+    window: Option<usize>,
+    sliding: Vec<bool>,
+    /// The first layer that shares keys and values (`n_layer` when none does).
+    first_shared: usize,
+    sources: Vec<Option<KvSource>>,
+}
+
+/// What one layer is: its kind, heads, head size and key/value source.
+struct LayerSpec {
+    sliding: bool,
+    n_head: usize,
+    /// Key/value heads (of the source layer for shared layers).
+    n_kv: usize,
+    head_dim: usize,
+    source: KvSource,
+}
+
+/// Load a Gemma 4 text model (the bundled towers of [`SKIP`] are left out).
 pub fn load(g: &mut GgufFile, device: &Device) -> Result<Gemma4> {
-    let k = |s: &str| format!("{ARCH}.{s}");
-    let n_embd = g.usize(&k("embedding_length"))?;
-    let n_layer = g.usize(&k("block_count"))?;
+    let hp = read_hparams(g)?;
+    let n_embd = hp.n_embd;
+    let mut ld = Loader {
+        g,
+        device,
+        eps: hp.eps,
+    };
+    let (embed, vocab) = ld.embedding(n_embd)?;
+    let output = ld.output(&embed, vocab, n_embd)?;
+    let out_norm = ld.norm("output_norm.weight", n_embd)?;
+    let ple = load_per_layer_input(&mut ld, &hp, vocab)?;
+    let freq_factors = rope_freq_factors(&mut ld, hp.dims.rot_global)?;
+    let mut blocks = Vec::with_capacity(hp.n_layer);
+    for i in 0..hp.n_layer {
+        let spec = layer_spec(ld.g, &hp, i)?;
+        blocks.push(load_block(&mut ld, &hp, &spec, i)?);
+    }
+    let info = model_info(
+        ld.g,
+        ARCH,
+        InfoDims {
+            context_length: hp.context_length,
+            vocab_size: vocab,
+            n_layer: hp.n_layer,
+            n_embd,
+            n_head: hp.n_heads[0],
+            n_kv_head: hp.n_kv_heads[0],
+            head_dim: hp.dims.hd_global,
+        },
+        SKIP,
+    )?;
+    let (rot_global, rot_swa) = (hp.dims.rot_global, hp.dims.rot_swa);
+    Ok(Gemma4 {
+        info,
+        device: device.clone(),
+        embed,
+        ple,
+        blocks,
+        out_norm,
+        output,
+        rope_swa: Rope::partial(rot_swa, rot_swa, hp.base_swa, 1.0, None),
+        rope_global: Rope::partial(
+            rot_global,
+            rot_global,
+            hp.base_global,
+            1.0,
+            freq_factors.as_deref(),
+        ),
+        window: hp.kinds.window,
+        attn_softcap: hp.attn_softcap,
+        final_softcap: hp.final_softcap,
+        first_shared: hp.kinds.first_shared,
+        eps: hp.eps,
+    })
+}
+
+/// The hyper-parameters: sizes (per layer where the file says so), head
+/// dimensions, norm epsilon, rotary bases, layer kinds, PLE width,
+/// soft-capping and context length.
+fn read_hparams(g: &GgufFile) -> Result<Hparams> {
+    let n_embd = g.usize(&key("embedding_length"))?;
+    let n_layer = g.usize(&key("block_count"))?;
     if n_layer == 0 || n_embd == 0 {
         return Err(g
             .invalid(format!("{n_layer} layers of width {n_embd}"))
             .into());
     }
-    let n_ff =
-        per_layer(g, &k("feed_forward_length"), n_layer)?.ok_or_else(|| LoadError::MissingKey {
-            path: g.path().to_path_buf(),
-            key: k("feed_forward_length"),
-        })?;
-    let n_heads = per_layer(g, &k("attention.head_count"), n_layer)?.ok_or_else(|| {
+    let n_ff = per_layer(g, &key("feed_forward_length"), n_layer)?.ok_or_else(|| {
         LoadError::MissingKey {
             path: g.path().to_path_buf(),
-            key: k("attention.head_count"),
+            key: key("feed_forward_length"),
+        }
+    })?;
+    let n_heads = per_layer(g, &key("attention.head_count"), n_layer)?.ok_or_else(|| {
+        LoadError::MissingKey {
+            path: g.path().to_path_buf(),
+            key: key("attention.head_count"),
         }
     })?;
     let n_kv_heads =
-        per_layer(g, &k("attention.head_count_kv"), n_layer)?.unwrap_or_else(|| n_heads.clone());
-    let hd_global = g.usize(&k("attention.key_length"))?;
+        per_layer(g, &key("attention.head_count_kv"), n_layer)?.unwrap_or_else(|| n_heads.clone());
+    let dims = read_head_dims(g)?;
+    let eps = g.f32(&key("attention.layer_norm_rms_epsilon"))?;
+    let base_global = g.opt(&key("rope.freq_base"), GgufFile::f32)?.unwrap_or(1e6);
+    let base_swa = g
+        .opt(&key("rope.freq_base_swa"), GgufFile::f32)?
+        .unwrap_or(10_000.0);
+    let kinds = read_layer_kinds(g, n_layer)?;
+    let d_ple = g
+        .opt(&key("embedding_length_per_layer_input"), GgufFile::usize)?
+        .unwrap_or(0);
+    let attn_softcap = g
+        .opt(&key("attn_logit_softcapping"), GgufFile::f32)?
+        .filter(|&c| c > 0.0);
+    let final_softcap = g
+        .opt(&key("final_logit_softcapping"), GgufFile::f32)?
+        .filter(|&c| c > 0.0);
+    let context_length = g.usize(&key("context_length"))?;
+    Ok(Hparams {
+        n_embd,
+        n_layer,
+        n_ff,
+        n_heads,
+        n_kv_heads,
+        dims,
+        eps,
+        base_global,
+        base_swa,
+        kinds,
+        d_ple,
+        attn_softcap,
+        final_softcap,
+        context_length,
+    })
+}
+
+/// Head sizes (`attention.key_length[_swa]`; value lengths, when given,
+/// must equal them) and rotary dimensions (`rope.dimension_count[_swa]`,
+/// default the head size): all even, rotary ≤ head.
+fn read_head_dims(g: &GgufFile) -> Result<HeadDims> {
+    let hd_global = g.usize(&key("attention.key_length"))?;
     let hd_swa = g
-        .opt(&k("attention.key_length_swa"), GgufFile::usize)?
+        .opt(&key("attention.key_length_swa"), GgufFile::usize)?
         .unwrap_or(hd_global);
-    for (key, want) in [
+    for (k, want) in [
         ("attention.value_length", hd_global),
         ("attention.value_length_swa", hd_swa),
     ] {
-        if let Some(v) = g.opt(&k(key), GgufFile::usize)? {
+        if let Some(v) = g.opt(&key(k), GgufFile::usize)? {
             if v != want {
                 return Err(g
                     .invalid(format!(
                         "{} {v} differs from the key length {want} (Gemma 4 needs them equal)",
-                        k(key)
+                        key(k)
                     ))
                     .into());
             }
         }
     }
     let rot_global = g
-        .opt(&k("rope.dimension_count"), GgufFile::usize)?
+        .opt(&key("rope.dimension_count"), GgufFile::usize)?
         .unwrap_or(hd_global);
     let rot_swa = g
-        .opt(&k("rope.dimension_count_swa"), GgufFile::usize)?
+        .opt(&key("rope.dimension_count_swa"), GgufFile::usize)?
         .unwrap_or(hd_swa);
     for (rot, hd) in [(rot_global, hd_global), (rot_swa, hd_swa)] {
         if hd == 0 || hd % 2 != 0 || rot == 0 || rot % 2 != 0 || rot > hd {
@@ -238,195 +390,210 @@ pub fn load(g: &mut GgufFile, device: &Device) -> Result<Gemma4> {
                 .into());
         }
     }
-    let eps = g.f32(&k("attention.layer_norm_rms_epsilon"))?;
-    let base_global = g.opt(&k("rope.freq_base"), GgufFile::f32)?.unwrap_or(1e6);
-    let base_swa = g
-        .opt(&k("rope.freq_base_swa"), GgufFile::f32)?
-        .unwrap_or(10_000.0);
+    Ok(HeadDims {
+        hd_global,
+        hd_swa,
+        rot_global,
+        rot_swa,
+    })
+}
+
+/// The sliding window (none, and no sliding layer, without
+/// `attention.sliding_window`), which layers slide, and key/value sharing:
+/// the last `attention.shared_kv_layers` layers (fewer than all) read the
+/// keys and values of an earlier layer.
+fn read_layer_kinds(g: &GgufFile, n_layer: usize) -> Result<LayerKinds> {
     let window = g
-        .opt(&k("attention.sliding_window"), GgufFile::usize)?
+        .opt(&key("attention.sliding_window"), GgufFile::usize)?
         .filter(|&w| w > 0);
     let sliding = match window {
         Some(_) => sliding_layers(g, n_layer)?,
         None => vec![false; n_layer],
     };
     let n_shared = g
-        .opt(&k("attention.shared_kv_layers"), GgufFile::usize)?
+        .opt(&key("attention.shared_kv_layers"), GgufFile::usize)?
         .unwrap_or(0);
     if n_shared >= n_layer {
         return Err(g
             .invalid(format!(
                 "{} {n_shared} leaves no layer of {n_layer} computing keys and values",
-                k("attention.shared_kv_layers")
+                key("attention.shared_kv_layers")
             ))
             .into());
     }
     let first_shared = n_layer - n_shared;
     let sources = kv_sources(&sliding, first_shared);
-    let d_ple = g
-        .opt(&k("embedding_length_per_layer_input"), GgufFile::usize)?
-        .unwrap_or(0);
-    let attn_softcap = g
-        .opt(&k("attn_logit_softcapping"), GgufFile::f32)?
-        .filter(|&c| c > 0.0);
-    let final_softcap = g
-        .opt(&k("final_logit_softcapping"), GgufFile::f32)?
-        .filter(|&c| c > 0.0);
-    let context_length = g.usize(&k("context_length"))?;
+    Ok(LayerKinds {
+        window,
+        sliding,
+        first_shared,
+        sources,
+    })
+}
 
-    let mut blocks = Vec::with_capacity(n_layer);
-    let mut ld = Loader { g, device, eps };
-    let (embed, vocab) = ld.embedding(n_embd)?;
-    let output = ld.output(&embed, vocab, n_embd)?;
-    let out_norm = ld.norm("output_norm.weight", n_embd)?;
-    let ple = if d_ple > 0 {
-        let name = "per_layer_token_embd.weight";
-        let width = n_layer * d_ple;
-        let ple_vocab = match ld.g.tensor_shape(name) {
-            Some(s) if s.len() == 2 && s[1] == width => s[0],
-            Some(s) => {
-                return Err(LoadError::BadShape {
-                    path: ld.g.path().to_path_buf(),
-                    name: name.into(),
-                    got: s,
-                    expected: vec![vocab, width],
-                }
-                .into())
+/// The model-level per-layer-embedding tensors when the file has PLE
+/// (`per_layer_token_embd` `[ple_vocab, n_layer · d_ple]`, the model
+/// projection and its norm).
+fn load_per_layer_input(
+    ld: &mut Loader<'_>,
+    hp: &Hparams,
+    vocab: usize,
+) -> Result<Option<PerLayerInput>> {
+    let d_ple = hp.d_ple;
+    if d_ple == 0 {
+        return Ok(None);
+    }
+    let name = "per_layer_token_embd.weight";
+    let width = hp.n_layer * d_ple;
+    let ple_vocab = match ld.g.tensor_shape(name) {
+        Some(s) if s.len() == 2 && s[1] == width => s[0],
+        Some(s) => {
+            return Err(LoadError::BadShape {
+                path: ld.g.path().to_path_buf(),
+                name: name.into(),
+                got: s,
+                expected: vec![vocab, width],
             }
-            None => {
-                return Err(LoadError::MissingTensor {
-                    path: ld.g.path().to_path_buf(),
-                    name: name.into(),
-                }
-                .into())
+            .into())
+        }
+        None => {
+            return Err(LoadError::MissingTensor {
+                path: ld.g.path().to_path_buf(),
+                name: name.into(),
             }
-        };
-        Some(PerLayerInput {
-            table: Arc::new(ld.q(name, &[ple_vocab, width])?),
-            ple_vocab,
-            model_proj: ld.matmul("per_layer_model_proj.weight", &[width, n_embd])?,
-            proj_norm: ld.norm("per_layer_proj_norm.weight", d_ple)?,
-            dim: d_ple,
-        })
+            .into())
+        }
+    };
+    Ok(Some(PerLayerInput {
+        table: Arc::new(ld.q(name, &[ple_vocab, width])?),
+        ple_vocab,
+        model_proj: ld.matmul("per_layer_model_proj.weight", &[width, hp.n_embd])?,
+        proj_norm: ld.norm("per_layer_proj_norm.weight", d_ple)?,
+        dim: d_ple,
+    }))
+}
+
+/// `rope_freqs.weight` (the divisors of the global layers' rotary
+/// frequencies), when the file has it.
+fn rope_freq_factors(ld: &mut Loader<'_>, rot_global: usize) -> Result<Option<Vec<f32>>> {
+    let name = "rope_freqs.weight";
+    Ok(if ld.has(name) {
+        Some(ld.host(name, &[rot_global / 2])?)
+    } else {
+        None
+    })
+}
+
+/// Layer `i`'s kind, head size, heads and key/value source; a shared layer
+/// needs an earlier layer of its kind, and the heads must be a multiple of
+/// the key/value heads.
+fn layer_spec(g: &GgufFile, hp: &Hparams, i: usize) -> Result<LayerSpec> {
+    let sliding = hp.kinds.sliding[i];
+    let head_dim = if sliding {
+        hp.dims.hd_swa
+    } else {
+        hp.dims.hd_global
+    };
+    let n_head = hp.n_heads[i];
+    let source = hp.kinds.sources[i].ok_or_else(|| {
+        g.invalid(format!(
+            "layer {i} shares keys and values, but no earlier layer of its kind ({}) computes them",
+            if sliding { "sliding" } else { "global" }
+        ))
+    })?;
+    let n_kv = match source {
+        KvSource::Own => hp.n_kv_heads[i],
+        KvSource::Shared(j) => hp.n_kv_heads[j],
+    };
+    if n_head == 0 || n_kv == 0 || n_head % n_kv != 0 {
+        return Err(g
+            .invalid(format!(
+                "layer {i}: {n_head} attention heads are not a multiple of {n_kv} key/value heads"
+            ))
+            .into());
+    }
+    Ok(LayerSpec {
+        sliding,
+        n_head,
+        n_kv,
+        head_dim,
+        source,
+    })
+}
+
+/// Layer `i`'s tensors: key/value projections (own layers only), the PLE
+/// block, the output scale, then attention, MLP and their norms.
+fn load_block(ld: &mut Loader<'_>, hp: &Hparams, spec: &LayerSpec, i: usize) -> Result<Block> {
+    let p = format!("blk.{i}");
+    let n_embd = hp.n_embd;
+    let (n_head, hd) = (spec.n_head, spec.head_dim);
+    let kv = match spec.source {
+        KvSource::Own => Some(load_kv_proj(ld, &p, spec.n_kv * hd, hd, n_embd)?),
+        KvSource::Shared(_) => None,
+    };
+    let ple = if hp.d_ple > 0 {
+        Some(load_ple_block(ld, &p, hp.d_ple, n_embd)?)
     } else {
         None
     };
-    let freq_factors = {
-        let name = "rope_freqs.weight";
-        if ld.has(name) {
-            Some(ld.host(name, &[rot_global / 2])?)
+    let out_scale = {
+        let name = format!("{p}.layer_output_scale.weight");
+        if ld.has(&name) {
+            Some(ld.host(&name, &[1])?[0] as f64)
         } else {
             None
         }
     };
-    for i in 0..n_layer {
-        let p = format!("blk.{i}");
-        let hd = if sliding[i] { hd_swa } else { hd_global };
-        let n_head = n_heads[i];
-        let source = sources[i].ok_or_else(|| {
-            ld.g.invalid(format!(
-                "layer {i} shares keys and values, but no earlier layer of its kind ({}) computes them",
-                if sliding[i] { "sliding" } else { "global" }
-            ))
-        })?;
-        let n_kv = match source {
-            KvSource::Own => n_kv_heads[i],
-            KvSource::Shared(j) => n_kv_heads[j],
-        };
-        if n_head == 0 || n_kv == 0 || n_head % n_kv != 0 {
-            return Err(ld
-                .g
-                .invalid(format!(
-                    "layer {i}: {n_head} attention heads are not a multiple of {n_kv} key/value heads"
-                ))
-                .into());
-        }
-        let kv = match source {
-            KvSource::Own => Some(KvProj {
-                wk: ld.matmul(&format!("{p}.attn_k.weight"), &[n_kv * hd, n_embd])?,
-                wv: {
-                    let name = format!("{p}.attn_v.weight");
-                    if ld.has(&name) {
-                        Some(ld.matmul(&name, &[n_kv * hd, n_embd])?)
-                    } else {
-                        None
-                    }
-                },
-                k_norm: ld.norm(&format!("{p}.attn_k_norm.weight"), hd)?,
-            }),
-            KvSource::Shared(_) => None,
-        };
-        let ple_block = if d_ple > 0 {
-            Some(PleBlock {
-                gate: ld.matmul(&format!("{p}.inp_gate.weight"), &[d_ple, n_embd])?,
-                proj: ld.matmul(&format!("{p}.proj.weight"), &[n_embd, d_ple])?,
-                post_norm: ld.norm(&format!("{p}.post_norm.weight"), n_embd)?,
-            })
-        } else {
-            None
-        };
-        let out_scale = {
-            let name = format!("{p}.layer_output_scale.weight");
+    Ok(Block {
+        sliding: spec.sliding,
+        n_head,
+        n_kv_head: spec.n_kv,
+        head_dim: hd,
+        source: spec.source,
+        attn_norm: ld.norm(&format!("{p}.attn_norm.weight"), n_embd)?,
+        wq: ld.matmul(&format!("{p}.attn_q.weight"), &[n_head * hd, n_embd])?,
+        q_norm: ld.norm(&format!("{p}.attn_q_norm.weight"), hd)?,
+        kv,
+        wo: ld.matmul(&format!("{p}.attn_output.weight"), &[n_embd, n_head * hd])?,
+        post_attn_norm: ld.norm(&format!("{p}.post_attention_norm.weight"), n_embd)?,
+        ffn_norm: ld.norm(&format!("{p}.ffn_norm.weight"), n_embd)?,
+        mlp: GatedMlp::load(ld, &p, n_embd, hp.n_ff[i], Activation::GeluTanh)?,
+        post_ffn_norm: ld.norm(&format!("{p}.post_ffw_norm.weight"), n_embd)?,
+        ple,
+        out_scale,
+    })
+}
+
+/// The key/value projections of layer prefix `p` (`kv_width` = key/value
+/// heads × head size `hd`); without `attn_v` values are the raw keys.
+fn load_kv_proj(
+    ld: &mut Loader<'_>,
+    p: &str,
+    kv_width: usize,
+    hd: usize,
+    n_embd: usize,
+) -> Result<KvProj> {
+    Ok(KvProj {
+        wk: ld.matmul(&format!("{p}.attn_k.weight"), &[kv_width, n_embd])?,
+        wv: {
+            let name = format!("{p}.attn_v.weight");
             if ld.has(&name) {
-                Some(ld.host(&name, &[1])?[0] as f64)
+                Some(ld.matmul(&name, &[kv_width, n_embd])?)
             } else {
                 None
             }
-        };
-        blocks.push(Block {
-            sliding: sliding[i],
-            n_head,
-            n_kv_head: n_kv,
-            head_dim: hd,
-            source,
-            attn_norm: ld.norm(&format!("{p}.attn_norm.weight"), n_embd)?,
-            wq: ld.matmul(&format!("{p}.attn_q.weight"), &[n_head * hd, n_embd])?,
-            q_norm: ld.norm(&format!("{p}.attn_q_norm.weight"), hd)?,
-            kv,
-            wo: ld.matmul(&format!("{p}.attn_output.weight"), &[n_embd, n_head * hd])?,
-            post_attn_norm: ld.norm(&format!("{p}.post_attention_norm.weight"), n_embd)?,
-            ffn_norm: ld.norm(&format!("{p}.ffn_norm.weight"), n_embd)?,
-            mlp: GatedMlp::load(&mut ld, &p, n_embd, n_ff[i], Activation::GeluTanh)?,
-            post_ffn_norm: ld.norm(&format!("{p}.post_ffw_norm.weight"), n_embd)?,
-            ple: ple_block,
-            out_scale,
-        });
-    }
-    let info = model_info(
-        ld.g,
-        ARCH,
-        InfoDims {
-            context_length,
-            vocab_size: vocab,
-            n_layer,
-            n_embd,
-            n_head: n_heads[0],
-            n_kv_head: n_kv_heads[0],
-            head_dim: hd_global,
         },
-        SKIP,
-    )?;
-    Ok(Gemma4 {
-        info,
-        device: device.clone(),
-        embed,
-        ple,
-        blocks,
-        out_norm,
-        output,
-        rope_swa: Rope::partial(rot_swa, rot_swa, base_swa, 1.0, None),
-        rope_global: Rope::partial(
-            rot_global,
-            rot_global,
-            base_global,
-            1.0,
-            freq_factors.as_deref(),
-        ),
-        window,
-        attn_softcap,
-        final_softcap,
-        first_shared,
-        eps,
+        k_norm: ld.norm(&format!("{p}.attn_k_norm.weight"), hd)?,
+    })
+}
+
+/// The per-layer-input block of layer prefix `p`: input gate, projection
+/// and post-norm.
+fn load_ple_block(ld: &mut Loader<'_>, p: &str, d_ple: usize, n_embd: usize) -> Result<PleBlock> {
+    Ok(PleBlock {
+        gate: ld.matmul(&format!("{p}.inp_gate.weight"), &[d_ple, n_embd])?,
+        proj: ld.matmul(&format!("{p}.proj.weight"), &[n_embd, d_ple])?,
+        post_norm: ld.norm(&format!("{p}.post_norm.weight"), n_embd)?,
     })
 }
 

@@ -343,43 +343,103 @@ fn plot_shares(
 pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Result<Comparison> {
     let players = from_runs(data);
     let sample = model_sample(&players);
-    std::fs::write(out.join("logit_sample.csv"), sample_csv(&sample))
-        .with_context(|| format!("writing {}/logit_sample.csv", out.display()))?;
+    write_lines_file(out, "logit_sample.csv", sample_csv(&sample))?;
     let model_fits = fit_all(&sample.decisions, &sample.controls);
+    let (humans, human_fits) = read_humans(human)?;
+    let have_h = human.is_some();
+    let groups = Groups::new(&humans, &players, have_h);
 
-    let (humans, human_fits) = match human {
+    let mut md = unsafe_rate_section(&groups, have_h, out)?;
+    let archetypes = if have_h {
+        Some(Archetypes::fit(&humans)?)
+    } else {
+        None
+    };
+    md.push_str(&archetype_section(&groups, archetypes.as_ref(), out)?);
+    md.push_str(&strategy_section(&humans, &players, out)?);
+    let human_fits_used = have_h.then_some(human_fits.as_slice());
+    md.push_str(&regression_md(&model_fits, human_fits_used));
+    for n in &sample.notes {
+        md.push_str(&format!("Note: {n}.\n\n"));
+    }
+    write_logit_csv(&model_fits, human_fits_used, out)?;
+    Ok(Comparison {
+        markdown: md,
+        model_fits,
+        human_fits,
+        archetypes,
+    })
+}
+
+/// Write `text` to `out/name`, the error naming the file.
+fn write_lines_file(out: &Path, name: &str, text: String) -> anyhow::Result<()> {
+    std::fs::write(out.join(name), text)
+        .with_context(|| format!("writing {}/{name}", out.display()))
+}
+
+/// The human data set, when given: its player-races and the six logits fitted
+/// on its logit sample with its controls (none of either without one).
+fn read_humans(
+    human: Option<&Path>,
+) -> anyhow::Result<(Vec<PlayerRace>, Vec<Result<Fit, String>>)> {
+    match human {
         Some(path) => {
             let rows = super::human::read(path)?;
             let fits = fit_all(
                 &super::human::logit_sample(&rows)?,
                 &super::human::controls(),
             );
-            (super::human::player_races(&rows)?, fits)
+            Ok((super::human::player_races(&rows)?, fits))
         }
-        None => (Vec::new(), Vec::new()),
-    };
-    let have_h = human.is_some();
-
-    // Groups: humans first, then models in name order (two-player, included).
-    let models: Vec<&PlayerRace> = players
-        .iter()
-        .filter(|p| p.included && p.n_players == 2)
-        .collect();
-    let mut groups: Vec<String> = Vec::new();
-    if have_h {
-        groups.push("human".into());
+        None => Ok((Vec::new(), Vec::new())),
     }
-    let model_names: BTreeSet<&str> = models.iter().map(|p| p.group.as_str()).collect();
-    groups.extend(model_names.iter().map(|s| s.to_string()));
-    let all: Vec<&PlayerRace> = humans.iter().chain(models.iter().copied()).collect();
-    let label = |g: &str| {
-        if g == "human" {
-            "Humans".to_string()
-        } else {
-            format!("`{g}`")
-        }
-    };
+}
 
+/// The groups the tables compare and the player-races in them.
+struct Groups<'a> {
+    /// `human` first (when the human data set is given), then the models in
+    /// name order.
+    names: Vec<String>,
+    /// Every human player-race, then the models' included two-player ones.
+    all: Vec<&'a PlayerRace>,
+    /// How many of `all` are human (they come first).
+    n_humans: usize,
+}
+
+impl<'a> Groups<'a> {
+    /// Humans first, then models in name order (two-player, included).
+    fn new(humans: &'a [PlayerRace], players: &'a [PlayerRace], have_h: bool) -> Self {
+        let models: Vec<&PlayerRace> = players
+            .iter()
+            .filter(|p| p.included && p.n_players == 2)
+            .collect();
+        let mut names: Vec<String> = Vec::new();
+        if have_h {
+            names.push("human".into());
+        }
+        let model_names: BTreeSet<&str> = models.iter().map(|p| p.group.as_str()).collect();
+        names.extend(model_names.iter().map(|s| s.to_string()));
+        let all: Vec<&PlayerRace> = humans.iter().chain(models.iter().copied()).collect();
+        Groups {
+            names,
+            all,
+            n_humans: humans.len(),
+        }
+    }
+}
+
+/// A group's name in a markdown table: `Humans`, or the model name as code.
+fn group_label(g: &str) -> String {
+    if g == "human" {
+        "Humans".to_string()
+    } else {
+        format!("`{g}`")
+    }
+}
+
+/// The section's heading and the Unsafe rates by p_max and by position, one
+/// column per group; writes `humans_vs_models.csv` (one row per cell).
+fn unsafe_rate_section(groups: &Groups, have_h: bool, out: &Path) -> anyhow::Result<String> {
     let mut md = String::new();
     if have_h {
         md.push_str(
@@ -394,179 +454,276 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
         );
     }
     let mut csv = vec!["table,group,key,unsafe,n,rate,ci_low,ci_high".to_string()];
-    let mut table =
-        |title: &str, keys: &[String], key_of: &dyn Fn(&PlayerRace, usize) -> String| {
-            let mut cells: BTreeMap<(String, String), Rate> = BTreeMap::new();
-            for p in &all {
-                for (i, r) in p.rounds.iter().enumerate() {
-                    let c = cells.entry((p.group.clone(), key_of(p, i))).or_default();
-                    c.n += 1;
-                    c.k += r.unsafe_ as usize;
-                }
-            }
-            md.push_str(&format!("### Unsafe rate by {title}\n\n| {title} |"));
-            for g in &groups {
-                md.push_str(&format!(" {} |", label(g)));
-            }
-            md.push_str(&format!("\n|---|{}\n", "---|".repeat(groups.len())));
-            for k in keys {
-                md.push_str(&format!("| {k} |"));
-                for g in &groups {
-                    let r = cells
-                        .get(&(g.clone(), k.clone()))
-                        .copied()
-                        .unwrap_or_default();
-                    md.push_str(&format!(" {} |", r.cell()));
-                    let (lo, hi) = wilson(r.k, r.n);
-                    csv.push(format!(
-                        "{title},{g},{k},{},{},{},{lo},{hi}",
-                        r.k,
-                        r.n,
-                        if r.n == 0 {
-                            0.0
-                        } else {
-                            r.k as f64 / r.n as f64
-                        }
-                    ));
-                }
-                md.push('\n');
-            }
-            md.push('\n');
-        };
-    let mut risks: Vec<f64> = all.iter().map(|p| p.p_max).collect();
+    let mut risks: Vec<f64> = groups.all.iter().map(|p| p.p_max).collect();
     risks.sort_by(|a, b| a.total_cmp(b));
     risks.dedup();
     let risk_keys: Vec<String> = risks.iter().map(|&p| fmt_num(p)).collect();
-    table("p_max", &risk_keys, &|p, _| fmt_num(p.p_max));
-    table(
+    rate_table(
+        groups,
+        "p_max",
+        &risk_keys,
+        &|p, _| fmt_num(p.p_max),
+        &mut md,
+        &mut csv,
+    );
+    rate_table(
+        groups,
         "position",
         &["Leader".to_string(), "Trailer".to_string()],
         &|p, i| position(p.rounds[i].gap_before).to_string(),
+        &mut md,
+        &mut csv,
     );
-    std::fs::write(out.join("humans_vs_models.csv"), csv.join("\n") + "\n")
-        .with_context(|| format!("writing {}/humans_vs_models.csv", out.display()))?;
+    write_lines_file(
+        out,
+        "humans_vs_models.csv",
+        csv.join(
+            "
+",
+        ) + "
+",
+    )?;
     if have_h {
-        // Each model's Unsafe rate against the humans' (src/race/analysis/unsafe_rates.rs).
-        let positions = ["Leader".to_string(), "Trailer".to_string()];
-        let obs: Vec<super::unsafe_rates::Obs> = all
-            .iter()
-            .flat_map(|p| {
-                p.rounds.iter().map(move |r| super::unsafe_rates::Obs {
-                    group: &p.group,
-                    cluster: &p.cluster,
-                    keys: vec![fmt_num(p.p_max), position(r.gap_before).to_string()],
-                    unsafe_: r.unsafe_,
-                })
-            })
-            .collect();
-        let (tmd, tcsv) = super::unsafe_rates::section(
-            &obs,
-            "human",
-            &[("p_max", &risk_keys), ("position", &positions)],
-        );
-        md.push_str(&tmd);
-        std::fs::write(out.join("unsafe_tests.csv"), tcsv)
-            .with_context(|| format!("writing {}/unsafe_tests.csv", out.display()))?;
+        md.push_str(&unsafe_tests_section(groups, &risk_keys, out)?);
     }
+    Ok(md)
+}
 
-    // Archetypes.
-    let archetypes = if have_h {
-        Some(Archetypes::fit(&humans)?)
-    } else {
-        None
-    };
+/// Each model's Unsafe rate against the humans' by p_max and by position
+/// ([`super::unsafe_rates`]): the table, and `unsafe_tests.csv`.
+fn unsafe_tests_section(
+    groups: &Groups,
+    risk_keys: &[String],
+    out: &Path,
+) -> anyhow::Result<String> {
+    let positions = ["Leader".to_string(), "Trailer".to_string()];
+    let obs: Vec<super::unsafe_rates::Obs> = groups
+        .all
+        .iter()
+        .flat_map(|p| {
+            p.rounds.iter().map(move |r| super::unsafe_rates::Obs {
+                group: &p.group,
+                cluster: &p.cluster,
+                keys: vec![fmt_num(p.p_max), position(r.gap_before).to_string()],
+                unsafe_: r.unsafe_,
+            })
+        })
+        .collect();
+    let (tmd, tcsv) = super::unsafe_rates::section(
+        &obs,
+        "human",
+        &[("p_max", risk_keys), ("position", &positions)],
+    );
+    std::fs::write(out.join("unsafe_tests.csv"), tcsv)
+        .with_context(|| format!("writing {}/unsafe_tests.csv", out.display()))?;
+    Ok(tmd)
+}
+
+/// One table of Unsafe rates: a row per key (`key_of` a player-race's round),
+/// a column per group; its markdown goes to `md`, its cells to `csv`.
+fn rate_table(
+    groups: &Groups,
+    title: &str,
+    keys: &[String],
+    key_of: &dyn Fn(&PlayerRace, usize) -> String,
+    md: &mut String,
+    csv: &mut Vec<String>,
+) {
+    let mut cells: BTreeMap<(String, String), Rate> = BTreeMap::new();
+    for p in &groups.all {
+        for (i, r) in p.rounds.iter().enumerate() {
+            let c = cells.entry((p.group.clone(), key_of(p, i))).or_default();
+            c.n += 1;
+            c.k += r.unsafe_ as usize;
+        }
+    }
+    md.push_str(&format!("### Unsafe rate by {title}\n\n| {title} |"));
+    for g in &groups.names {
+        md.push_str(&format!(" {} |", group_label(g)));
+    }
+    md.push_str(&format!("\n|---|{}\n", "---|".repeat(groups.names.len())));
+    for k in keys {
+        md.push_str(&format!("| {k} |"));
+        for g in &groups.names {
+            let r = cells
+                .get(&(g.clone(), k.clone()))
+                .copied()
+                .unwrap_or_default();
+            md.push_str(&format!(" {} |", r.cell()));
+            let (lo, hi) = wilson(r.k, r.n);
+            csv.push(format!(
+                "{title},{g},{k},{},{},{},{lo},{hi}",
+                r.k,
+                r.n,
+                if r.n == 0 {
+                    0.0
+                } else {
+                    r.k as f64 / r.n as f64
+                }
+            ));
+        }
+        md.push('\n');
+    }
+    md.push('\n');
+}
+
+/// The archetype shares (with the human archetypes only): the table and the
+/// plot (`archetypes.png`/`.svg`); writes `archetypes.csv` (one row per
+/// player-race, only its header without archetypes).
+fn archetype_section(
+    groups: &Groups,
+    archetypes: Option<&Archetypes>,
+    out: &Path,
+) -> anyhow::Result<String> {
+    let mut md = String::new();
     let mut arch_csv = vec![format!(
         "key,group,p_max,{},cluster,archetype",
         FEATURES.join(",")
     )];
-    if let Some(a) = &archetypes {
-        let mut counts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, p) in all.iter().enumerate() {
-            let c = if i < humans.len() {
-                a.human_labels[i]
-            } else {
-                a.assign(p)
-            };
-            counts
-                .entry(p.group.as_str())
-                .or_insert_with(|| vec![0; a.names.len()])[c] += 1;
-            let f = features(p);
-            arch_csv.push(format!(
-                "{},{},{},{},{c},{}",
-                p.key,
-                p.group,
-                p.p_max,
-                f.iter()
-                    .map(|x| x.map(|v| v.to_string()).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(","),
-                a.names[c]
-            ));
-        }
-        md.push_str(
-            "### Archetype shares\n\nk-means (k = 4) on the humans' five features (z-scored with the human \
-             mean and SD); each model player-race goes to the nearest human centroid. Centroids in raw \
-             units: Unsafe rate / reciprocity / position sensitivity / own autocorrelation / first-round \
-             Unsafe.\n\n| archetype | centroid |",
-        );
-        for g in &groups {
-            md.push_str(&format!(" {} |", label(g)));
-        }
-        md.push_str(&format!("\n|---|---|{}\n", "---|".repeat(groups.len())));
-        let mut shares: Vec<Vec<f64>> = Vec::new();
-        for g in &groups {
-            let c = counts
-                .get(g.as_str())
-                .cloned()
-                .unwrap_or_else(|| vec![0; a.names.len()]);
-            let n: usize = c.iter().sum();
-            shares.push(c.iter().map(|&x| x as f64 / n.max(1) as f64).collect());
-        }
-        for (j, name) in a.names.iter().enumerate() {
-            md.push_str(&format!(
-                "| {name} | {} |",
-                a.raw_centroids[j]
-                    .iter()
-                    .map(|x| format!("{x:.2}"))
-                    .collect::<Vec<_>>()
-                    .join(" / ")
-            ));
-            for (gi, g) in groups.iter().enumerate() {
-                let c = counts.get(g.as_str()).map(|c| c[j]).unwrap_or(0);
-                md.push_str(&format!(" {:.1}% ({c}) |", 100.0 * shares[gi][j]));
-            }
-            md.push('\n');
-        }
-        md.push_str("\n![archetypes](archetypes.png)\n\n");
-        let glabels: Vec<String> = groups
-            .iter()
-            .map(|g| {
-                if g == "human" {
-                    "Humans".into()
-                } else {
-                    g.clone()
-                }
-            })
-            .collect();
-        plot_shares(
-            &out.join("archetypes.png"),
-            false,
-            &glabels,
-            &shares,
-            &a.names,
-        )?;
-        plot_shares(
-            &out.join("archetypes.svg"),
-            true,
-            &glabels,
-            &shares,
-            &a.names,
-        )?;
+    if let Some(a) = archetypes {
+        let counts = assign_archetypes(groups, a, &mut arch_csv);
+        let shares = archetype_shares(groups, a, &counts);
+        md.push_str(&archetype_md(groups, a, &counts, &shares));
+        plot_archetypes(groups, a, &shares, out)?;
     }
-    std::fs::write(out.join("archetypes.csv"), arch_csv.join("\n") + "\n")
-        .with_context(|| format!("writing {}/archetypes.csv", out.display()))?;
+    write_lines_file(out, "archetypes.csv", arch_csv.join("\n") + "\n")?;
+    Ok(md)
+}
 
-    // Strategy mix.
+/// Each player-race's archetype (humans their k-means label, models the
+/// nearest human centroid), one `archetypes.csv` row each; the count of each
+/// archetype per group.
+fn assign_archetypes<'g>(
+    groups: &'g Groups,
+    a: &Archetypes,
+    arch_csv: &mut Vec<String>,
+) -> BTreeMap<&'g str, Vec<usize>> {
+    let mut counts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, p) in groups.all.iter().enumerate() {
+        let c = if i < groups.n_humans {
+            a.human_labels[i]
+        } else {
+            a.assign(p)
+        };
+        counts
+            .entry(p.group.as_str())
+            .or_insert_with(|| vec![0; a.names.len()])[c] += 1;
+        let f = features(p);
+        arch_csv.push(format!(
+            "{},{},{},{},{c},{}",
+            p.key,
+            p.group,
+            p.p_max,
+            f.iter()
+                .map(|x| x.map(|v| v.to_string()).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(","),
+            a.names[c]
+        ));
+    }
+    counts
+}
+
+/// The share of each archetype in each group (in `groups.names` order).
+fn archetype_shares(
+    groups: &Groups,
+    a: &Archetypes,
+    counts: &BTreeMap<&str, Vec<usize>>,
+) -> Vec<Vec<f64>> {
+    let mut shares: Vec<Vec<f64>> = Vec::new();
+    for g in &groups.names {
+        let c = counts
+            .get(g.as_str())
+            .cloned()
+            .unwrap_or_else(|| vec![0; a.names.len()]);
+        let n: usize = c.iter().sum();
+        shares.push(c.iter().map(|&x| x as f64 / n.max(1) as f64).collect());
+    }
+    shares
+}
+
+/// The archetype-share table: a row per archetype with its raw centroid, a
+/// column per group (share and count), then the plot.
+fn archetype_md(
+    groups: &Groups,
+    a: &Archetypes,
+    counts: &BTreeMap<&str, Vec<usize>>,
+    shares: &[Vec<f64>],
+) -> String {
+    let mut md = String::from(
+        "### Archetype shares\n\nk-means (k = 4) on the humans' five features (z-scored with the human \
+         mean and SD); each model player-race goes to the nearest human centroid. Centroids in raw \
+         units: Unsafe rate / reciprocity / position sensitivity / own autocorrelation / first-round \
+         Unsafe.\n\n| archetype | centroid |",
+    );
+    for g in &groups.names {
+        md.push_str(&format!(" {} |", group_label(g)));
+    }
+    md.push_str(&format!(
+        "\n|---|---|{}\n",
+        "---|".repeat(groups.names.len())
+    ));
+    for (j, name) in a.names.iter().enumerate() {
+        md.push_str(&format!(
+            "| {name} | {} |",
+            a.raw_centroids[j]
+                .iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ));
+        for (gi, g) in groups.names.iter().enumerate() {
+            let c = counts.get(g.as_str()).map(|c| c[j]).unwrap_or(0);
+            md.push_str(&format!(" {:.1}% ({c}) |", 100.0 * shares[gi][j]));
+        }
+        md.push('\n');
+    }
+    md.push_str("\n![archetypes](archetypes.png)\n\n");
+    md
+}
+
+/// The archetype-share plot, `archetypes.png` then `archetypes.svg`.
+fn plot_archetypes(
+    groups: &Groups,
+    a: &Archetypes,
+    shares: &[Vec<f64>],
+    out: &Path,
+) -> anyhow::Result<()> {
+    let glabels: Vec<String> = groups
+        .names
+        .iter()
+        .map(|g| {
+            if g == "human" {
+                "Humans".into()
+            } else {
+                g.clone()
+            }
+        })
+        .collect();
+    plot_shares(
+        &out.join("archetypes.png"),
+        false,
+        &glabels,
+        shares,
+        &a.names,
+    )?;
+    plot_shares(
+        &out.join("archetypes.svg"),
+        true,
+        &glabels,
+        shares,
+        &a.names,
+    )
+}
+
+/// The strategy mix of every group (humans and every included model
+/// player-race, any N): writes `strategies.csv` (one row per player-race),
+/// then the table of shares.
+fn strategy_section(
+    humans: &[PlayerRace],
+    players: &[PlayerRace],
+    out: &Path,
+) -> anyhow::Result<String> {
     let mut strat_csv = vec![
         "key,group,p_max,n_players,horizon,best,unique_best,AS,AU,CS,CAS,behind_unsafe_exploratory"
             .to_string(),
@@ -601,9 +758,14 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
             m(super::strategy::EXPLORATORY_BEHIND)
         ));
     }
-    std::fs::write(out.join("strategies.csv"), strat_csv.join("\n") + "\n")
-        .with_context(|| format!("writing {}/strategies.csv", out.display()))?;
-    md.push_str(
+    write_lines_file(out, "strategies.csv", strat_csv.join("\n") + "\n")?;
+    Ok(strategy_md(&mix))
+}
+
+/// The strategy-mix table: a row per group (humans first, then by name), the
+/// share of each strategy label and the number of player-races.
+fn strategy_md(mix: &BTreeMap<String, BTreeMap<String, usize>>) -> String {
+    let mut md = String::from(
         "### Strategy mix\n\nNearest reference strategy by Hamming distance (all races of the group, any N; \
          N-player races use AS/AU/CS); `tie` when several are nearest.\n\n| group | AS | AU | CS | CAS | tie | player-races |\n|---|---|---|---|---|---|---|\n",
     );
@@ -612,7 +774,7 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
     for g in mix_groups {
         let m = &mix[g];
         let n: usize = m.values().sum();
-        md.push_str(&format!("| {} |", label(g)));
+        md.push_str(&format!("| {} |", group_label(g)));
         for s in ["AS", "AU", "CS", "CAS", "tie"] {
             let c = m.get(s).copied().unwrap_or(0);
             md.push_str(&format!(" {:.1}% |", 100.0 * c as f64 / n.max(1) as f64));
@@ -620,26 +782,19 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
         md.push_str(&format!(" {n} |\n"));
     }
     md.push('\n');
+    md
+}
 
-    // Regressions.
-    md.push_str(&regression_md(
-        &model_fits,
-        have_h.then_some(human_fits.as_slice()),
-    ));
-    for n in &sample.notes {
-        md.push_str(&format!("Note: {n}.\n\n"));
-    }
+/// `logit.csv`: every coefficient of the models' fits, then the humans'.
+fn write_logit_csv(
+    model_fits: &[Result<Fit, String>],
+    human_fits: Option<&[Result<Fit, String>]>,
+    out: &Path,
+) -> anyhow::Result<()> {
     let mut logit_csv = vec!["sample,specification,term,coef,se,z,p,nobs,n_clusters".to_string()];
-    logit_csv.extend(super::logit::csv_rows("models", &model_fits));
-    if have_h {
-        logit_csv.extend(super::logit::csv_rows("humans", &human_fits));
+    logit_csv.extend(super::logit::csv_rows("models", model_fits));
+    if let Some(h) = human_fits {
+        logit_csv.extend(super::logit::csv_rows("humans", h));
     }
-    std::fs::write(out.join("logit.csv"), logit_csv.join("\n") + "\n")
-        .with_context(|| format!("writing {}/logit.csv", out.display()))?;
-    Ok(Comparison {
-        markdown: md,
-        model_fits,
-        human_fits,
-        archetypes,
-    })
+    write_lines_file(out, "logit.csv", logit_csv.join("\n") + "\n")
 }

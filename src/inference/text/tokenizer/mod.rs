@@ -252,6 +252,434 @@ impl<'a> Meta<'a> {
     }
 }
 
+/// Special-token ids and encoding flags: first the defaults of the model type
+/// ([`build_model`]), then what the file's keys say ([`read_special_ids`]).
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+    escape_whitespaces: bool,
+}
+
+/// `tokenizer.ggml.model` (required) and `tokenizer.ggml.pre` (optional).
+fn read_model_names(meta: &Meta) -> Result<(String, Option<String>)> {
+    let model_name = meta
+        .string("tokenizer.ggml.model")?
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: no `tokenizer.ggml.model` in the GGUF metadata",
+                meta.path.display()
+            )
+        })?
+        .to_string();
+    let pre_name = meta.string("tokenizer.ggml.pre")?.map(str::to_string);
+    Ok((model_name, pre_name))
+}
+
+/// The token texts (`tokenizer.ggml.tokens`: 1 to `u32::MAX` entries); an
+/// empty text becomes `[EMPTY_i]`.
+fn read_texts(meta: &Meta) -> Result<Vec<String>> {
+    let texts_raw = meta.strings("tokenizer.ggml.tokens")?.ok_or_else(|| {
+        anyhow!(
+            "{}: no `tokenizer.ggml.tokens` in the GGUF metadata",
+            meta.path.display()
+        )
+    })?;
+    let n = texts_raw.len();
+    if n == 0 || n > u32::MAX as usize {
+        bail!(
+            "{}: `tokenizer.ggml.tokens` has {n} entries",
+            meta.path.display()
+        );
+    }
+    Ok(texts_raw
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.is_empty() {
+                format!("[EMPTY_{i}]")
+            } else {
+                t.to_string()
+            }
+        })
+        .collect())
+}
+
+/// The score of each of the `n` tokens (`tokenizer.ggml.scores`, at least `n`
+/// entries; 0 for all when absent).
+fn read_scores(meta: &Meta, n: usize) -> Result<Vec<f32>> {
+    Ok(match meta.numbers("tokenizer.ggml.scores")? {
+        Some(s) if s.len() >= n => s.iter().take(n).map(|&x| x as f32).collect(),
+        Some(s) => bail!(
+            "{}: `tokenizer.ggml.scores` has {} entries for {n} tokens",
+            meta.path.display(),
+            s.len()
+        ),
+        None => vec![0.0; n],
+    })
+}
+
+/// The attributes of each of the `n` tokens from `tokenizer.ggml.token_type`
+/// (at least `n` entries; all normal when absent).
+fn read_token_types(meta: &Meta, n: usize) -> Result<Vec<u32>> {
+    Ok(match meta.numbers("tokenizer.ggml.token_type")? {
+        Some(t) if t.len() >= n => t
+            .iter()
+            .take(n)
+            .map(|&x| match x as i64 {
+                1 => ATTR_NORMAL,
+                2 => ATTR_UNKNOWN,
+                3 => ATTR_CONTROL,
+                4 => ATTR_USER_DEFINED,
+                5 => ATTR_UNUSED,
+                6 => ATTR_BYTE,
+                _ => ATTR_UNDEFINED,
+            })
+            .collect(),
+        Some(t) => bail!(
+            "{}: `tokenizer.ggml.token_type` has {} entries for {n} tokens",
+            meta.path.display(),
+            t.len()
+        ),
+        None => vec![ATTR_NORMAL; n],
+    })
+}
+
+/// The id of each token text; a duplicated text keeps its first id
+/// (llama.cpp refuses such files).
+fn index_texts(texts: &[String]) -> HashMap<String, u32> {
+    let mut token_to_id = HashMap::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        token_to_id.entry(t.clone()).or_insert(i as u32);
+    }
+    token_to_id
+}
+
+/// `id` when it is one of the `n` tokens of the vocabulary.
+fn in_vocab(id: u64, n: usize) -> Option<u32> {
+    Some(id).filter(|&x| (x as usize) < n).map(|x| x as u32)
+}
+
+/// The `<0xXX>` token of byte `b`, if the vocabulary has one.
+fn byte_hex_token(token_to_id: &HashMap<String, u32>, b: u8) -> Option<u32> {
+    token_to_id.get(&format!("<0x{b:02X}>")).copied()
+}
+
+/// The encoding model `tokenizer.ggml.model` names, with the special ids and
+/// flags llama.cpp defaults to for it (llama.cpp's `load`); any model type
+/// but `gpt2`, `gemma4` and `llama` is an error.
+fn build_model(
+    meta: &Meta,
+    model_name: &str,
+    pre_name: Option<&str>,
+    token_to_id: &HashMap<String, u32>,
+    n: usize,
+) -> Result<(Model, SpecialIds)> {
+    match model_name {
+        "gpt2" | "gemma4" => bpe_model(meta, model_name, pre_name, token_to_id),
+        "llama" => Ok(spm_model(token_to_id, n)),
+        other => bail!(
+            "{}: unsupported tokenizer model `tokenizer.ggml.model` = {other:?} (supported: gpt2, gemma4, llama)",
+            meta.path.display()
+        ),
+    }
+}
+
+/// The pre-tokenizer of a BPE vocabulary: Gemma 4's own for `gemma4`, else
+/// the one `tokenizer.ggml.pre` names (required, and one of
+/// [`PreKind::supported_names`]).
+fn bpe_pre_kind(meta: &Meta, model_name: &str, pre_name: Option<&str>) -> Result<PreKind> {
+    if model_name == "gemma4" {
+        return Ok(PreKind::Gemma4);
+    }
+    let pre = pre_name.ok_or_else(|| {
+        anyhow!(
+            "{}: byte-level BPE vocabulary without `tokenizer.ggml.pre`; supported values: {}",
+            meta.path.display(),
+            PreKind::supported_names()
+        )
+    })?;
+    PreKind::from_gguf_name(pre).ok_or_else(|| {
+        anyhow!(
+            "{}: unsupported pre-tokenizer `tokenizer.ggml.pre` = {pre:?} (supported: {})",
+            meta.path.display(),
+            PreKind::supported_names()
+        )
+    })
+}
+
+/// The merge ranks of `tokenizer.ggml.merges` (required): `"a b"` at rank
+/// `r` merges the tokens `a` and `b` into `ab`. Entries naming a text the
+/// vocabulary lacks are skipped; a repeated pair keeps its first rank.
+fn read_merges(meta: &Meta, token_to_id: &HashMap<String, u32>) -> Result<bpe::Merges> {
+    let merges_raw = meta.strings("tokenizer.ggml.merges")?.ok_or_else(|| {
+        anyhow!(
+            "{}: BPE vocabulary without `tokenizer.ggml.merges`",
+            meta.path.display()
+        )
+    })?;
+    let mut merges = bpe::Merges::with_capacity(merges_raw.len());
+    for (rank, m) in merges_raw.iter().enumerate() {
+        // Split at the first space after the first character.
+        let cut = m
+            .char_indices()
+            .skip(1)
+            .find(|&(_, c)| c == ' ')
+            .map(|(i, _)| i);
+        let Some(cut) = cut else { continue };
+        let (a, b) = (&m[..cut], &m[cut + 1..]);
+        let (Some(&ia), Some(&ib)) = (token_to_id.get(a), token_to_id.get(b)) else {
+            continue;
+        };
+        let Some(&ab) = token_to_id.get(&format!("{a}{b}")) else {
+            continue;
+        };
+        merges.entry((ia, ib)).or_insert((rank as u32, ab));
+    }
+    Ok(merges)
+}
+
+/// The token of each single byte in a BPE vocabulary: the byte's GPT-2
+/// character for byte-encoded pre-tokenizers, else its `<0xXX>` token.
+fn bpe_byte_tokens(kind: PreKind, token_to_id: &HashMap<String, u32>) -> Box<[Option<u32>; 256]> {
+    let mut byte_token = Box::new([None; 256]);
+    if kind.byte_encoded() {
+        let table = byte_level::byte_to_char_table();
+        for b in 0..256 {
+            byte_token[b] = token_to_id.get(&table[b].to_string()).copied();
+        }
+    } else {
+        for b in 0..=255u8 {
+            byte_token[b as usize] = byte_hex_token(token_to_id, b);
+        }
+    }
+    byte_token
+}
+
+/// A BPE vocabulary (`gpt2`, `gemma4`): its pre-tokenizer, merges and byte
+/// tokens; BOS added by default for Llama 3 and Gemma 4, whitespace escaped
+/// (`▁`) for Gemma 4, no default special ids.
+fn bpe_model(
+    meta: &Meta,
+    model_name: &str,
+    pre_name: Option<&str>,
+    token_to_id: &HashMap<String, u32>,
+) -> Result<(Model, SpecialIds)> {
+    let kind = bpe_pre_kind(meta, model_name, pre_name)?;
+    let merges = read_merges(meta, token_to_id)?;
+    let byte_token = bpe_byte_tokens(kind, token_to_id);
+    let defaults = SpecialIds {
+        bos: None,
+        eos: None,
+        unk: None,
+        pad: None,
+        eot: None,
+        eom: None,
+        add_bos: kind == PreKind::Llama3 || kind == PreKind::Gemma4,
+        add_eos: false,
+        add_space_prefix: false,
+        escape_whitespaces: kind == PreKind::Gemma4,
+    };
+    let model = Model::Bpe {
+        pre: pretokenize::PreTokenizer::new(kind)?,
+        merges,
+        byte_token,
+    };
+    Ok((model, defaults))
+}
+
+/// A SentencePiece vocabulary (`llama`) of `n` tokens: byte tokens `<0xXX>`
+/// (else the byte's own character); BOS added, a space prefixed, whitespace
+/// escaped by default, with BOS 1, EOS 2 and UNK 0 when the vocabulary has
+/// them.
+fn spm_model(token_to_id: &HashMap<String, u32>, n: usize) -> (Model, SpecialIds) {
+    let mut byte_token = Box::new([None; 256]);
+    for b in 0..=255u8 {
+        byte_token[b as usize] = byte_hex_token(token_to_id, b)
+            .or_else(|| token_to_id.get(&char::from(b).to_string()).copied());
+    }
+    let defaults = SpecialIds {
+        bos: in_vocab(1, n),
+        eos: in_vocab(2, n),
+        unk: in_vocab(0, n),
+        pad: None,
+        eot: None,
+        eom: None,
+        add_bos: true,
+        add_eos: false,
+        add_space_prefix: true,
+        escape_whitespaces: true,
+    };
+    (Model::Spm { byte_token }, defaults)
+}
+
+/// The model type's `defaults` overridden by the file's keys
+/// (`tokenizer.ggml.add_space_prefix`, the `*_token_id` keys, which must be
+/// among the `n` tokens, `add_bos_token`, `add_eos_token`); Gemma 4 always
+/// adds BOS. Adding BOS or EOS without its id is an error.
+fn read_special_ids(
+    meta: &Meta,
+    model_name: &str,
+    n: usize,
+    defaults: SpecialIds,
+) -> Result<SpecialIds> {
+    let path = meta.path;
+    let mut ids = defaults;
+    if let Some(v) = meta.boolean("tokenizer.ggml.add_space_prefix")? {
+        ids.add_space_prefix = v;
+    }
+    let id_key = |key: &str| -> Result<Option<u32>> {
+        Ok(match meta.uint(key)? {
+            Some(v) => Some(in_vocab(v, n).ok_or_else(|| {
+                anyhow!(
+                    "{}: `{key}` = {v} is outside the vocabulary of {n} tokens",
+                    path.display()
+                )
+            })?),
+            None => None,
+        })
+    };
+    if let Some(v) = id_key("tokenizer.ggml.bos_token_id")? {
+        ids.bos = Some(v);
+    }
+    if let Some(v) = id_key("tokenizer.ggml.eos_token_id")? {
+        ids.eos = Some(v);
+    }
+    if let Some(v) = id_key("tokenizer.ggml.unknown_token_id")? {
+        ids.unk = Some(v);
+    }
+    ids.pad = id_key("tokenizer.ggml.padding_token_id")?;
+    ids.eot = id_key("tokenizer.ggml.eot_token_id")?;
+    ids.eom = id_key("tokenizer.ggml.eom_token_id")?;
+    if let Some(v) = meta.boolean("tokenizer.ggml.add_bos_token")? {
+        ids.add_bos = v;
+    }
+    ids.add_eos = meta
+        .boolean("tokenizer.ggml.add_eos_token")?
+        .unwrap_or(false);
+    if model_name == "gemma4" {
+        // llama.cpp forces BOS for Gemma 4 whatever the file says.
+        ids.add_bos = true;
+    }
+    if ids.add_bos && ids.bos.is_none() {
+        bail!(
+            "{}: `tokenizer.ggml.add_bos_token` is true but no BOS token id is set",
+            path.display()
+        );
+    }
+    if ids.add_eos && ids.eos.is_none() {
+        bail!(
+            "{}: `tokenizer.ggml.add_eos_token` is true but no EOS token id is set",
+            path.display()
+        );
+    }
+    Ok(ids)
+}
+
+/// End-of-generation tokens: those found by text as llama.cpp does (marked
+/// control tokens whatever the file says) and EOS, EOT and EOM; in Gemma 4's
+/// vocabulary (`<|tool_response>` ends generation) `</s>` is an ordinary
+/// token instead.
+fn end_of_generation(
+    token_to_id: &HashMap<String, u32>,
+    attrs: &mut [u32],
+    ids: &SpecialIds,
+) -> BTreeSet<u32> {
+    let mut eog = BTreeSet::new();
+    for t in FIM_EOG_TEXTS.iter().chain(EOG_TEXTS) {
+        if let Some(&id) = token_to_id.get(*t) {
+            eog.insert(id);
+            attrs[id as usize] |= ATTR_CONTROL;
+        }
+    }
+    for id in [ids.eos, ids.eot, ids.eom].into_iter().flatten() {
+        eog.insert(id);
+    }
+    // Gemma 4: `</s>` is an ordinary token there.
+    if let (Some(&tr), Some(&s)) = (token_to_id.get("<|tool_response>"), token_to_id.get("</s>")) {
+        if eog.contains(&tr) && eog.remove(&s) {
+            attrs[s as usize] = ATTR_NORMAL;
+        }
+    }
+    eog
+}
+
+/// Control tokens named "unused..." are unused.
+fn mark_unused(texts: &[String], attrs: &mut [u32]) {
+    for (i, t) in texts.iter().enumerate() {
+        if attrs[i] & ATTR_CONTROL != 0 && t.contains("unused") {
+            attrs[i] |= ATTR_UNUSED;
+        }
+    }
+}
+
+/// The bytes each token stands for: special tokens their text, normal tokens
+/// their text decoded (GPT-2 characters for byte-encoded BPE, `▁` as a space
+/// otherwise), byte tokens their byte, the rest nothing.
+fn bytes_of_tokens(model: &Model, texts: &[String], attrs: &[u32]) -> Vec<Vec<u8>> {
+    let char_to_byte: HashMap<char, u8> = byte_level::byte_to_char_table()
+        .iter()
+        .enumerate()
+        .map(|(b, &c)| (c, b as u8))
+        .collect();
+    let byte_level_text = matches!(model, Model::Bpe { pre, .. } if pre.kind().byte_encoded());
+    texts
+        .iter()
+        .zip(attrs)
+        .map(|(t, &a)| {
+            if a & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
+                t.as_bytes().to_vec()
+            } else if a & ATTR_NORMAL != 0 {
+                if byte_level_text {
+                    byte_level::decode_token_text(t, &char_to_byte)
+                } else {
+                    t.replace('▁', " ").into_bytes()
+                }
+            } else if a & ATTR_BYTE != 0 {
+                parse_byte_token(t).map(|b| vec![b]).unwrap_or_default()
+            } else {
+                Vec::new()
+            }
+        })
+        .collect()
+}
+
+/// The special tokens (control, user-defined, unknown), longest text first
+/// (ties by id), and a matcher finding their texts (none when there are no
+/// special tokens).
+fn special_tokens(
+    texts: &[String],
+    attrs: &[u32],
+    path: &Path,
+) -> Result<(Vec<u32>, Option<aho_corasick::AhoCorasick>)> {
+    let mut special: Vec<u32> = (0..texts.len() as u32)
+        .filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
+        .collect();
+    special.sort_by(|&a, &b| {
+        texts[b as usize]
+            .len()
+            .cmp(&texts[a as usize].len())
+            .then(a.cmp(&b))
+    });
+    let special_finder = if special.is_empty() {
+        None
+    } else {
+        Some(
+            aho_corasick::AhoCorasick::new(special.iter().map(|&i| texts[i as usize].as_str()))
+                .with_context(|| {
+                    format!("{}: building the special-token matcher", path.display())
+                })?,
+        )
+    };
+    Ok((special, special_finder))
+}
+
 enum Fragment<'t> {
     Text(&'t str),
     Token(u32),
@@ -277,289 +705,19 @@ impl Tokenizer {
             md: &content.metadata,
             path,
         };
-        let model_name = meta
-            .string("tokenizer.ggml.model")?
-            .ok_or_else(|| {
-                anyhow!(
-                    "{}: no `tokenizer.ggml.model` in the GGUF metadata",
-                    path.display()
-                )
-            })?
-            .to_string();
-        let pre_name = meta.string("tokenizer.ggml.pre")?.map(str::to_string);
-
-        let texts_raw = meta.strings("tokenizer.ggml.tokens")?.ok_or_else(|| {
-            anyhow!(
-                "{}: no `tokenizer.ggml.tokens` in the GGUF metadata",
-                path.display()
-            )
-        })?;
-        let n = texts_raw.len();
-        if n == 0 || n > u32::MAX as usize {
-            bail!(
-                "{}: `tokenizer.ggml.tokens` has {n} entries",
-                path.display()
-            );
-        }
-        let texts: Vec<String> = texts_raw
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                if t.is_empty() {
-                    format!("[EMPTY_{i}]")
-                } else {
-                    t.to_string()
-                }
-            })
-            .collect();
-        let scores: Vec<f32> = match meta.numbers("tokenizer.ggml.scores")? {
-            Some(s) if s.len() >= n => s.iter().take(n).map(|&x| x as f32).collect(),
-            Some(s) => bail!(
-                "{}: `tokenizer.ggml.scores` has {} entries for {n} tokens",
-                path.display(),
-                s.len()
-            ),
-            None => vec![0.0; n],
-        };
-        let mut attrs: Vec<u32> = match meta.numbers("tokenizer.ggml.token_type")? {
-            Some(t) if t.len() >= n => t
-                .iter()
-                .take(n)
-                .map(|&x| match x as i64 {
-                    1 => ATTR_NORMAL,
-                    2 => ATTR_UNKNOWN,
-                    3 => ATTR_CONTROL,
-                    4 => ATTR_USER_DEFINED,
-                    5 => ATTR_UNUSED,
-                    6 => ATTR_BYTE,
-                    _ => ATTR_UNDEFINED,
-                })
-                .collect(),
-            Some(t) => bail!(
-                "{}: `tokenizer.ggml.token_type` has {} entries for {n} tokens",
-                path.display(),
-                t.len()
-            ),
-            None => vec![ATTR_NORMAL; n],
-        };
-        let mut token_to_id = HashMap::with_capacity(n);
-        for (i, t) in texts.iter().enumerate() {
-            // Keep the first id of a duplicated text (llama.cpp refuses such files).
-            token_to_id.entry(t.clone()).or_insert(i as u32);
-        }
-
-        let in_range = |id: Option<u64>| id.filter(|&x| (x as usize) < n).map(|x| x as u32);
-        let byte_hex_token = |b: u8| token_to_id.get(&format!("<0x{b:02X}>")).copied();
-
-        // Model type, pre-tokenizer and their defaults (llama.cpp's `load`).
-        let (
-            model,
-            mut bos,
-            mut eos,
-            mut unk,
-            mut add_bos,
-            mut add_space_prefix,
-            escape_whitespaces,
-        );
-        match model_name.as_str() {
-            "gpt2" | "gemma4" => {
-                let kind = if model_name == "gemma4" {
-                    PreKind::Gemma4
-                } else {
-                    let pre = pre_name.as_deref().ok_or_else(|| {
-                        anyhow!(
-                            "{}: byte-level BPE vocabulary without `tokenizer.ggml.pre`; supported values: {}",
-                            path.display(),
-                            PreKind::supported_names()
-                        )
-                    })?;
-                    PreKind::from_gguf_name(pre).ok_or_else(|| {
-                        anyhow!(
-                            "{}: unsupported pre-tokenizer `tokenizer.ggml.pre` = {pre:?} (supported: {})",
-                            path.display(),
-                            PreKind::supported_names()
-                        )
-                    })?
-                };
-                let merges_raw = meta
-                    .strings("tokenizer.ggml.merges")?
-                    .ok_or_else(|| anyhow!("{}: BPE vocabulary without `tokenizer.ggml.merges`", path.display()))?;
-                let mut merges = bpe::Merges::with_capacity(merges_raw.len());
-                for (rank, m) in merges_raw.iter().enumerate() {
-                    // Split at the first space after the first character.
-                    let cut = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
-                    let Some(cut) = cut else { continue };
-                    let (a, b) = (&m[..cut], &m[cut + 1..]);
-                    let (Some(&ia), Some(&ib)) = (token_to_id.get(a), token_to_id.get(b)) else { continue };
-                    let Some(&ab) = token_to_id.get(&format!("{a}{b}")) else { continue };
-                    merges.entry((ia, ib)).or_insert((rank as u32, ab));
-                }
-                let mut byte_token = Box::new([None; 256]);
-                if kind.byte_encoded() {
-                    let table = byte_level::byte_to_char_table();
-                    for b in 0..256 {
-                        byte_token[b] = token_to_id.get(&table[b].to_string()).copied();
-                    }
-                } else {
-                    for b in 0..=255u8 {
-                        byte_token[b as usize] = byte_hex_token(b);
-                    }
-                }
-                escape_whitespaces = kind == PreKind::Gemma4;
-                add_bos = kind == PreKind::Llama3 || kind == PreKind::Gemma4;
-                add_space_prefix = false;
-                bos = None;
-                eos = None;
-                unk = None;
-                model = Model::Bpe {
-                    pre: pretokenize::PreTokenizer::new(kind)?,
-                    merges,
-                    byte_token,
-                };
-            }
-            "llama" => {
-                let mut byte_token = Box::new([None; 256]);
-                for b in 0..=255u8 {
-                    byte_token[b as usize] =
-                        byte_hex_token(b).or_else(|| token_to_id.get(&char::from(b).to_string()).copied());
-                }
-                escape_whitespaces = true;
-                add_bos = true;
-                add_space_prefix = true;
-                bos = in_range(Some(1));
-                eos = in_range(Some(2));
-                unk = in_range(Some(0));
-                model = Model::Spm { byte_token };
-            }
-            other => bail!(
-                "{}: unsupported tokenizer model `tokenizer.ggml.model` = {other:?} (supported: gpt2, gemma4, llama)",
-                path.display()
-            ),
-        }
-
-        if let Some(v) = meta.boolean("tokenizer.ggml.add_space_prefix")? {
-            add_space_prefix = v;
-        }
-        let id_key = |key: &str| -> Result<Option<u32>> {
-            Ok(match meta.uint(key)? {
-                Some(v) => Some(in_range(Some(v)).ok_or_else(|| {
-                    anyhow!(
-                        "{}: `{key}` = {v} is outside the vocabulary of {n} tokens",
-                        path.display()
-                    )
-                })?),
-                None => None,
-            })
-        };
-        if let Some(v) = id_key("tokenizer.ggml.bos_token_id")? {
-            bos = Some(v);
-        }
-        if let Some(v) = id_key("tokenizer.ggml.eos_token_id")? {
-            eos = Some(v);
-        }
-        if let Some(v) = id_key("tokenizer.ggml.unknown_token_id")? {
-            unk = Some(v);
-        }
-        let pad = id_key("tokenizer.ggml.padding_token_id")?;
-        let eot = id_key("tokenizer.ggml.eot_token_id")?;
-        let eom = id_key("tokenizer.ggml.eom_token_id")?;
-        if let Some(v) = meta.boolean("tokenizer.ggml.add_bos_token")? {
-            add_bos = v;
-        }
-        let add_eos = meta
-            .boolean("tokenizer.ggml.add_eos_token")?
-            .unwrap_or(false);
-        if model_name == "gemma4" {
-            // llama.cpp forces BOS for Gemma 4 whatever the file says.
-            add_bos = true;
-        }
-        if add_bos && bos.is_none() {
-            bail!(
-                "{}: `tokenizer.ggml.add_bos_token` is true but no BOS token id is set",
-                path.display()
-            );
-        }
-        if add_eos && eos.is_none() {
-            bail!(
-                "{}: `tokenizer.ggml.add_eos_token` is true but no EOS token id is set",
-                path.display()
-            );
-        }
-
-        // End-of-generation tokens, found by text as llama.cpp does; they are
-        // control tokens whatever the file says.
-        let mut eog = BTreeSet::new();
-        for t in FIM_EOG_TEXTS.iter().chain(EOG_TEXTS) {
-            if let Some(&id) = token_to_id.get(*t) {
-                eog.insert(id);
-                attrs[id as usize] |= ATTR_CONTROL;
-            }
-        }
-        for id in [eos, eot, eom].into_iter().flatten() {
-            eog.insert(id);
-        }
-        // Gemma 4: `</s>` is an ordinary token there.
-        if let (Some(&tr), Some(&s)) =
-            (token_to_id.get("<|tool_response>"), token_to_id.get("</s>"))
-        {
-            if eog.contains(&tr) && eog.remove(&s) {
-                attrs[s as usize] = ATTR_NORMAL;
-            }
-        }
-        // Control tokens named "unused..." are unused.
-        for (i, t) in texts.iter().enumerate() {
-            if attrs[i] & ATTR_CONTROL != 0 && t.contains("unused") {
-                attrs[i] |= ATTR_UNUSED;
-            }
-        }
-
-        // The bytes each token stands for.
-        let char_to_byte: HashMap<char, u8> = byte_level::byte_to_char_table()
-            .iter()
-            .enumerate()
-            .map(|(b, &c)| (c, b as u8))
-            .collect();
-        let byte_level_text = matches!(&model, Model::Bpe { pre, .. } if pre.kind().byte_encoded());
-        let bytes: Vec<Vec<u8>> = texts
-            .iter()
-            .zip(&attrs)
-            .map(|(t, &a)| {
-                if a & (ATTR_UNKNOWN | ATTR_CONTROL | ATTR_USER_DEFINED) != 0 {
-                    t.as_bytes().to_vec()
-                } else if a & ATTR_NORMAL != 0 {
-                    if byte_level_text {
-                        byte_level::decode_token_text(t, &char_to_byte)
-                    } else {
-                        t.replace('▁', " ").into_bytes()
-                    }
-                } else if a & ATTR_BYTE != 0 {
-                    parse_byte_token(t).map(|b| vec![b]).unwrap_or_default()
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
-
-        let mut special: Vec<u32> = (0..n as u32)
-            .filter(|&i| attrs[i as usize] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN) != 0)
-            .collect();
-        special.sort_by(|&a, &b| {
-            texts[b as usize]
-                .len()
-                .cmp(&texts[a as usize].len())
-                .then(a.cmp(&b))
-        });
-        let special_finder = if special.is_empty() {
-            None
-        } else {
-            Some(
-                aho_corasick::AhoCorasick::new(special.iter().map(|&i| texts[i as usize].as_str()))
-                    .with_context(|| {
-                        format!("{}: building the special-token matcher", path.display())
-                    })?,
-            )
-        };
-
+        let (model_name, pre_name) = read_model_names(&meta)?;
+        let texts = read_texts(&meta)?;
+        let n = texts.len();
+        let scores = read_scores(&meta, n)?;
+        let mut attrs = read_token_types(&meta, n)?;
+        let token_to_id = index_texts(&texts);
+        let (model, defaults) =
+            build_model(&meta, &model_name, pre_name.as_deref(), &token_to_id, n)?;
+        let ids = read_special_ids(&meta, &model_name, n, defaults)?;
+        let eog = end_of_generation(&token_to_id, &mut attrs, &ids);
+        mark_unused(&texts, &mut attrs);
+        let bytes = bytes_of_tokens(&model, &texts, &attrs);
+        let (special, special_finder) = special_tokens(&texts, &attrs, path)?;
         Ok(Tokenizer {
             source: path.to_path_buf(),
             model_name,
@@ -570,14 +728,14 @@ impl Tokenizer {
             attrs,
             scores,
             token_to_id,
-            bos,
-            eos,
-            unk,
-            pad,
-            add_bos,
-            add_eos,
-            add_space_prefix,
-            escape_whitespaces,
+            bos: ids.bos,
+            eos: ids.eos,
+            unk: ids.unk,
+            pad: ids.pad,
+            add_bos: ids.add_bos,
+            add_eos: ids.add_eos,
+            add_space_prefix: ids.add_space_prefix,
+            escape_whitespaces: ids.escape_whitespaces,
             eog,
             special,
             special_finder,
