@@ -259,6 +259,13 @@ pub trait Backend {
     fn metering(&self) -> Option<crate::meter::attribution::MeterStatus> {
         None
     }
+    /// The kernels that compute the logits of `models` (model keys; scripted
+    /// ones are skipped) on this backend, for a run's resolved config: `None`
+    /// for backends that run no model (scripted policies). Reports the models
+    /// loaded so far (a memory plan loads them before round 1).
+    fn kernels(&self, _models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
+        None
+    }
     /// Continuous batching, for backends that have it: requests join the
     /// running batch at any step and come back as each finishes. `None`
     /// (the default): the driver sends whole batches to [`Self::generate`].

@@ -13,6 +13,7 @@
 //! - [`served`]: model-backed agents on an OpenAI-compatible server (Ollama, vLLM, llama-server).
 //! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
+//! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
 pub mod backend;
@@ -20,6 +21,7 @@ pub mod cli;
 pub mod energy;
 pub mod energy_society;
 pub mod inference;
+pub mod knobs;
 pub mod llm;
 pub mod meter;
 pub(crate) mod nprand;

@@ -112,4 +112,37 @@ fn smollm2_society_round_charges_exactly_the_counted_tokens() {
     ] {
         assert!(dir.path().join(f).exists(), "{f} written");
     }
+
+    // The resolved config records the kernels that computed the logits, and
+    // still reads back as a config.
+    let resolved = std::fs::read_to_string(dir.path().join("config.resolved.toml")).unwrap();
+    assert!(resolved.contains("\n[kernels]\n"), "{resolved}");
+    let back = SocietyConfig::from_toml_str(&resolved, "config.resolved.toml").expect("reads back");
+    let k = back.kernels.expect("[kernels]");
+    assert_eq!(k.backend, "candle");
+    assert_eq!(k.device.as_deref(), Some("cpu"));
+    let simd = k.simd.as_deref().expect("simd level");
+    assert!(k.simd_available.iter().any(|s| s == simd), "{simd}: {k:?}");
+    // One model loaded: the stand-in file, named by its path.
+    assert_eq!(k.models.len(), 1, "{:?}", k.models);
+    let (file, types) = k.models.iter().next().unwrap();
+    assert!(file.ends_with(".gguf"), "{file}");
+    let q41 = &types["Q4_1"];
+    let candle_only = std::env::var_os("JOULE_CANDLE_KERNELS_ONLY").is_some();
+    if !candle_only && std::env::var("JOULE_CPU_KERNEL_TYPES").is_err() {
+        assert_eq!(k.types["Q4_1"], "joule");
+        assert!(q41.starts_with("joule ("), "{q41}");
+        assert!(k.attention.starts_with("joule"), "{}", k.attention);
+        assert_eq!(
+            k.simd_from.as_deref(),
+            Some(
+                if std::env::var("JOULE_SIMD").is_ok_and(|v| !v.is_empty()) {
+                    "JOULE_SIMD"
+                } else {
+                    "detected"
+                }
+            )
+        );
+    }
+    assert_eq!(k.kv_cache.as_deref(), Some("f32"));
 }

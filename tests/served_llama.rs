@@ -427,6 +427,13 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
             "{f} differs between the two runs"
         );
     }
+    // The kernels were the server's choice, and the resolved config says so.
+    let resolved = std::fs::read_to_string(runs[0].join("config.resolved.toml")).unwrap();
+    assert!(
+        resolved.contains("\n[kernels]\nbackend = \"openai\"\n")
+            && resolved.contains("matmul = \"chosen by the server\""),
+        "{resolved}"
+    );
 }
 
 #[test]

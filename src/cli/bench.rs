@@ -16,7 +16,9 @@
 use crate::inference::engine::device::{device_name, select_device};
 use crate::inference::engine::model::{CausalLm, SeqStep};
 use crate::inference::engine::state::KvCache;
-use crate::inference::models::load_model;
+use crate::inference::files::gguf_weights::GgufFile;
+use crate::inference::kernels::record::KernelRecord;
+use crate::inference::models::load_model_from;
 use anyhow::Result;
 use clap::Args;
 use rand::{Rng, SeedableRng};
@@ -88,6 +90,8 @@ pub struct BenchResult {
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
+    /// The kernels that computed the logits (`inference::kernels::record`).
+    pub kernels: KernelRecord,
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -179,8 +183,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let reps = args.repetitions.max(1);
     let device = select_device(&args.device)?;
-    let model = load_model(gguf, &device)?;
+    let mut file = GgufFile::open(gguf)?;
+    let model = load_model_from(&mut file, &device)?;
     let info = model.info().clone();
+    let kernels = KernelRecord::local(
+        &device,
+        args.kv_cache,
+        &[(info.name.clone(), file.matmuls())],
+    );
     let threads = candle_core::utils::get_num_threads();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
     let mut results = Vec::new();
@@ -241,12 +251,17 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             samples_ts: samples,
             avg_ts: avg,
             stddev_ts: sd,
+            kernels: kernels.clone(),
         });
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print_table(&results);
+        println!();
+        for line in kernels.lines() {
+            println!("{line}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

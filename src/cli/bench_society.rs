@@ -96,6 +96,8 @@ pub struct SocietyBench {
     pub scenario_s: f64,
     pub batches: usize,
     pub largest_batch: usize,
+    /// The kernels that computed the logits (`inference::kernels::record`).
+    pub kernels: Option<crate::inference::kernels::record::KernelRecord>,
 }
 
 /// Counts what goes through a backend.
@@ -237,6 +239,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         .map(|i| config(args, seed0 + i as u64))
         .collect::<anyhow::Result<_>>()?;
     let kv_cache = cfgs[0].llm.kv_cache;
+    let models: Vec<String> = cfgs[0].roster.iter().map(|a| a.model.clone()).collect();
     let mut local: Option<LlmBackend> = None;
     let mut served: Option<OpenAiBackend> = None;
     match &args.via {
@@ -301,6 +304,12 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         largest,
         ..
     } = meter;
+    let models: Vec<&str> = models.iter().map(String::as_str).collect();
+    let kernels = match (local.as_ref(), served.as_ref()) {
+        (Some(l), _) => Some(l.kernel_record(&models)),
+        (None, Some(s)) => s.kernels(&models),
+        (None, None) => None,
+    };
     let delta = match (before, local.as_ref()) {
         (Some(b), Some(l)) => Some(diff(&l.stats(), &b)),
         _ => None,
@@ -336,6 +345,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         scenario_s: (wall - secs).max(0.0),
         batches,
         largest_batch: largest,
+        kernels,
     })
 }
 
@@ -373,6 +383,11 @@ pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
+    } else if let Some(k) = out.last().and_then(|r| r.kernels.as_ref()) {
+        println!();
+        for line in k.lines() {
+            println!("{line}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -226,6 +226,10 @@ fn audit(
             log.write(r)?;
         }
         write_json_atomic(dir.join("audit_summary.json"), &summary)?;
+        // The kernels that computed the audited model's answers.
+        if let Some(k) = backend.kernels(&[model.as_str()]) {
+            write_json_atomic(dir.join("kernels.json"), &k)?;
+        }
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -152,6 +152,12 @@ pub struct SocietyConfig {
     #[serde(default)]
     pub llm: crate::llm::LlmConfig,
     pub roster: Vec<RosterEntry>,
+    /// The kernels that computed the logits (`[kernels]`): written by Joule
+    /// into the resolved config of a run with model-backed agents, never by a
+    /// user. A config that has one (a resolved config run again) is accepted,
+    /// and the run records its own in its place (`runner::society`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<crate::inference::kernels::record::KernelRecord>,
 }
 
 fn yes() -> bool {
@@ -228,6 +234,7 @@ impl SocietyConfig {
             generation: GenParams::default(),
             llm: Default::default(),
             roster: Self::paper_roster(policy),
+            kernels: None,
         }
     }
 

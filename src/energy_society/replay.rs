@@ -448,6 +448,7 @@ pub fn config_of(run: &RunFolder, condition: &Condition) -> SocietyConfig {
                 init_energy: a.init_energy,
             })
             .collect(),
+        kernels: None,
     }
 }
 

@@ -125,6 +125,27 @@ pub fn check_memory(backend: &mut dyn Backend, cfgs: &[&SocietyConfig]) -> anyho
     crate::backend::check_memory(backend, &demand)
 }
 
+/// `cfg` with the `[kernels]` record its resolved config carries: the
+/// kernels `backend` computes the roster's models with (after
+/// [`check_memory`] loaded them), or none when every agent is scripted (a
+/// scripted run's resolved config stays as it was). A `[kernels]` table the
+/// config was read with is replaced.
+pub fn with_kernels(mut cfg: SocietyConfig, backend: &dyn Backend) -> SocietyConfig {
+    let models: Vec<&str> = cfg
+        .roster
+        .iter()
+        .map(|a| a.model.as_str())
+        .filter(|m| !m.starts_with(SCRIPTED_PREFIX))
+        .collect();
+    let kernels = if models.is_empty() {
+        None
+    } else {
+        backend.kernels(&models)
+    };
+    cfg.kernels = kernels;
+    cfg
+}
+
 /// Run one society to the end on `backend`.
 pub fn run_society(
     cfg: SocietyConfig,
@@ -133,6 +154,7 @@ pub fn run_society(
     on_round: impl FnMut(u32) + 'static,
 ) -> anyhow::Result<SocietyResult> {
     check_memory(backend, &[&cfg])?;
+    let cfg = with_kernels(cfg, backend);
     let s = society(cfg, out, &job_source)?.on_round(on_round);
     run_one(backend, |agency| s.run(agency))
 }
@@ -155,6 +177,7 @@ pub fn run_many(
     let mut driver = Driver::new();
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
     for (cfg, dir) in cells {
+        let cfg = with_kernels(cfg, backend);
         match society(cfg, Some(&dir), make_jobs)
             .with_context(|| format!("preparing {}", dir.display()))
         {
@@ -175,4 +198,45 @@ pub fn run_many(
                 .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result"))),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scripted_run_records_no_kernels() {
+        let mut cfg = SocietyConfig::baseline("random");
+        cfg.max_rounds = 1;
+        // Written by an earlier run: replaced, here by nothing.
+        cfg.kernels = Some(Default::default());
+        let mut plain = cfg.clone();
+        plain.kernels = None;
+        let mut backend = backend_for(&cfg).unwrap();
+        assert!(backend.kernels(&["scripted:random"]).is_none());
+        let dir = tempfile::tempdir().unwrap();
+        run_society(cfg, backend.as_mut(), Some(dir.path()), |_| {}).unwrap();
+        let resolved = std::fs::read_to_string(dir.path().join("config.resolved.toml")).unwrap();
+        assert!(!resolved.contains("kernels"), "{resolved}");
+        assert_eq!(resolved, plain.to_toml().unwrap());
+    }
+
+    #[test]
+    fn a_resolved_config_with_kernels_reads_back() {
+        let mut cfg = SocietyConfig::baseline("random");
+        let mut k = crate::inference::kernels::record::KernelRecord::served("openai");
+        k.types.insert("Q4_1".into(), "joule".into());
+        k.models
+            .entry("m:1b".into())
+            .or_default()
+            .insert("Q4_1".into(), "joule (3 matrices)".into());
+        cfg.kernels = Some(k);
+        let text = cfg.to_toml().unwrap();
+        assert!(text.contains("\n[kernels]\n"), "{text}");
+        let back = SocietyConfig::from_toml_str(&text, "config.resolved.toml").unwrap();
+        assert_eq!(back, cfg);
+        // Fields a later version adds are no error.
+        let newer = text.replace("\n[kernels]\n", "\n[kernels]\nfuture = 1\n");
+        assert!(SocietyConfig::from_toml_str(&newer, "config.resolved.toml").is_ok());
+    }
 }

@@ -20,6 +20,7 @@
 //! every forward step is metered and each response carries its measured
 //! joules (`crate::meter::attribution`).
 
+use crate::inference::kernels::record::KernelRecord;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -210,6 +211,8 @@ struct Loaded {
     weights: WeightEstimate,
     /// One sequence's state, measured on first use by a memory plan.
     footprint: Option<StateFootprint>,
+    /// The weight matrices behind matrix products and whose kernels multiply them.
+    matmuls: Vec<crate::inference::files::gguf_weights::MatmulUse>,
 }
 
 /// The decoding constraint of one structured request.
@@ -456,9 +459,31 @@ impl LlmBackend {
                 options,
                 weights,
                 footprint: None,
+                matmuls: gguf.matmuls().to_vec(),
             },
         );
         Ok(())
+    }
+
+    /// The kernels of `models` (model names; scripted ones skipped): this
+    /// device's paths and, per model loaded so far, whose kernels multiply
+    /// its weight matrices (`kernels::record`).
+    pub fn kernel_record(&self, models: &[&str]) -> KernelRecord {
+        let mut loaded: Vec<(String, &[crate::inference::files::gguf_weights::MatmulUse])> =
+            Vec::new();
+        for m in models {
+            if m.starts_with(crate::backend::SCRIPTED_PREFIX) {
+                continue;
+            }
+            let key = self.model_key(m);
+            let name = key.strip_prefix("stand-in:").unwrap_or(&key).to_string();
+            if let Some(l) = self.loaded.get(&key) {
+                if !loaded.iter().any(|(n, _)| *n == name) {
+                    loaded.push((name, &l.matmuls));
+                }
+            }
+        }
+        KernelRecord::local(&self.device, self.options.kv_cache, &loaded)
     }
 
     /// The memory plan of `demand` on this backend's device: loads each
@@ -803,6 +828,10 @@ impl Backend for LlmBackend {
 
     fn batch_key(&self, model: &str) -> String {
         self.model_key(model)
+    }
+
+    fn kernels(&self, models: &[&str]) -> Option<KernelRecord> {
+        Some(self.kernel_record(models))
     }
 
     fn metering(&self) -> Option<MeterStatus> {

@@ -73,6 +73,10 @@ impl<L: Backend> Backend for MixedBackend<L> {
         self.llm.metering()
     }
 
+    fn kernels(&self, models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
+        self.llm.kernels(models)
+    }
+
     fn end_session(&mut self, session: u64) {
         self.scripted.end_session(session);
         self.llm.end_session(session);

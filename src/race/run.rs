@@ -1,6 +1,8 @@
 //! Running race experiments (issue item 6): every pending race of a config
 //! is spawned on one [`Driver`], so all unfinished races advance one round
-//! per batch (lockstep, §3.3). Outputs in the run folder: `config.json`,
+//! per batch (lockstep, §3.3). Outputs in the run folder: `config.json`
+//! (with a race of model-backed seats, the kernels of their models under
+//! `kernels`),
 //! `turns.jsonl` (one TurnRecord per seat per round), `races.jsonl` (one
 //! record per race), and after the run `races.csv`, `players.csv` and
 //! `run_manifest.json`. A sweep is resumable: races already in
@@ -77,6 +79,28 @@ pub fn scripted_backend(tokens: Option<TokenDist>) -> ScriptedBackend {
     b
 }
 
+/// The key of `config.json` that holds the kernel record of a race with
+/// model-backed seats (`inference::kernels::record`).
+pub const KERNELS_KEY: &str = "kernels";
+
+/// The kernels `backend` computes the model-backed seats of `cfg` with, or
+/// `None` when every seat is scripted.
+pub fn race_kernels(
+    cfg: &ExperimentConfig,
+    backend: &dyn Backend,
+) -> Option<crate::inference::kernels::record::KernelRecord> {
+    let models: BTreeSet<&str> = cfg
+        .lineups
+        .iter()
+        .flat_map(|l| l.seats.iter().map(|s| s.as_str()))
+        .filter(|m| !m.starts_with(SCRIPTED_PREFIX))
+        .collect();
+    if models.is_empty() {
+        return None;
+    }
+    backend.kernels(&models.into_iter().collect::<Vec<_>>())
+}
+
 /// Ids of races already finished in `dir`.
 pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
     let path = dir.join("races.jsonl");
@@ -131,12 +155,19 @@ pub fn run_experiment(
         );
     }
     let cfg_path = dir.join("config.json");
+    let mut earlier_kernels = None;
     if cfg_path.exists() && resume {
-        let old: ExperimentConfig = serde_json::from_str(
+        let mut old: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&cfg_path)
                 .with_context(|| format!("reading {}", cfg_path.display()))?,
         )
         .with_context(|| format!("parsing {}", cfg_path.display()))?;
+        // The kernels of the earlier start are a record, not part of the config.
+        if let Some(o) = old.as_object_mut() {
+            earlier_kernels = o.remove(KERNELS_KEY);
+        }
+        let old: ExperimentConfig = serde_json::from_value(old)
+            .with_context(|| format!("parsing {}", cfg_path.display()))?;
         anyhow::ensure!(
             &old == cfg,
             "{} was written by a different config; use a new output folder",
@@ -158,6 +189,22 @@ pub fn run_experiment(
         demand.add_run(g.models.iter().map(String::as_str));
     }
     crate::backend::check_memory(backend, &demand)?;
+    // A race with model-backed seats records the kernels of their models
+    // (loaded by the memory plan) in its config.json.
+    if let Some(kernels) = race_kernels(cfg, backend) {
+        let kernels = serde_json::to_value(kernels)?;
+        if earlier_kernels.as_ref().is_some_and(|k| *k != kernels) {
+            eprintln!(
+                "note: {}: the kernels differ from the earlier start's; `kernels` now records this start's",
+                cfg_path.display()
+            );
+        }
+        let mut resolved = serde_json::to_value(cfg)?;
+        if let Some(o) = resolved.as_object_mut() {
+            o.insert(KERNELS_KEY.into(), kernels);
+        }
+        write_json_atomic(&cfg_path, &resolved)?;
+    }
     let sink = Rc::new(RefCell::new(RaceSink {
         turns: EventLog::append(dir.join("turns.jsonl"))?,
         races: EventLog::append(dir.join("races.jsonl"))?,

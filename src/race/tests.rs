@@ -360,6 +360,13 @@ seats = ["R1", "R6"]
     assert_eq!(s.largest_batch, 40);
     // A fresh `run` refuses to overwrite; a resume skips finished races.
     assert!(run_experiment(&cfg, &out, false, &mut b).is_err());
+    // A scripted race records no kernels; a config.json that holds them (a
+    // model-backed start) still resumes.
+    let written = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(!written.contains("\"kernels\""), "{written}");
+    let mut with_kernels: serde_json::Value = serde_json::from_str(&written).unwrap();
+    with_kernels["kernels"] = serde_json::json!({"backend": "candle", "simd": "avx2"});
+    std::fs::write(out.join("config.json"), with_kernels.to_string()).unwrap();
     let s2 = run_experiment(&cfg, &out, true, &mut b).unwrap();
     assert_eq!((s2.played_races, s2.skipped_races), (0, 32));
     let races = read_jsonl(out.join("races.jsonl")).unwrap();

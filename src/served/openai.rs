@@ -205,6 +205,12 @@ impl Backend for OpenAiBackend {
         SERVED_KEY.into()
     }
 
+    fn kernels(&self, _models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
+        Some(crate::inference::kernels::record::KernelRecord::served(
+            "openai",
+        ))
+    }
+
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
         let this: &Self = self;
         let slots: Vec<Mutex<Option<ModelResult>>> =

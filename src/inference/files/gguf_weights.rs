@@ -72,6 +72,20 @@ pub struct GgufFile {
     content: gguf_file::Content,
     reader: BufReader<File>,
     file_len: u64,
+    /// The weight matrices a model load put behind a matrix product, in load
+    /// order (`models::nn::Loader` notes each one).
+    matmuls: Vec<MatmulUse>,
+}
+
+/// One weight matrix a model load put behind a matrix product: its GGUF
+/// type, its shape `[n, k]`, and whether Joule's CPU kernels multiply it
+/// (`quant_matmul`), else candle's quantised matmul.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatmulUse {
+    pub dtype: candle_core::quantized::GgmlDType,
+    pub n: usize,
+    pub k: usize,
+    pub joule: bool,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -97,7 +111,18 @@ impl GgufFile {
             content,
             reader: BufReader::new(file),
             file_len,
+            matmuls: Vec::new(),
         })
+    }
+
+    /// Note a weight matrix the model being loaded multiplies, and by whose kernel.
+    pub fn note_matmul(&mut self, m: MatmulUse) {
+        self.matmuls.push(m);
+    }
+
+    /// The matrices noted by [`Self::note_matmul`] (those of the model loaded from this file).
+    pub fn matmuls(&self) -> &[MatmulUse] {
+        &self.matmuls
     }
 
     /// The file's size in bytes.
@@ -205,6 +230,11 @@ impl GgufFile {
             .tensor_infos
             .get(name)
             .map(|i| i.shape.dims().to_vec())
+    }
+
+    /// The GGUF type of a tensor.
+    pub fn tensor_dtype(&self, name: &str) -> Option<candle_core::quantized::GgmlDType> {
+        self.content.tensor_infos.get(name).map(|i| i.ggml_dtype)
     }
 
     /// Load tensor `name`, checking its shape against `expected` (candle order).

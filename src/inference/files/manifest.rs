@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 pub const ENGINE_ARCHITECTURES: &[&str] = crate::inference::models::ARCHITECTURES;
 
 /// The environment variable naming a folder of user manifests.
-pub const MODELS_DIR_ENV: &str = "JOULE_MODELS_DIR";
+pub const MODELS_DIR_ENV: &str = crate::knobs::MODELS_DIR.name;
 
 /// The default model: small, CPU-friendly, fetchable through PyPI.
 pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
@@ -626,9 +626,9 @@ impl Catalog {
     pub fn load(models_dir: Option<&Path>) -> Result<Catalog, ManifestError> {
         match models_dir {
             Some(dir) => Catalog::with_dir(dir),
-            None => match std::env::var_os(MODELS_DIR_ENV) {
-                Some(dir) if !dir.is_empty() => Catalog::with_dir(Path::new(&dir)),
-                _ => Catalog::embedded(),
+            None => match crate::knobs::models_dir() {
+                Some(dir) => Catalog::with_dir(&dir),
+                None => Catalog::embedded(),
             },
         }
     }

@@ -32,8 +32,6 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-pub const JOULE_HOME_ENV: &str = "JOULE_HOME";
-pub const JOULE_OFFLINE_ENV: &str = "JOULE_OFFLINE";
 pub const OLLAMA_MODELS_ENV: &str = "OLLAMA_MODELS";
 const OLLAMA_MODEL_MEDIA_TYPE: &str = "application/vnd.ollama.image.model";
 
@@ -78,16 +76,16 @@ pub struct Sources {
 }
 
 fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes" | "on"))
+    crate::knobs::flag(std::env::var(name).ok().as_deref())
 }
 
 impl Sources {
     /// The default places, from the environment (see the module documentation).
     pub fn from_env() -> Sources {
         let home = dirs::home_dir().unwrap_or_default();
-        let cache_dir = match std::env::var_os(JOULE_HOME_ENV) {
-            Some(h) if !h.is_empty() => PathBuf::from(h).join("models"),
-            _ => dirs::cache_dir()
+        let cache_dir = match crate::knobs::home() {
+            Some(h) => h.join("models"),
+            None => dirs::cache_dir()
                 .unwrap_or_else(|| home.join(".cache"))
                 .join("joule")
                 .join("models"),
@@ -107,7 +105,7 @@ impl Sources {
             cache_dir,
             ollama_dirs,
             hf_cache_dir,
-            offline: env_flag(JOULE_OFFLINE_ENV) || env_flag("HF_HUB_OFFLINE"),
+            offline: crate::knobs::offline() || env_flag("HF_HUB_OFFLINE"),
             progress: true,
             reverify: false,
             python: PathBuf::from("python3"),

@@ -5,11 +5,13 @@
 //!   AVX-VNNI, AVX2, portable; chosen at run time).
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
+//! - [`record`]: which of these (or candle's) a run uses, for its resolved config and `joule bench`.
 
 pub(crate) mod cpu_attention;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub mod quant_matmul;
+pub mod record;
 
 /// How attention scores are formed: the parameters every attention path takes (the CPU
 /// kernels here, the CUDA kernel, and candle's reference in `models::nn`).

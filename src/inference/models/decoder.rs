@@ -427,7 +427,7 @@ impl DecoderModel {
         use crate::inference::kernels::cpu_attention as cpu;
         if !self.device.is_cpu()
             || !rows.iter().any(|(r, _)| r.t == 1)
-            || std::env::var_os(super::nn::CANDLE_ONLY_ENV).is_some()
+            || crate::knobs::candle_kernels_only()
         {
             return Ok(None);
         }

@@ -132,10 +132,6 @@ pub fn rms_norm_plain(x: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
     candle_nn::ops::rms_norm(&x, &ones, eps)
 }
 
-/// Set to any value to run every projection through candle's own kernels
-/// (for comparing speed and numerics with Joule's CPU kernels).
-pub const CANDLE_ONLY_ENV: &str = "JOULE_CANDLE_KERNELS_ONLY";
-
 /// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
 /// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q4_K,
 /// Q6_K, ...), or on the CPU for the types Joule's own SIMD kernels compute
@@ -150,7 +146,7 @@ pub enum Proj {
 impl Proj {
     pub fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
         let dims = q.shape().dims().to_vec();
-        if device.is_cpu() && dims.len() == 2 && std::env::var_os(CANDLE_ONLY_ENV).is_none() {
+        if device.is_cpu() && dims.len() == 2 && !crate::knobs::candle_kernels_only() {
             if let Some(m) = cpu_matrix(q.dtype(), &q.data()?, dims[0], dims[1]) {
                 let m = m.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
                 return Ok(Proj::Cpu(Arc::from(m)));
@@ -326,7 +322,27 @@ impl Loader<'_> {
 
     pub fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
         let q = self.q(name, shape)?;
-        Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))
+        let p = Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))?;
+        self.note(&p, name);
+        Ok(p)
+    }
+
+    /// Note in the file which kernel multiplies the matrix `name` (for the
+    /// run's record of kernels, `kernels::record`).
+    fn note(&mut self, p: &Proj, name: &str) {
+        let (n, k) = match self.g.tensor_shape(name).as_deref() {
+            Some(&[n, k]) => (n, k),
+            _ => (0, 0),
+        };
+        if let Some(dtype) = self.g.tensor_dtype(name) {
+            self.g
+                .note_matmul(crate::inference::files::gguf_weights::MatmulUse {
+                    dtype,
+                    n,
+                    k,
+                    joule: matches!(p, Proj::Cpu(_)),
+                });
+        }
     }
 
     pub fn norm(&mut self, name: &str, n: usize) -> Result<RmsNorm, LoadError> {
@@ -387,8 +403,10 @@ impl Loader<'_> {
         if self.has("output.weight") {
             self.matmul("output.weight", &[vocab, n_embd])
         } else {
-            Proj::new(embed.clone(), self.device)
-                .map_err(|e| self.bad("token_embd.weight (tied output)", e))
+            let p = Proj::new(embed.clone(), self.device)
+                .map_err(|e| self.bad("token_embd.weight (tied output)", e))?;
+            self.note(&p, "token_embd.weight");
+            Ok(p)
         }
     }
 }
@@ -489,8 +507,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: AttnParams) -> candle_co
     let cpu = |x: &Tensor, f16: bool| {
         x.device().is_cpu() && (x.dtype() == DType::F32 || (f16 && x.dtype() == DType::F16))
     };
-    if cpu(q, false) && cpu(k, true) && cpu(v, true) && std::env::var_os(CANDLE_ONLY_ENV).is_none()
-    {
+    if cpu(q, false) && cpu(k, true) && cpu(v, true) && !crate::knobs::candle_kernels_only() {
         return crate::inference::kernels::cpu_attention::prefill(q, k, v, p)
             .map_err(|e| candle_core::Error::Msg(format!("CPU attention: {e:#}")));
     }

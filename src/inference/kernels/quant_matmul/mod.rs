@@ -148,8 +148,8 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
 
 /// The environment variable naming the GGUF types this module multiplies
 /// (a comma-separated list of names such as `Q4_K,Q6_K`, or `all`); unset,
-/// [`DEFAULT_TYPES`].
-pub const TYPES_ENV: &str = "JOULE_CPU_KERNEL_TYPES";
+/// [`DEFAULT_TYPES`] (`crate::knobs::CPU_KERNEL_TYPES`).
+pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 
 /// The types this module takes by default, unless candle repacks the
 /// matrix ([`candle_repacks`]): those whose products it computes faster than
@@ -242,10 +242,8 @@ pub fn cpu_matrix(
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    let taken = match kernel_types(std::env::var(TYPES_ENV).ok().as_deref()) {
-        // Named explicitly, a type is taken whatever its shape.
-        Ok(Some(types)) => types.contains(&dtype),
-        Ok(None) => DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k),
+    let taken = match takes(crate::knobs::cpu_kernel_types().as_deref(), dtype, n, k) {
+        Ok(taken) => taken,
         Err(e) => return Some(Err(e)),
     };
     if taken {
@@ -253,6 +251,17 @@ pub fn cpu_matrix(
     } else {
         None
     }
+}
+
+/// Whether [`cpu_matrix`] takes a `[n, k]` matrix of `dtype` when
+/// [`TYPES_ENV`] is `spec`: named explicitly, a type is taken whatever its
+/// shape; with none named, a type of [`DEFAULT_TYPES`] that candle does not
+/// repack ([`candle_repacks`]).
+pub fn takes(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<bool> {
+    Ok(match kernel_types(spec)? {
+        Some(types) => types.contains(&dtype),
+        None => DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k),
+    })
 }
 
 /// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.
@@ -531,8 +540,9 @@ impl<T> SendPtr<T> {
     }
 }
 
-/// The environment variable that picks a kernel by [`Simd::name`].
-pub const SIMD_ENV: &str = "JOULE_SIMD";
+/// The environment variable that picks a kernel by [`Simd::name`]
+/// (`crate::knobs::SIMD`).
+pub const SIMD_ENV: &str = crate::knobs::SIMD.name;
 
 /// Which dot-product implementation the CPU supports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -590,11 +600,11 @@ impl Simd {
     /// environment variable [`SIMD_ENV`] names (to compare paths on one
     /// machine); a name this CPU cannot run is an error.
     pub fn detect() -> Result<Self> {
-        Self::chosen(std::env::var(SIMD_ENV).ok().as_deref())
+        Self::chosen(crate::knobs::simd().as_deref())
     }
 
     /// The implementation `name` names (unset or empty: the fastest).
-    pub(crate) fn chosen(name: Option<&str>) -> Result<Self> {
+    pub fn chosen(name: Option<&str>) -> Result<Self> {
         let available = Self::available();
         match name {
             Some(name) if !name.is_empty() => available

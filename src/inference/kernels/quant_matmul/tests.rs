@@ -359,7 +359,7 @@ fn repacked_shapes_are_left_to_candle() {
     assert!(candle_repacks(GgmlDType::Q6K, 32, 512));
     assert!(!candle_repacks(GgmlDType::Q4_1, 9728, 2560));
     assert!(!candle_repacks(GgmlDType::Q5K, 9728, 2560));
-    if std::env::var_os(TYPES_ENV).is_none() {
+    if crate::knobs::cpu_kernel_types().is_none() {
         let bytes = vec![0u8; 16 * 8 * 34];
         let repacked = candle_repacks(GgmlDType::Q8_0, 16, 256);
         assert_eq!(
@@ -368,6 +368,29 @@ fn repacked_shapes_are_left_to_candle() {
         );
         assert!(cpu_matrix(GgmlDType::Q8_0, &bytes[..8 * 34], 1, 256).is_some());
     }
+}
+
+#[test]
+fn takes_follows_the_named_types_or_the_default_rule() {
+    // Named: whatever the shape.
+    assert!(takes(Some("Q4_K"), GgmlDType::Q4K, 16, 256).unwrap());
+    assert!(!takes(Some("Q4_K"), GgmlDType::Q4_1, 16, 256).unwrap());
+    assert!(takes(Some("all"), GgmlDType::Q6K, 16, 256).unwrap());
+    // Unset: the defaults, less what candle repacks.
+    assert!(takes(None, GgmlDType::Q4_1, 16, 256).unwrap());
+    assert!(!takes(Some(""), GgmlDType::Q4K, 1, 256).unwrap());
+    assert_eq!(
+        takes(None, GgmlDType::Q8_0, 16, 256).unwrap(),
+        !candle_repacks(GgmlDType::Q8_0, 16, 256)
+    );
+    assert!(takes(None, GgmlDType::Q8_0, 1, 256).unwrap());
+    let err = takes(Some("Q9"), GgmlDType::Q4_1, 16, 256)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("JOULE_CPU_KERNEL_TYPES") && err.contains("Q9"),
+        "{err}"
+    );
 }
 
 #[test]

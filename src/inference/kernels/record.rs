@@ -1,0 +1,323 @@
+//! The record of the kernels a run's models use ([`KernelRecord`], the
+//! `[kernels]` table of a model-backed run's resolved config and the kernel
+//! lines of `joule bench`): on the CPU the SIMD level of Joule's matmul
+//! kernels (detected or forced by `JOULE_SIMD`), which GGUF types go to
+//! Joule's kernels and which to candle's (the rule, and per loaded model the
+//! matrices of each type and whose kernel multiplies them), the attention
+//! path and the cache type; on CUDA and Metal which paths apply; with a
+//! model server, that the server chose; and the value of every `JOULE_*`
+//! variable that was set (`crate::knobs`).
+
+use std::collections::BTreeMap;
+
+use candle_core::quantized::GgmlDType;
+use candle_core::Device;
+use serde::{Deserialize, Serialize};
+
+use super::quant_matmul::{self, Simd};
+use crate::inference::engine::state::KvCache;
+use crate::inference::files::gguf_weights::{ggml_name, MatmulUse};
+
+/// What computes a run's logits. Every field has a default, so a record
+/// written by another version of Joule still reads back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct KernelRecord {
+    /// `candle` (local models) or `openai` (a model server).
+    pub backend: String,
+    /// `cpu`, `cuda` or `metal` (local models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The SIMD level of Joule's CPU matmul kernels (`portable`, `avx2`,
+    /// `avxvnni`, `avx512vnni`), or the error a bad `JOULE_SIMD` gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simd: Option<String>,
+    /// `detected` (the fastest this CPU runs) or `JOULE_SIMD`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simd_from: Option<String>,
+    /// The SIMD levels this CPU can run, slowest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub simd_available: Vec<String>,
+    /// Whose kernels multiply the weight matrices.
+    pub matmul: String,
+    /// When a default type goes to candle after all (its repacked kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candle_repacks: Option<String>,
+    /// Whose attention runs.
+    pub attention: String,
+    /// How sequence caches store keys and values (`[llm] kv_cache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<String>,
+    /// Other kernels of Joule's that apply on this device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+    /// Per GGUF type Joule's CPU kernels have: `joule`, `candle`, or `joule
+    /// unless candle repacks` (see `candle_repacks`); every other type: candle.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub types: BTreeMap<String, String>,
+    /// Per model loaded for the run, per GGUF type of its weight matrices:
+    /// whose kernel multiplies how many of them (`joule (210 matrices)`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, BTreeMap<String, String>>,
+    /// Every `JOULE_*` variable that was set, with its value.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The `JOULE_*` variables that are set now.
+fn env() -> BTreeMap<String, String> {
+    crate::knobs::set()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+fn type_name(t: GgmlDType) -> String {
+    ggml_name(t).map_or_else(|| format!("{t:?}"), str::to_string)
+}
+
+/// Whether candle repacks Q8_0 on this CPU (its repacked Q8_0 needs AVX-512
+/// VNNI or AVX-VNNI); the shape of [`quant_matmul::candle_repacks`]'s test is
+/// one it repacks.
+fn cpu_repacks(t: GgmlDType) -> bool {
+    quant_matmul::candle_repacks(t, 16, 256)
+}
+
+impl KernelRecord {
+    /// The record of a local backend on `device` with caches of `kv_cache`,
+    /// for `models`: each model's name and the weight matrices its load put
+    /// behind a matrix product.
+    pub fn local(device: &Device, kv_cache: KvCache, models: &[(String, &[MatmulUse])]) -> Self {
+        let mut r = KernelRecord {
+            backend: "candle".into(),
+            device: Some(crate::inference::engine::device::device_name(device).into()),
+            kv_cache: Some(kv_cache.name().into()),
+            env: env(),
+            ..Default::default()
+        };
+        for (name, uses) in models {
+            r.models.insert(name.clone(), per_type(uses));
+        }
+        if device.is_cuda() {
+            r.matmul = "candle (quantised matmul on CUDA)".into();
+            r.attention = "joule CUDA decode attention (llama, qwen2, qwen3, gemma3) for a batch \
+                           of two or more one-token steps sharing a cache type, at a head size \
+                           it supports; candle otherwise"
+                .into();
+            r.other = Some(
+                "joule CUDA kernels (cuda feature): delta-net of qwen35 where its shapes are \
+                 supported; candle otherwise"
+                    .into(),
+            );
+            return r;
+        }
+        if device.is_metal() {
+            r.matmul = "candle (quantised matmul on Metal)".into();
+            r.attention = "candle".into();
+            return r;
+        }
+        let available = Simd::available();
+        r.simd_available = available.iter().map(|s| s.name().to_string()).collect();
+        let forced = crate::knobs::simd().filter(|s| !s.is_empty());
+        r.simd = Some(match Simd::detect() {
+            Ok(s) => s.name().into(),
+            Err(e) => format!("error: {e:#}"),
+        });
+        r.simd_from = Some(match forced {
+            Some(_) => crate::knobs::SIMD.name.into(),
+            None => "detected".into(),
+        });
+        if crate::knobs::candle_kernels_only() {
+            let why = format!("candle ({} is set)", crate::knobs::CANDLE_KERNELS_ONLY.name);
+            r.matmul = why.clone();
+            r.attention = why;
+            for t in quant_matmul::ALL_TYPES {
+                r.types.insert(type_name(t), "candle".into());
+            }
+            return r;
+        }
+        r.attention = "joule fused CPU attention (cpu_attention: prompt tiles and decode steps, \
+                       caches read in place)"
+            .into();
+        let spec = crate::knobs::cpu_kernel_types();
+        match quant_matmul::kernel_types(spec.as_deref()) {
+            Ok(Some(types)) => {
+                r.matmul = format!(
+                    "joule for the types {} names, whatever the shape; candle for the others",
+                    crate::knobs::CPU_KERNEL_TYPES.name
+                );
+                for t in quant_matmul::ALL_TYPES {
+                    let who = if types.contains(&t) {
+                        "joule"
+                    } else {
+                        "candle"
+                    };
+                    r.types.insert(type_name(t), who.into());
+                }
+            }
+            Ok(None) => {
+                r.matmul = "joule for its default types (quant_matmul::DEFAULT_TYPES) unless \
+                            candle repacks the matrix; candle for the others"
+                    .into();
+                let repacked: Vec<String> = quant_matmul::DEFAULT_TYPES
+                    .into_iter()
+                    .chain([GgmlDType::Q4K, GgmlDType::Q6K])
+                    .filter(|&t| cpu_repacks(t))
+                    .map(type_name)
+                    .collect();
+                r.candle_repacks = Some(format!(
+                    "candle 0.11 repacks a [n, k] matrix with n a multiple of 16 and k of 256 \
+                     for {} on this CPU (Q8_0 only with AVX-512 VNNI or AVX-VNNI); such a \
+                     matrix of a default type goes to candle",
+                    repacked.join(", ")
+                ));
+                for t in quant_matmul::ALL_TYPES {
+                    let who = if !quant_matmul::DEFAULT_TYPES.contains(&t) {
+                        "candle"
+                    } else if cpu_repacks(t) {
+                        "joule unless candle repacks"
+                    } else {
+                        "joule"
+                    };
+                    r.types.insert(type_name(t), who.into());
+                }
+            }
+            Err(e) => {
+                r.matmul = format!("error: {e:#}");
+            }
+        }
+        r
+    }
+
+    /// The record of a model server: it chose its kernels.
+    pub fn served(backend: &str) -> Self {
+        KernelRecord {
+            backend: backend.into(),
+            matmul: "chosen by the server".into(),
+            attention: "chosen by the server".into(),
+            env: env(),
+            ..Default::default()
+        }
+    }
+
+    /// The record as lines `key: value` (for `joule bench`).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut head = format!("kernels: backend {}", self.backend);
+        if let Some(d) = &self.device {
+            head += &format!(", device {d}");
+        }
+        if let Some(s) = &self.simd {
+            head += &format!(
+                ", simd {s} ({})",
+                self.simd_from.as_deref().unwrap_or("detected")
+            );
+        }
+        if let Some(k) = &self.kv_cache {
+            head += &format!(", kv cache {k}");
+        }
+        out.push(head);
+        out.push(format!("  matmul: {}", self.matmul));
+        if let Some(c) = &self.candle_repacks {
+            out.push(format!("  candle repacks: {c}"));
+        }
+        if !self.types.is_empty() {
+            let t: Vec<String> = self.types.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out.push(format!("  types: {}", t.join(", ")));
+        }
+        for (m, types) in &self.models {
+            let t: Vec<String> = types.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out.push(format!("  {m}: {}", t.join(", ")));
+        }
+        out.push(format!("  attention: {}", self.attention));
+        if let Some(o) = &self.other {
+            out.push(format!("  other: {o}"));
+        }
+        if !self.env.is_empty() {
+            let e: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            out.push(format!("  set: {}", e.join(" ")));
+        }
+        out
+    }
+}
+
+/// Per GGUF type: whose kernel multiplies how many of these matrices.
+fn per_type(uses: &[MatmulUse]) -> BTreeMap<String, String> {
+    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for u in uses {
+        let c = counts.entry(type_name(u.dtype)).or_default();
+        if u.joule {
+            c.0 += 1;
+        } else {
+            c.1 += 1;
+        }
+    }
+    let count =
+        |who: &str, n: usize| format!("{who} ({n} {})", if n == 1 { "matrix" } else { "matrices" });
+    counts
+        .into_iter()
+        .map(|(t, (joule, candle))| {
+            let v = match (joule, candle) {
+                (j, 0) => count("joule", j),
+                (0, c) => count("candle", c),
+                (j, c) => format!("{}, {}", count("joule", j), count("candle", c)),
+            };
+            (t, v)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_type_counts_each_kernel() {
+        let u = |dtype, joule| MatmulUse {
+            dtype,
+            n: 16,
+            k: 256,
+            joule,
+        };
+        let t = per_type(&[
+            u(GgmlDType::Q4_1, true),
+            u(GgmlDType::Q4_1, true),
+            u(GgmlDType::Q8_0, false),
+            u(GgmlDType::Q6K, true),
+            u(GgmlDType::Q6K, false),
+        ]);
+        assert_eq!(t["Q4_1"], "joule (2 matrices)");
+        assert_eq!(t["Q8_0"], "candle (1 matrix)");
+        assert_eq!(t["Q6_K"], "joule (1 matrix), candle (1 matrix)");
+    }
+
+    #[test]
+    fn a_cpu_record_names_simd_and_every_type_and_reads_back() {
+        let uses = [MatmulUse {
+            dtype: GgmlDType::Q4_1,
+            n: 576,
+            k: 576,
+            joule: true,
+        }];
+        let r = KernelRecord::local(&Device::Cpu, KvCache::F16, &[("m".into(), &uses[..])]);
+        assert_eq!(r.backend, "candle");
+        assert_eq!(r.kv_cache.as_deref(), Some("f16"));
+        assert!(r.simd_available.contains(&"portable".to_string()));
+        assert!(r.simd.is_some());
+        if !crate::knobs::candle_kernels_only() && crate::knobs::cpu_kernel_types().is_none() {
+            assert_eq!(r.types["Q4_1"], "joule");
+            assert_eq!(r.types["Q4_K"], "candle");
+            assert!(r.types["Q8_0"].starts_with("joule"));
+        }
+        #[derive(Serialize, Deserialize)]
+        struct T {
+            kernels: KernelRecord,
+        }
+        let text = toml::to_string_pretty(&T { kernels: r.clone() }).unwrap();
+        assert!(text.contains("[kernels.models.m]"), "{text}");
+        let back: T = toml::from_str(&text).unwrap();
+        assert_eq!(back.kernels, r);
+        let served = KernelRecord::served("openai");
+        assert!(served.lines()[0].contains("openai"));
+    }
+}
