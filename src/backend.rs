@@ -9,6 +9,8 @@
 //! answers whole batches, so calls from many agents and many simulations can be
 //! decoded together.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Who speaks a chat message.
@@ -263,7 +265,7 @@ pub trait Backend {
     /// ones are skipped) on this backend, for a run's resolved config: `None`
     /// for backends that run no model (scripted policies). Reports the models
     /// loaded so far (a memory plan loads them before round 1).
-    fn kernels(&self, _models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
+    fn kernels(&self, _models: &[&str]) -> Option<KernelRecord> {
         None
     }
     /// Continuous batching, for backends that have it: requests join the
@@ -353,4 +355,51 @@ impl MemoryDemand {
             }
         }
     }
+}
+
+/// What computes a run's logits (`Backend::kernels`; built by
+/// `inference::kernels::record` for local models, by the served backend for a server). Every field has a default, so a record
+/// written by another version of Joule still reads back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct KernelRecord {
+    /// `candle` (local models) or `openai` (a model server).
+    pub backend: String,
+    /// `cpu`, `cuda` or `metal` (local models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The SIMD level of Joule's CPU matmul kernels (`portable`, `avx2`,
+    /// `avxvnni`, `avx512vnni`), or the error a bad `JOULE_SIMD` gives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simd: Option<String>,
+    /// `detected` (the fastest this CPU runs) or `JOULE_SIMD`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simd_from: Option<String>,
+    /// The SIMD levels this CPU can run, slowest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub simd_available: Vec<String>,
+    /// Whose kernels multiply the weight matrices.
+    pub matmul: String,
+    /// When a default type goes to candle after all (its repacked kernels).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candle_repacks: Option<String>,
+    /// Whose attention runs.
+    pub attention: String,
+    /// How sequence caches store keys and values (`[llm] kv_cache`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<String>,
+    /// Other kernels of Joule's that apply on this device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+    /// Per GGUF type Joule's CPU kernels have: `joule`, `candle`, or `joule
+    /// unless candle repacks` (see `candle_repacks`); every other type: candle.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub types: BTreeMap<String, String>,
+    /// Per model loaded for the run, per GGUF type of its weight matrices:
+    /// whose kernel multiplies how many of them (`joule (210 matrices)`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, BTreeMap<String, String>>,
+    /// Every `JOULE_*` variable that was set, with its value.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }

@@ -262,7 +262,12 @@ fn report_with_human_data_opens_with_humans_versus_models() {
     // Each model's Unsafe rate tested against the humans' (src/race/unsafe_rates.rs).
     assert!(md.contains("### Unsafe rates against the humans' (two-proportion tests)"));
     let tests_csv = std::fs::read_to_string(out.join("unsafe_tests.csv")).unwrap();
-    assert!(tests_csv.lines().any(|l| l.starts_with("all,all,scripted:random,")), "{tests_csv}");
+    assert!(
+        tests_csv
+            .lines()
+            .any(|l| l.starts_with("all,all,scripted:random,")),
+        "{tests_csv}"
+    );
     // The archetype plot decodes and is not blank.
     let img = image::open(out.join("archetypes.png")).unwrap().to_rgb8();
     assert!(img.width() > 300);

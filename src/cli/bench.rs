@@ -13,11 +13,11 @@
 //!   tokens of all of them. This is how an Energy Society phase decodes its
 //!   agents.
 
+use crate::backend::KernelRecord;
 use crate::inference::engine::device::{device_name, select_device};
 use crate::inference::engine::model::{CausalLm, SeqStep};
 use crate::inference::engine::state::KvCache;
 use crate::inference::files::gguf_weights::GgufFile;
-use crate::inference::kernels::record::KernelRecord;
 use crate::inference::models::load_model_from;
 use anyhow::Result;
 use clap::Args;

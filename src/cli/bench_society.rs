@@ -97,7 +97,7 @@ pub struct SocietyBench {
     pub batches: usize,
     pub largest_batch: usize,
     /// The kernels that computed the logits (`inference::kernels::record`).
-    pub kernels: Option<crate::inference::kernels::record::KernelRecord>,
+    pub kernels: Option<crate::backend::KernelRecord>,
 }
 
 /// Counts what goes through a backend.

@@ -157,7 +157,7 @@ pub struct SocietyConfig {
     /// user. A config that has one (a resolved config run again) is accepted,
     /// and the run records its own in its place (`runner::society`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernels: Option<crate::inference::kernels::record::KernelRecord>,
+    pub kernels: Option<crate::backend::KernelRecord>,
 }
 
 fn yes() -> bool {

@@ -224,7 +224,7 @@ mod tests {
     #[test]
     fn a_resolved_config_with_kernels_reads_back() {
         let mut cfg = SocietyConfig::baseline("random");
-        let mut k = crate::inference::kernels::record::KernelRecord::served("openai");
+        let mut k = crate::backend::KernelRecord::served("openai");
         k.types.insert("Q4_1".into(), "joule".into());
         k.models
             .entry("m:1b".into())

@@ -20,7 +20,7 @@
 //! every forward step is metered and each response carries its measured
 //! joules (`crate::meter::attribution`).
 
-use crate::inference::kernels::record::KernelRecord;
+use crate::backend::KernelRecord;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -73,7 +73,7 @@ impl<L: Backend> Backend for MixedBackend<L> {
         self.llm.metering()
     }
 
-    fn kernels(&self, models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
+    fn kernels(&self, models: &[&str]) -> Option<crate::backend::KernelRecord> {
         self.llm.kernels(models)
     }
 

@@ -88,7 +88,7 @@ pub const KERNELS_KEY: &str = "kernels";
 pub fn race_kernels(
     cfg: &ExperimentConfig,
     backend: &dyn Backend,
-) -> Option<crate::inference::kernels::record::KernelRecord> {
+) -> Option<crate::backend::KernelRecord> {
     let models: BTreeSet<&str> = cfg
         .lineups
         .iter()

@@ -205,10 +205,8 @@ impl Backend for OpenAiBackend {
         SERVED_KEY.into()
     }
 
-    fn kernels(&self, _models: &[&str]) -> Option<crate::inference::kernels::record::KernelRecord> {
-        Some(crate::inference::kernels::record::KernelRecord::served(
-            "openai",
-        ))
+    fn kernels(&self, _models: &[&str]) -> Option<crate::backend::KernelRecord> {
+        Some(crate::backend::KernelRecord::served("openai"))
     }
 
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {

@@ -1,4 +1,4 @@
-//! The record of the kernels a run's models use ([`KernelRecord`], the
+//! Building the record of the kernels a run's models use (`crate::backend::KernelRecord`, the
 //! `[kernels]` table of a model-backed run's resolved config and the kernel
 //! lines of `joule bench`): on the CPU the SIMD level of Joule's matmul
 //! kernels (detected or forced by `JOULE_SIMD`), which GGUF types go to
@@ -12,57 +12,11 @@ use std::collections::BTreeMap;
 
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
-use serde::{Deserialize, Serialize};
 
 use super::quant_matmul::{self, Simd};
+use crate::backend::KernelRecord;
 use crate::inference::engine::state::KvCache;
 use crate::inference::files::gguf_weights::{ggml_name, MatmulUse};
-
-/// What computes a run's logits. Every field has a default, so a record
-/// written by another version of Joule still reads back.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-#[serde(default)]
-pub struct KernelRecord {
-    /// `candle` (local models) or `openai` (a model server).
-    pub backend: String,
-    /// `cpu`, `cuda` or `metal` (local models).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub device: Option<String>,
-    /// The SIMD level of Joule's CPU matmul kernels (`portable`, `avx2`,
-    /// `avxvnni`, `avx512vnni`), or the error a bad `JOULE_SIMD` gives.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub simd: Option<String>,
-    /// `detected` (the fastest this CPU runs) or `JOULE_SIMD`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub simd_from: Option<String>,
-    /// The SIMD levels this CPU can run, slowest first.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub simd_available: Vec<String>,
-    /// Whose kernels multiply the weight matrices.
-    pub matmul: String,
-    /// When a default type goes to candle after all (its repacked kernels).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub candle_repacks: Option<String>,
-    /// Whose attention runs.
-    pub attention: String,
-    /// How sequence caches store keys and values (`[llm] kv_cache`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_cache: Option<String>,
-    /// Other kernels of Joule's that apply on this device.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub other: Option<String>,
-    /// Per GGUF type Joule's CPU kernels have: `joule`, `candle`, or `joule
-    /// unless candle repacks` (see `candle_repacks`); every other type: candle.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub types: BTreeMap<String, String>,
-    /// Per model loaded for the run, per GGUF type of its weight matrices:
-    /// whose kernel multiplies how many of them (`joule (210 matrices)`).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub models: BTreeMap<String, BTreeMap<String, String>>,
-    /// Every `JOULE_*` variable that was set, with its value.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-}
 
 /// The `JOULE_*` variables that are set now.
 fn env() -> BTreeMap<String, String> {
@@ -309,7 +263,7 @@ mod tests {
             assert_eq!(r.types["Q4_K"], "candle");
             assert!(r.types["Q8_0"].starts_with("joule"));
         }
-        #[derive(Serialize, Deserialize)]
+        #[derive(serde::Serialize, serde::Deserialize)]
         struct T {
             kernels: KernelRecord,
         }
