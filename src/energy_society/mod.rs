@@ -24,7 +24,7 @@ pub(crate) mod draw;
 pub(crate) mod invoke;
 pub mod job;
 pub(crate) mod layout;
-pub(crate) mod ledger;
+pub mod ledger;
 pub mod listed_jobs;
 pub(crate) mod policies;
 pub(crate) mod procedural;
@@ -37,4 +37,4 @@ pub mod schema;
 pub(crate) mod society;
 #[cfg(test)]
 mod society_tests;
-pub(crate) mod state;
+pub mod state;
