@@ -60,7 +60,7 @@ impl Acts {
         acts
     }
 
-    pub(crate) fn rows(&self) -> usize {
+    pub(super) fn rows(&self) -> usize {
         self.qs.len().checked_div(self.kb).unwrap_or(0)
     }
 }

@@ -124,7 +124,7 @@ pub struct ScalesK {
 impl ScalesK {
     /// From a super-block's f16 `d`, `dmin` and its 12 packed scale bytes
     /// (GGUF's `get_scale_min_k4`: eight 6-bit scales and eight 6-bit mins).
-    pub(crate) fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
+    fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
         let mut s = ScalesK {
             d,
             dmin,

@@ -376,18 +376,18 @@ impl<B: WeightBlock> QuantMatrix<B> {
     }
 
     #[cfg(test)]
-    pub(crate) fn with_simd(mut self, simd: Simd) -> Self {
+    fn with_simd(mut self, simd: Simd) -> Self {
         self.simd = simd;
         self
     }
 
     /// The scales of the group holding block `b` of row `j`.
-    pub(crate) fn group(&self, j: usize, b: usize) -> &B::Scales {
+    fn group(&self, j: usize, b: usize) -> &B::Scales {
         &self.scales[j * (self.kbp / GROUP) + b / GROUP]
     }
 
     /// `(d, m)` of block `b` of row `j`.
-    pub(crate) fn dm_at(&self, j: usize, b: usize) -> (f32, f32) {
+    fn dm_at(&self, j: usize, b: usize) -> (f32, f32) {
         self.group(j, b).block(b % GROUP)
     }
 
@@ -398,7 +398,7 @@ impl<B: WeightBlock> QuantMatrix<B> {
     }
 
     /// Dot products of weight rows `js` with activation rows `rows` of `acts`.
-    pub(crate) fn dot_tiles<const W: usize, const N: usize>(
+    fn dot_tiles<const W: usize, const N: usize>(
         &self,
         js: [usize; W],
         acts: &Acts,
@@ -421,7 +421,7 @@ impl<B: WeightBlock> QuantMatrix<B> {
         }
     }
 
-    pub(crate) fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
+    fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
         let mut acc = 0f32;
         for b in 0..self.kb {
             let q = &self.ints[j * self.kb + b];
@@ -535,7 +535,7 @@ unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
 impl<T> SendPtr<T> {
-    pub(crate) fn get(self) -> *mut T {
+    fn get(self) -> *mut T {
         self.0
     }
 }
