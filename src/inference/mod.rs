@@ -12,9 +12,12 @@
 //! - [`llm_backend`]: [`llm_backend::LlmBackend`], the `Backend` that answers scenario requests
 //!   with these models.
 //!
-//! Imports run one way: `files` and `text` use nothing else here; `kernels` uses `files`;
-//! `engine` uses `files`, `kernels`; `models` uses `engine`, `kernels`, `files`;
-//! `llm_backend` uses all of them. Nothing here imports a scenario, the CLI or `served`.
+//! Between the rooms: `text` uses `files`; `engine` uses `files` and the registry in
+//! `models`; `models` uses `engine`, `kernels` and `files`; `kernels` uses `files`, `engine`'s
+//! state and device names (for its record), and the CUDA host side takes its shapes (`Dims`)
+//! from the model files it accelerates; `files::manifest` reads the registry's list of
+//! architectures. No file-level cycle (`scripts/import_cycles.py`). `llm_backend` uses all of
+//! them. Nothing here imports a scenario, the CLI or `served`.
 
 pub mod engine;
 pub mod files;
