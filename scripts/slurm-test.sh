@@ -7,7 +7,7 @@
 # submission runs, and it completes identically.
 #
 # Needs root (it installs the Slurm packages when missing and starts the daemons).
-# scripts/test.sh runs it when JOULE_SLURM_TEST=1. Takes about a minute after the packages
+# scripts/test.sh runs it as root unless JOULE_SLURM_TEST=0. Takes about a minute after the packages
 # are installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
