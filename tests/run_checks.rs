@@ -135,7 +135,10 @@ fn a_race_checks_its_seats_and_the_audit_its_model() {
     let t = tempfile::tempdir().unwrap();
     let race = std::fs::read_to_string(root().join("configs/ai-race/baseline-scripted.toml"))
         .unwrap()
-        .replace("[\"scripted:CS\", \"scripted:CAS\"]", "[\"scripted:CS\", \"scripted:CASS\"]");
+        .replace(
+            "[\"scripted:CS\", \"scripted:CAS\"]",
+            "[\"scripted:CS\", \"scripted:CASS\"]",
+        );
     let cfg = t.path().join("race.toml");
     std::fs::write(&cfg, race).unwrap();
     let out = t.path().join("race");
@@ -220,7 +223,9 @@ fn a_complete_run_folder_is_kept_unless_forced() {
     let (stdout, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{stdout}{err}");
     assert!(
-        err.contains("already holds a complete run") && err.contains("--force") && err.contains("--out"),
+        err.contains("already holds a complete run")
+            && err.contains("--force")
+            && err.contains("--out"),
         "{err}"
     );
     assert_eq!(std::fs::read(out.join("events.jsonl")).unwrap(), events);
@@ -237,7 +242,10 @@ fn a_complete_run_folder_is_kept_unless_forced() {
     let o = joule(&["run", p(&cfg), "--out", p(&out)]);
     let (stdout, err) = text(&o);
     assert!(o.status.success(), "{stdout}{err}");
-    assert!(err.contains("incomplete run") && err.contains("replacing"), "{err}");
+    assert!(
+        err.contains("incomplete run") && err.contains("replacing"),
+        "{err}"
+    );
     assert!(out.join("COMPLETE").is_file());
 
     // A folder that is not a run folder is never cleared.
@@ -248,7 +256,10 @@ fn a_complete_run_folder_is_kept_unless_forced() {
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("is not a run folder"), "{err}");
-    assert_eq!(std::fs::read_to_string(other.join("keep.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(other.join("keep.txt")).unwrap(),
+        "mine"
+    );
 }
 
 #[test]
@@ -311,7 +322,8 @@ fn empty_run_folders_are_reported_and_replays_are_summaries() {
     assert!(stdout.len() < 2000, "{stdout}");
 
     // A replay with many mismatches prints a bounded summary.
-    let reference = root().join("../shared/data/reference-runs/energy-society/coop/exponent_0.5/run_1");
+    let reference =
+        root().join("../shared/data/reference-runs/energy-society/coop/exponent_0.5/run_1");
     if !reference.is_dir() {
         eprintln!("skipped the replay bound: no {}", reference.display());
         return;

@@ -126,7 +126,10 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
     }
     if Recorder::is_complete(out) {
         if force {
-            eprintln!("note: {} held a complete run: replacing it (--force)", out.display());
+            eprintln!(
+                "note: {} held a complete run: replacing it (--force)",
+                out.display()
+            );
             return Ok(());
         }
         anyhow::bail!(

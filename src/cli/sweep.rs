@@ -69,7 +69,11 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     for d in &dirs {
         if let Some(e) = CallErrors::read(d)? {
             if e.invoke_errors > 0 {
-                with_errors.push(format!("{}: {} INVOKE_ERROR(s)", d.display(), e.invoke_errors));
+                with_errors.push(format!(
+                    "{}: {} INVOKE_ERROR(s)",
+                    d.display(),
+                    e.invoke_errors
+                ));
             }
         }
     }

@@ -60,8 +60,8 @@ impl CallErrors {
     /// that is not listed is added at the end).
     pub fn count(dir: &Path, agent_ids: &[String]) -> anyhow::Result<CallErrors> {
         let path = dir.join("events.jsonl");
-        let file = std::fs::File::open(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut out = CallErrors {
             agents: agent_ids
                 .iter()
@@ -131,10 +131,9 @@ impl CallErrors {
         if path.is_file() {
             let text = std::fs::read_to_string(&path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            return Ok(Some(
-                serde_json::from_str(&text)
-                    .with_context(|| format!("{}: unexpected content", path.display()))?,
-            ));
+            return Ok(Some(serde_json::from_str(&text).with_context(|| {
+                format!("{}: unexpected content", path.display())
+            })?));
         }
         if dir.join("events.jsonl").is_file() {
             return Ok(Some(Self::count(dir, &[])?));
@@ -160,7 +159,7 @@ impl CallErrors {
                     "call errors: {} had {} INVOKE_ERROR(s): {}\n",
                     a.agent_id,
                     a.invoke_errors,
-                    a.first_invoke_error.as_deref().unwrap_or("(no message)")
+                    clip(a.first_invoke_error.as_deref().unwrap_or("(no message)"))
                 );
             }
         }
@@ -171,6 +170,15 @@ impl CallErrors {
             );
         }
         s
+    }
+}
+
+/// A message cut to 300 characters (a server's error body can be long; the
+/// whole message stays in `call_errors.json` and `events.jsonl`).
+fn clip(m: &str) -> String {
+    match m.char_indices().nth(300) {
+        Some((i, _)) => format!("{}… (see {FILE})", &m[..i]),
+        None => m.to_string(),
     }
 }
 
@@ -198,6 +206,30 @@ mod tests {
         assert_eq!(c.of("z"), (0, 0));
         assert_eq!(c.agents[0].first_invoke_error.as_deref(), Some("boom"));
         assert_eq!(CallErrors::read(dir.path()).unwrap(), Some(c.clone()));
-        assert!(c.describe().contains("a had 2 INVOKE_ERROR(s): boom"), "{}", c.describe());
+        assert!(
+            c.describe().contains("a had 2 INVOKE_ERROR(s): boom"),
+            "{}",
+            c.describe()
+        );
+    }
+
+    #[test]
+    fn a_long_message_is_cut_when_described() {
+        let long = "é".repeat(1000);
+        let c = CallErrors {
+            invoke_errors: 1,
+            format_errors: 0,
+            agents: vec![AgentErrors {
+                agent_id: "a".into(),
+                invoke_errors: 1,
+                format_errors: 0,
+                first_invoke_error: Some(long),
+            }],
+        };
+        let d = c.describe();
+        assert!(
+            d.len() < 700 && d.contains("… (see call_errors.json)"),
+            "{d}"
+        );
     }
 }

@@ -476,10 +476,9 @@ pub fn toml_message(e: &toml::de::Error, text: &str) -> String {
             let start = span.start.min(text.len());
             let before = &text.as_bytes()[..start];
             let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-            let col = text
-                .get(..start)
-                .map_or(0, |b| b.rsplit('\n').next().map_or(0, |l| l.chars().count()))
-                + 1;
+            let col = text.get(..start).map_or(0, |b| {
+                b.rsplit('\n').next().map_or(0, |l| l.chars().count())
+            }) + 1;
             let m = if m.is_empty() {
                 let found = text
                     .get(span.start..)
@@ -641,13 +640,16 @@ init_energy = 100
             .unwrap_err()
             .to_string();
         assert!(s.starts_with("c.toml: key `max_rounds`: "), "{s}");
-        assert!(s.ends_with("(line 4, column 14)") && !s.contains('\n'), "{s}");
-        let s = format!(
-            "{:#}",
-            SocietyConfig::load("/nowhere/c.toml").unwrap_err()
+        assert!(
+            s.ends_with("(line 4, column 14)") && !s.contains('\n'),
+            "{s}"
         );
+        let s = format!("{:#}", SocietyConfig::load("/nowhere/c.toml").unwrap_err());
         assert_eq!(s.matches("No such file").count(), 1, "{s}");
-        assert!(s.starts_with("/nowhere/c.toml: cannot read the config: "), "{s}");
+        assert!(
+            s.starts_with("/nowhere/c.toml: cannot read the config: "),
+            "{s}"
+        );
         assert!(!s.contains("(file)"), "{s}");
     }
 

@@ -188,7 +188,11 @@ pub fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Vec<Stri
         .collect();
     scored.sort();
     scored.dedup_by(|a, b| a.1 == b.1);
-    scored.into_iter().take(3).map(|(_, k)| k.to_string()).collect()
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, k)| k.to_string())
+        .collect()
 }
 
 /// Levenshtein distance in characters.
@@ -221,7 +225,10 @@ mod tests {
     fn nearest_names_are_the_close_ones_closest_first() {
         let known = ["greedy", "donor", "easiest", "random"];
         assert_eq!(nearest("greedyy", known.into_iter()), vec!["greedy"]);
-        assert_eq!(nearest("qwen3-8bb", ["qwen3-8b", "qwen3:8b", "smollm2"].into_iter()), vec!["qwen3-8b", "qwen3:8b"]);
+        assert_eq!(
+            nearest("qwen3-8bb", ["qwen3-8b", "qwen3:8b", "smollm2"].into_iter()),
+            vec!["qwen3-8b", "qwen3:8b"]
+        );
         assert!(nearest("zzzzzzzz", known.into_iter()).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
