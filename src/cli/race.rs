@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::backend::SCRIPTED_PREFIX;
+use crate::llm::preflight::{check_models, ModelRef};
 use crate::race::audit::{run_audit_plan, summarize, summary_table, AuditPlan, AuditRow};
 use crate::race::config::ExperimentConfig;
 use crate::race::egt::{
@@ -164,6 +165,18 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
 
 fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::Result<ExitCode> {
     let cfg = ExperimentConfig::load(config)?;
+    let seats: Vec<ModelRef> = cfg
+        .lineups
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| {
+            l.seats
+                .iter()
+                .enumerate()
+                .map(move |(j, m)| ModelRef::new(format!("lineups[{i}].seats[{j}]"), m))
+        })
+        .collect();
+    check_race_models(&config.display().to_string(), &seats, &cfg.llm)?;
     let dir = out.unwrap_or_else(|| PathBuf::from("runs/race").join(&cfg.name));
     let mut backend = backend_for(&cfg)?;
     let t = std::time::Instant::now();
@@ -202,6 +215,10 @@ fn audit(
         Some(p) => ExperimentConfig::load(p)?.llm,
         None => Default::default(),
     };
+    let file = config
+        .as_ref()
+        .map_or("command line".to_string(), |p| p.display().to_string());
+    check_race_models(&file, &[ModelRef::new("--model", &model)], &llm)?;
     let mut backend = backend_for_models(&llm, &[model.as_str()], None)?;
     let t = std::time::Instant::now();
     let rows: Vec<AuditRow> = crate::agency::run_one(backend.as_mut(), |agency| {
@@ -237,6 +254,17 @@ fn audit(
         print!("{}", summary_table(&model, &summary));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Check, before anything runs, that every race model key can run: the
+/// scripted race policies exist, the models are found or can be fetched.
+fn check_race_models(
+    file: &str,
+    refs: &[ModelRef],
+    llm: &crate::llm::LlmConfig,
+) -> anyhow::Result<()> {
+    let policies = scripted_backend(None).policy_names();
+    check_models(file, refs, llm, &policies)
 }
 
 fn egt(

@@ -3,7 +3,9 @@
 //! condition (objective, votes, sabotage, memory, jobs per round, α) is
 //! inferred from the folder names, `config.json` and every recorded
 //! response (`energy_society::condition`), printed with its sources, and can
-//! be overridden by flags.
+//! be overridden by flags. A run's mismatches are summarised (the first 20,
+//! each cut short) unless `--all`; a folder with no agents is a warning and
+//! a non-zero exit, not a replay.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,6 +52,40 @@ pub struct ReplayArgs {
     /// The size exponent α of the cost model.
     #[arg(long)]
     pub alpha: Option<f64>,
+    /// Print every mismatch in full (default: the first 20, each cut to 240 characters).
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Mismatches printed per run without `--all`.
+const SHOWN: usize = 20;
+/// Characters of one mismatch printed without `--all`.
+const WIDTH: usize = 240;
+
+/// `text` cut to `n` characters, saying how much was left out.
+fn clip(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        None => text.to_string(),
+        Some((i, _)) => format!(
+            "{}… ({} more characters)",
+            &text[..i],
+            text[i..].chars().count()
+        ),
+    }
+}
+
+/// A warning when `dir` holds a run folder with no agents (an empty or
+/// unfinished run), which no replay can match.
+pub fn empty_run_warning(dir: &std::path::Path) -> Option<String> {
+    let path = dir.join("agents.json");
+    let text = std::fs::read_to_string(&path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    (v.as_array().is_some_and(|a| a.is_empty())).then(|| {
+        format!(
+            "{} lists no agents: an empty or unfinished run folder",
+            path.display()
+        )
+    })
 }
 
 fn pair(on: bool, off: bool) -> Option<bool> {
@@ -84,6 +120,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let flags = args.overrides();
     let mut failed = 0;
     for dir in &args.runs {
+        if let Some(w) = empty_run_warning(dir) {
+            eprintln!("warning: {w}; not replayed");
+            failed += 1;
+            continue;
+        }
         let r = replay_run_with(dir, &flags)?;
         let c = &r.charges;
         println!("{}: condition\n{}", r.run, r.condition);
@@ -92,8 +133,17 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             r.run, r.rounds, r.values_checked, c.single_call, c.split_calls, c.unrecorded, c.invoke_errors,
             r.mismatches.len()
         );
-        for m in &r.mismatches {
+        let shown = if args.all { r.mismatches.len() } else { SHOWN };
+        for m in r.mismatches.iter().take(shown) {
+            let m = m.to_string();
+            let m = if args.all { m } else { clip(&m, WIDTH) };
             println!("  MISMATCH {}: {m}", r.run);
+        }
+        if r.mismatches.len() > shown {
+            println!(
+                "  … and {} more mismatches (--all prints every one in full)",
+                r.mismatches.len() - shown
+            );
         }
         if !r.mismatches.is_empty() {
             failed += 1;

@@ -1,4 +1,6 @@
 //! `joule report`: aggregate metrics, tables and plots of Energy Society runs.
+//! Empty run folders are left out with a warning (an error when nothing is
+//! left); inconsistent ones are warned about.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,6 +64,72 @@ impl From<MetricMode> for report::Mode {
     }
 }
 
+/// The runs worth reporting: a run folder whose `agents.json` lists no
+/// agents (an empty or unfinished run) is left out with a warning, and one
+/// whose files disagree (calls of agents `agents.json` does not list, a
+/// Joule run without its COMPLETE marker) is warned about. An error when
+/// nothing is left to report (or, with `--compare`, a condition is empty).
+fn checked_runs(
+    conditions: Vec<report::load::Condition>,
+    compare: bool,
+) -> anyhow::Result<Vec<report::load::Condition>> {
+    let mut left_out = Vec::new();
+    let mut kept = Vec::new();
+    for mut c in conditions {
+        c.runs.retain(|run| {
+            let d = &run.data;
+            if d.agents.is_empty() {
+                let w = format!(
+                    "{} lists no agents: an empty or unfinished run folder",
+                    run.dir.join("agents.json").display()
+                );
+                eprintln!("warning: {w}; left out of the report");
+                left_out.push(w);
+                return false;
+            }
+            let known: std::collections::BTreeSet<&str> =
+                d.agents.iter().map(|a| a.agent_id.as_str()).collect();
+            let strangers: std::collections::BTreeSet<&str> = d
+                .token_usage
+                .iter()
+                .map(|t| t.agent_id.as_str())
+                .chain(d.transcript.iter().map(|t| t.agent_id.as_str()))
+                .filter(|a| !known.contains(a))
+                .collect();
+            if !strangers.is_empty() {
+                eprintln!(
+                    "warning: {}: token_usage.json or transcript.json name agents that agents.json does not list ({}): an inconsistent run folder",
+                    run.dir.display(),
+                    strangers.into_iter().collect::<Vec<_>>().join(", ")
+                );
+            }
+            if run.dir.join("events.jsonl").is_file()
+                && !crate::energy_society::recorder::Recorder::is_complete(&run.dir)
+            {
+                eprintln!(
+                    "warning: {}: no COMPLETE marker: the run did not finish",
+                    run.dir.display()
+                );
+            }
+            true
+        });
+        if c.runs.is_empty() && compare {
+            anyhow::bail!(
+                "--compare: the condition {} has no run with agents ({})",
+                c.dir.display(),
+                left_out.join("; ")
+            );
+        }
+        if !c.runs.is_empty() {
+            kept.push(c);
+        }
+    }
+    if kept.is_empty() {
+        anyhow::bail!("no run to report: {}", left_out.join("; "));
+    }
+    Ok(kept)
+}
+
 /// Run `joule report`.
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let pages = report_pages(&args)?;
@@ -106,6 +174,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             report::load::discover(&args.runs)?
         }
     };
+    let conditions = checked_runs(conditions, args.compare.is_some())?;
     let mode = report::Mode::from(args.mode);
     let reports: Vec<report::ConditionReport> = conditions
         .into_iter()

@@ -1,16 +1,22 @@
 //! `joule run CONFIG`: one Energy Society run from a TOML config, with a
-//! progress bar and a per-agent summary table at the end, then what the
-//! energy meter measured (also written to `<run>/meter.json`) or that
-//! nothing was measured.
+//! progress bar and a per-agent summary table at the end (with each agent's
+//! INVOKE_ERROR and FORMAT_ERROR counts), then what the energy meter
+//! measured (also written to `<run>/meter.json`) or that nothing was
+//! measured. Before anything runs, every roster entry is checked
+//! (`runner::check_roster`) and a complete run folder is kept unless
+//! `--force`. The exit status is 0, 3 (INVOKE_ERRORs) or 2 (failed).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
 use crate::energy_society::config::SocietyConfig;
-use crate::energy_society::runner::{backend_for, run_society};
+use crate::energy_society::recorder::Recorder;
+use crate::energy_society::runner::{backend_for, check_roster, run_society};
 use crate::energy_society::society::SocietyResult;
 
 /// The embedded default experiment (`joule run` with no config).
@@ -35,6 +41,9 @@ pub struct RunArgs {
     /// Override `[llm] meter` (`auto`, `none`, `nvml`, `rapl`, `fake-file:PATH`, `fake-power:WATTS`).
     #[arg(long)]
     pub meter: Option<crate::meter::MeterChoice>,
+    /// Replace the run folder even when it holds a complete run.
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -67,6 +76,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .join(SocietyConfig::folder_name(&config_path))
             .join(format!("seed_{}", cfg.seed))
     });
+    check_roster(&cfg, &config_path.display().to_string())?;
+    check_out(&out, args.force)?;
     let mut backend = backend_for(&cfg)?;
     let bar = ProgressBar::new(cfg.max_rounds as u64);
     bar.set_style(
@@ -78,7 +89,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         b.set_position(r as u64)
     })?;
     bar.finish_and_clear();
-    print!("{}", summary_table(&result));
+    let errors = CallErrors::read(&out)?.unwrap_or_default();
+    print!("{}", summary_table(&result, &errors));
+    print!("{}", errors.describe());
     match backend.metering() {
         Some(status) => {
             println!("{}", status.summary());
@@ -87,13 +100,71 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => println!("energy: nothing was measured: every agent is scripted (no model ran)"),
     }
     println!("run folder: {}", out.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(exit_status(&errors))
 }
 
-/// The per-agent summary printed after a run.
-pub fn summary_table(r: &SocietyResult) -> String {
+/// 0 for a complete run, [`EXIT_CALL_ERRORS`] for one that completed with
+/// INVOKE_ERRORs (README, "Exit statuses"); a failed run is an error (2).
+pub fn exit_status(errors: &CallErrors) -> ExitCode {
+    if errors.invoke_errors > 0 {
+        eprintln!(
+            "warning: the run completed with {} INVOKE_ERROR(s): some agents did not run as configured (exit status {EXIT_CALL_ERRORS})",
+            errors.invoke_errors
+        );
+        ExitCode::from(EXIT_CALL_ERRORS)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Whether `out` may receive a run: a complete run is kept unless `force`
+/// (the error says how to run again); an incomplete one is replaced, and
+/// this says so; a folder that is not a run folder is never cleared.
+pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
+    if !out.exists() {
+        return Ok(());
+    }
+    if Recorder::is_complete(out) {
+        if force {
+            eprintln!(
+                "note: {} held a complete run: replacing it (--force)",
+                out.display()
+            );
+            return Ok(());
+        }
+        anyhow::bail!(
+            "{} already holds a complete run; nothing was run. Run again with --force to replace it, or give a new --out",
+            out.display()
+        );
+    }
+    let empty = std::fs::read_dir(out)
+        .with_context(|| format!("reading {}", out.display()))?
+        .next()
+        .is_none();
+    if empty {
+        return Ok(());
+    }
+    let is_run = ["config.resolved.toml", "events.jsonl"]
+        .iter()
+        .any(|f| out.join(f).is_file());
+    if !is_run {
+        anyhow::bail!(
+            "{} exists and is not a run folder (no config.resolved.toml or events.jsonl); nothing was run. Give a new or empty --out",
+            out.display()
+        );
+    }
+    eprintln!(
+        "note: {} holds an incomplete run (no COMPLETE marker): replacing it",
+        out.display()
+    );
+    Ok(())
+}
+
+/// The per-agent summary printed after a run, with each agent's
+/// INVOKE_ERROR and FORMAT_ERROR counts.
+pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
     let mut s = format!(
-        "{} rounds played\n{:<10} {:<22} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9}\n",
+        "{} rounds played\n{:<10} {:<22} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
         r.rounds_played,
         "agent",
         "model",
@@ -102,12 +173,24 @@ pub fn summary_table(r: &SocietyResult) -> String {
         "active",
         "attempts",
         "successes",
-        "donations"
+        "donations",
+        "invoke_errors",
+        "format_errors"
     );
     for (a, (att, succ, don)) in r.folder.agents.iter().zip(&r.stats) {
+        let (inv, fmt) = errors.of(&a.agent_id);
         s += &format!(
-            "{:<10} {:<22} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9}\n",
-            a.agent_id, a.model_name, a.model_size, a.final_energy, a.rounds_active, att, succ, don
+            "{:<10} {:<22} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
+            a.agent_id,
+            a.model_name,
+            a.model_size,
+            a.final_energy,
+            a.rounds_active,
+            att,
+            succ,
+            don,
+            inv,
+            fmt
         );
     }
     s

@@ -7,15 +7,18 @@
 //! share a backend only when their whole backend configuration agrees
 //! (`crate::sweep::backend_key`). The sweep itself is `crate::sweep`; this
 //! file is its command line. `--slurm`, `--cell` and `--status` (cluster job
-//! arrays, one cell, the state of every cell) live in `slurm.rs`.
+//! arrays, one cell, the state of every cell) live in `slurm.rs`. Every
+//! config's roster is checked before any cell runs or is submitted; the
+//! exit status is 3 when a cell completed with INVOKE_ERRORs.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
 use crate::energy_society::runner::job_source;
-use crate::sweep::{cells, run_cells};
+use crate::sweep::{cells, check_cells, run_cells};
 
 #[derive(Args, Debug)]
 pub struct SweepArgs {
@@ -46,17 +49,41 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     if args.status {
         return super::slurm::status(&args.file, args.out.as_deref());
     }
+    // Every cell's config is checked before the first cell runs.
+    let cells = cells(&args.file, args.out.as_deref())?;
+    check_cells(&cells)?;
     if let Some(i) = args.cell {
         return super::slurm::run_cell(&args.file, args.out.as_deref(), i);
     }
     if args.slurm {
         return super::slurm::write_array(&args.file, args.out.as_deref(), &args.sbatch);
     }
-    let cells = cells(&args.file, args.out.as_deref())?;
+    let dirs: Vec<PathBuf> = cells.iter().map(|c| c.dir.clone()).collect();
     let (ran, skipped) = run_cells(cells, args.jobs, false, &job_source)?;
     println!(
         "sweep {}: {ran} cell(s) run, {skipped} already complete",
         args.file.display()
     );
-    Ok(ExitCode::SUCCESS)
+    // Cells that completed with INVOKE_ERRORs did not run as configured.
+    let mut with_errors = Vec::new();
+    for d in &dirs {
+        if let Some(e) = CallErrors::read(d)? {
+            if e.invoke_errors > 0 {
+                with_errors.push(format!(
+                    "{}: {} INVOKE_ERROR(s)",
+                    d.display(),
+                    e.invoke_errors
+                ));
+            }
+        }
+    }
+    if with_errors.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "warning: {} cell(s) completed with INVOKE_ERRORs (exit status {EXIT_CALL_ERRORS}):\n  {}",
+        with_errors.len(),
+        with_errors.join("\n  ")
+    );
+    Ok(ExitCode::from(EXIT_CALL_ERRORS))
 }

@@ -258,11 +258,8 @@ impl SocietyConfig {
     /// Read and validate a TOML file.
     pub fn load(path: impl AsRef<Path>) -> anyhow::Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-            file: path.display().to_string(),
-            key: "(file)".into(),
-            message: format!("cannot read the file: {e}"),
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("{}: cannot read the config: {e}", path.display()))?;
         Ok(Self::from_toml_str(&text, &path.display().to_string())?)
     }
 
@@ -462,26 +459,39 @@ impl SocietyConfig {
     }
 }
 
-/// What a TOML error says, never empty: the TOML parser gives no message
-/// for some characters it refuses (a control character in a comment), so
-/// those are described here with the line and column.
+/// What a TOML error says, on one line, never empty, with the line and
+/// column where the parser stopped (`… (line 2, column 14)`): the TOML
+/// parser gives no message for some characters it refuses (a control
+/// character in a comment), so those are described here.
 pub fn toml_message(e: &toml::de::Error, text: &str) -> String {
-    let m = e.message().trim();
-    if !m.is_empty() {
-        return m.to_string();
-    }
+    let m = e
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     match e.span() {
         Some(span) => {
-            let before = &text.as_bytes()[..span.start.min(text.len())];
+            let start = span.start.min(text.len());
+            let before = &text.as_bytes()[..start];
             let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-            let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
-            let found = text
-                .get(span.start..)
-                .and_then(|t| t.chars().next())
-                .map_or("the end of the text".to_string(), |c| format!("{c:?}"));
-            format!("line {line}, column {col}: TOML does not allow {found} here")
+            let col = text.get(..start).map_or(0, |b| {
+                b.rsplit('\n').next().map_or(0, |l| l.chars().count())
+            }) + 1;
+            let m = if m.is_empty() {
+                let found = text
+                    .get(span.start..)
+                    .and_then(|t| t.chars().next())
+                    .map_or("the end of the text".to_string(), |c| format!("{c:?}"));
+                format!("TOML does not allow {found} here")
+            } else {
+                m
+            };
+            format!("{m} (line {line}, column {col})")
         }
-        None => "not valid TOML".into(),
+        None if m.is_empty() => "not valid TOML".into(),
+        None => m,
     }
 }
 
@@ -621,6 +631,26 @@ init_energy = 100
             s.starts_with("c.toml: key `llm.kv_cache`") && s.contains("f16"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn toml_syntax_errors_give_line_and_column_and_a_missing_file_one_cause() {
+        let bad = GOOD.replace("max_rounds = 3", "max_rounds = = 3");
+        let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(s.starts_with("c.toml: key `max_rounds`: "), "{s}");
+        assert!(
+            s.ends_with("(line 4, column 14)") && !s.contains('\n'),
+            "{s}"
+        );
+        let s = format!("{:#}", SocietyConfig::load("/nowhere/c.toml").unwrap_err());
+        assert_eq!(s.matches("No such file").count(), 1, "{s}");
+        assert!(
+            s.starts_with("/nowhere/c.toml: cannot read the config: "),
+            "{s}"
+        );
+        assert!(!s.contains("(file)"), "{s}");
     }
 
     #[test]

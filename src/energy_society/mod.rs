@@ -16,7 +16,9 @@
 //! - [`replay`]: re-run a reference run through the engine and compare.
 //! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
+//! - [`call_errors`]: a run's INVOKE_ERROR and FORMAT_ERROR counts per agent.
 
+pub mod call_errors;
 pub mod condition;
 pub mod config;
 pub(crate) mod dataset;

@@ -12,6 +12,7 @@ use crate::agency::{run_one, Driver};
 use crate::backend::Backend;
 use crate::backend::SCRIPTED_PREFIX;
 
+use super::call_errors::CallErrors;
 use super::config::{JobsConfig, SocietyConfig};
 use super::job::JobSource;
 use super::policies::scripted_backend;
@@ -38,6 +39,21 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
             )))
         }
     }
+}
+
+/// Check, before anything is played or written, that every roster entry of
+/// `cfg` (read from `file`) can run as configured: its scripted policy
+/// exists, its model (or stand-in) is found or can be fetched
+/// (`llm::preflight`).
+pub fn check_roster(cfg: &SocietyConfig, file: &str) -> anyhow::Result<()> {
+    let refs: Vec<crate::llm::preflight::ModelRef> = cfg
+        .roster
+        .iter()
+        .enumerate()
+        .map(|(i, a)| crate::llm::preflight::ModelRef::new(format!("roster[{i}].model"), &a.model))
+        .collect();
+    let policies = scripted_backend(cfg.scripted.tokens.clone(), cfg.scripted.skill).policy_names();
+    crate::llm::preflight::check_models(file, &refs, &cfg.llm, &policies)
 }
 
 /// The backend of a config: scripted policies for `scripted:<policy>` agents and,
@@ -155,8 +171,17 @@ pub fn run_society(
 ) -> anyhow::Result<SocietyResult> {
     check_memory(backend, &[&cfg])?;
     let cfg = with_kernels(cfg, backend);
+    let ids = agent_ids(&cfg);
     let s = society(cfg, out, &job_source)?.on_round(on_round);
-    run_one(backend, |agency| s.run(agency))
+    let result = run_one(backend, |agency| s.run(agency))?;
+    if let Some(dir) = out {
+        CallErrors::write(dir, &ids)?;
+    }
+    Ok(result)
+}
+
+fn agent_ids(cfg: &SocietyConfig) -> Vec<String> {
+    cfg.roster.iter().map(|a| a.agent_id.clone()).collect()
 }
 
 /// Run several societies concurrently on one driver, so their calls batch
@@ -176,8 +201,10 @@ pub fn run_many(
     }
     let mut driver = Driver::new();
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
+    let mut finish: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
     for (cfg, dir) in cells {
         let cfg = with_kernels(cfg, backend);
+        finish.push((dir.clone(), agent_ids(&cfg)));
         match society(cfg, Some(&dir), make_jobs)
             .with_context(|| format!("preparing {}", dir.display()))
         {
@@ -191,11 +218,13 @@ pub fn run_many(
     let mut results = driver.run(backend, &mut on_batch).into_iter();
     early
         .into_iter()
-        .map(|e| match e {
+        .zip(finish)
+        .map(|(e, (dir, ids))| match e {
             Some(e) => Err(e),
             None => results
                 .next()
-                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result"))),
+                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result")))
+                .and_then(|r| CallErrors::write(&dir, &ids).map(|_| r)),
         })
         .collect()
 }

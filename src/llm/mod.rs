@@ -6,6 +6,7 @@
 //! Scenario runners (`energy_society::runner`, `race::run`) build their backends here.
 
 pub mod mixed;
+pub mod preflight;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};

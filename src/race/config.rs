@@ -106,14 +106,19 @@ pub struct ExperimentConfig {
 impl ExperimentConfig {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading race config {}", path.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: cannot read the config: {e}", path.display()))?;
         Self::from_toml_str(&text, &path.display().to_string())
     }
 
-    /// Parse and validate TOML text; `file` names the source in errors.
+    /// Parse and validate TOML text; `file` names the source in errors (a
+    /// syntax error with its line and column).
     pub fn from_toml_str(text: &str, file: &str) -> anyhow::Result<Self> {
-        let cfg: Self =
-            toml::from_str(text).with_context(|| format!("parsing race config {file}"))?;
+        let cfg: Self = toml::from_str(text).map_err(|e| {
+            anyhow::anyhow!(
+                "race config {file}: {}",
+                crate::energy_society::config::toml_message(&e, text)
+            )
+        })?;
         cfg.validate()
             .with_context(|| format!("invalid race config {file}"))?;
         Ok(cfg)

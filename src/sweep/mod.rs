@@ -14,14 +14,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::SCRIPTED_PREFIX;
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::recorder::Recorder;
-use crate::energy_society::runner::{backend_for, backend_for_all, run_many, MakeJobs};
+use crate::energy_society::runner::{
+    backend_for, backend_for_all, check_roster, run_many, MakeJobs,
+};
 
 /// The sweep file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -51,11 +52,13 @@ impl SweepFile {
 pub struct Cell {
     pub config: SocietyConfig,
     pub dir: PathBuf,
+    /// The config file the cell's config was read from (named in errors).
+    pub file: PathBuf,
 }
 
 fn read_sweep(file: &Path) -> anyhow::Result<SweepFile> {
-    let text =
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read the sweep file: {e}", file.display()))?;
     SweepFile::from_toml_str(&text, &file.display().to_string())
 }
 
@@ -85,6 +88,7 @@ pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cel
             let mut cfg = cfg.clone();
             cfg.seed = seed;
             cells.push(Cell {
+                file: path.clone(),
                 config: cfg,
                 dir: out
                     .join(SocietyConfig::folder_name(&path))
@@ -93,6 +97,31 @@ pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cel
         }
     }
     Ok(cells)
+}
+
+/// Check every config of `cells` before the first cell runs: each roster
+/// entry can run as configured (`runner::check_roster`). One error lists the
+/// problems of every config file.
+pub fn check_cells(cells: &[Cell]) -> anyhow::Result<()> {
+    let mut seen: Vec<&Path> = Vec::new();
+    let mut problems = Vec::new();
+    for c in cells {
+        if seen.contains(&c.file.as_path()) {
+            continue;
+        }
+        seen.push(&c.file);
+        if let Err(e) = check_roster(&c.config, &c.file.display().to_string()) {
+            problems.push(format!("{e:#}"));
+        }
+    }
+    match problems.len() {
+        0 => Ok(()),
+        1 => anyhow::bail!("{}", problems[0]),
+        n => anyhow::bail!(
+            "{n} configs of the sweep cannot run as configured:\n{}",
+            problems.join("\n")
+        ),
+    }
 }
 
 /// What shapes a cell's backend: its whole `[llm]` and `[scripted]`
@@ -134,6 +163,12 @@ pub fn run_cells(
         .collect();
     let skipped = total - todo.len();
     let ran = todo.len();
+    let incomplete = todo.iter().filter(|c| c.dir.exists()).count();
+    if incomplete > 0 && !quiet {
+        eprintln!(
+            "note: {incomplete} cell folder(s) hold an incomplete run (no COMPLETE marker): cleared and rerun"
+        );
+    }
     let bar = if quiet {
         ProgressBar::hidden()
     } else {

@@ -466,6 +466,7 @@ mod tests {
         let cell = |name: &str| Cell {
             config: crate::energy_society::config::SocietyConfig::baseline("greedy"),
             dir: out.join("baseline").join(name),
+            file: "baseline.toml".into(),
         };
         let now = 1_000_000;
         let write = |c: &Cell, state: &str, beat: u64, error: Option<&str>| {

@@ -26,10 +26,11 @@ use crate::inference::files::gguf_header::{
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{path}: cannot open: {source}")]
+    /// (`error` is part of the message, not a source: the cause is said once.)
+    #[error("{path}: cannot open: {error}")]
     Open {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}: not a readable GGUF file: {message}")]
     Corrupt { path: PathBuf, message: String },
@@ -102,9 +103,9 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let path = path.as_ref().to_path_buf();
         let (content, file_len) = read_header(&path)?;
-        let file = File::open(&path).map_err(|source| LoadError::Open {
+        let file = File::open(&path).map_err(|error| LoadError::Open {
             path: path.clone(),
-            source,
+            error,
         })?;
         Ok(Self {
             path,
@@ -313,9 +314,9 @@ pub fn read_content(path: impl AsRef<Path>) -> Result<Content, LoadError> {
 
 fn load_error(e: GgufError) -> LoadError {
     match e.problem {
-        GgufProblem::Io(source) => LoadError::Open {
+        GgufProblem::Io(error) => LoadError::Open {
             path: e.path,
-            source,
+            error,
         },
         problem => LoadError::Corrupt {
             path: e.path,

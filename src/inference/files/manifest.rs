@@ -125,10 +125,11 @@ pub enum ManifestError {
     },
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
-    #[error("cannot read {}: {source}", .path.display())]
+    /// (`error` is part of the message, not a source: the cause is said once.)
+    #[error("cannot read {}: {error}", .path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("no model named `{name}`; known models: {known}")]
     UnknownModel { name: String, known: String },
@@ -404,9 +405,9 @@ impl Manifest {
 
     /// Read a manifest file.
     pub fn from_file(path: &Path) -> Result<Manifest, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ManifestError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         Manifest::parse(&text, Origin::File(path.to_path_buf()))
     }
@@ -601,9 +602,9 @@ impl Catalog {
     /// built-in one of the same name.
     pub fn with_dir(dir: &Path) -> Result<Catalog, ManifestError> {
         let mut catalog = Catalog::embedded()?;
-        let io = |source| ManifestError::Io {
+        let io = |error| ManifestError::Io {
             path: dir.to_path_buf(),
-            source,
+            error,
         };
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(io)?
