@@ -10,10 +10,17 @@
 //! transcript and for a known prompt line of a Joule run, with the number of
 //! hits the records give; the charts, timeline and race views are drawn; no
 //! console message and no script error; the comparison page shows every row of
-//! `compare.csv`. A screenshot of the reference page is kept under Cargo's
-//! target tmp folder (`target/tmp/html_report/coop/report.png`; the path is
-//! printed). Without Chromium the page checks that need no browser
-//! still run and the browser part is skipped with a note.
+//! `compare.csv`; every energy line of every reference run ends in the round
+//! after the agent's last record (no line through rounds without one) and the
+//! tooltip calls the agent inactive there; the timeline links only rounds with
+//! calls, naming how many; a one-run page is titled after the run; and at a
+//! phone's width (390 px, the page in an iframe: headless windows are at least
+//! 500 px wide) and at 1280 px, what a navigation link jumps to is below the
+//! header and no two x-axis labels overlap. Screenshots are kept under Cargo's
+//! target tmp folder (`target/tmp/html_report/coop/report.png`,
+//! `target/tmp/html_report/phone/report-390.png`; the paths are printed).
+//! Without Chromium the page checks that need no browser still run and the
+//! browser part is skipped with a note.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
