@@ -237,7 +237,7 @@
     var t = sv('text', { x: m.l, y: 16, class: 'chart-title' }); t.textContent = title; svg.appendChild(t);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
       svg.appendChild(sv('line', { x1: X(v), x2: X(v), y1: m.t, y2: H - m.b, class: 'grid' }));
-      var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
+      var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick x-tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
     });
     rows.forEach(function (r, i) {
       var y = m.t + i * rowH + rowH / 2;
@@ -765,7 +765,7 @@
     if (q !== null) {
       writeSelftest({ query: q, rate_charts: host.querySelectorAll('svg').length, races: races.length,
         race_lines: document.querySelectorAll('#race-chart path.series').length,
-        turn_rows: document.querySelectorAll('#race-turns tbody tr').length });
+        turn_rows: document.querySelectorAll('#race-turns tbody tr').length, layout: layoutSelftest() });
     }
   }
 })();
