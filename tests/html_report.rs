@@ -10,10 +10,17 @@
 //! transcript and for a known prompt line of a Joule run, with the number of
 //! hits the records give; the charts, timeline and race views are drawn; no
 //! console message and no script error; the comparison page shows every row of
-//! `compare.csv`. A screenshot of the reference page is kept under Cargo's
-//! target tmp folder (`target/tmp/html_report/coop/report.png`; the path is
-//! printed). Without Chromium the page checks that need no browser
-//! still run and the browser part is skipped with a note.
+//! `compare.csv`; every energy line of every reference run ends in the round
+//! after the agent's last record (no line through rounds without one) and the
+//! tooltip calls the agent inactive there; the timeline links only rounds with
+//! calls, naming how many; a one-run page is titled after the run; and at a
+//! phone's width (390 px, the page in an iframe: headless windows are at least
+//! 500 px wide) and at 1280 px, what a navigation link jumps to is below the
+//! header and no two x-axis labels overlap. Screenshots are kept under Cargo's
+//! target tmp folder (`target/tmp/html_report/coop/report.png`,
+//! `target/tmp/html_report/phone/report-390.png`; the paths are printed).
+//! Without Chromium the page checks that need no browser still run and the
+//! browser part is skipped with a note.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,9 +117,99 @@ fn headless(chrome: &Path, profile: &Path) -> Command {
 /// Load `page` with the self-test query and dump the DOM; with `shot`, also
 /// write a screenshot there.
 fn load(chrome: &Path, page: &Path, query: &str, shot: Option<&Path>) -> Loaded {
+    load_sized(chrome, page, query, shot, (1280, 1500))
+}
+
+/// [`load`] with the page in a `size.0` × `size.1` viewport: headless
+/// Chromium's windows are at least 500 pixels wide, so the page is loaded in
+/// an iframe of that size inside a wrapper page that copies the self-test's
+/// result out (file pages may read each other with
+/// `--allow-file-access-from-files`). The screenshot is cropped to the frame.
+fn load_in_frame(chrome: &Path, page: &Path, query: &str, shot: &Path, size: (u32, u32)) -> Loaded {
     let dir = page.parent().unwrap();
+    let frame_url = url(page, query);
+    let wrapper = dir.join(format!("frame-{}.html", size.0));
+    std::fs::write(
+        &wrapper,
+        format!(
+            "<!doctype html><html><head><meta charset=\"utf-8\"></head><body style=\"margin:0\">\
+             <iframe id=\"f\" src=\"{frame_url}\" style=\"width:{w}px;height:{h}px;border:0;display:block\"></iframe>\
+             <pre id=\"selftest-result\"></pre><script>\
+             var f = document.getElementById('f'), out = document.getElementById('selftest-result');\
+             function poll() {{ try {{ var r = f.contentDocument && f.contentDocument.getElementById('selftest-result');\
+             if (r && r.textContent) {{ out.textContent = r.textContent; return; }} }}\
+             catch (e) {{ out.textContent = JSON.stringify({{ errors: ['wrapper: ' + e] }}); return; }}\
+             setTimeout(poll, 50); }} poll();</script></body></html>",
+            w = size.0,
+            h = size.1
+        ),
+    )
+    .unwrap();
+    let wrapper_url = format!("file://{}", wrapper.canonicalize().unwrap().display());
+    let window = format!("--window-size={},{}", size.0.max(500), size.1 + 40);
+    let run = |profile: &str, extra: &[String]| {
+        let out = headless(chrome, &dir.join(profile))
+            .args([
+                "--allow-file-access-from-files",
+                "--virtual-time-budget=3000",
+            ])
+            .arg(&window)
+            .args(extra)
+            .arg(&wrapper_url)
+            .output()
+            .expect("running chromium");
+        assert!(
+            out.status.success(),
+            "chromium failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let out = run(
+        "profile-frame-dom",
+        &[
+            "--enable-logging=stderr".into(),
+            "--v=0".into(),
+            "--dump-dom".into(),
+        ],
+    );
+    let console = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_string)
+        .collect();
+    let full = dir.join(format!("frame-{}-window.png", size.0));
+    run(
+        "profile-frame-shot",
+        &[format!("--screenshot={}", full.display())],
+    );
+    let img = image::open(&full).expect("the screenshot").to_rgb8();
+    let (w, h) = (size.0.min(img.width()), size.1.min(img.height()));
+    image::imageops::crop_imm(&img, 0, 0, w, h)
+        .to_image()
+        .save(shot)
+        .unwrap();
+    eprintln!("screenshot: {}", shot.display());
+    Loaded {
+        dom: String::from_utf8_lossy(&out.stdout).into_owned(),
+        console,
+    }
+}
+
+/// [`load`] in a window of `size` (width, height in CSS pixels; Chromium
+/// makes it at least 500 wide).
+fn load_sized(
+    chrome: &Path,
+    page: &Path,
+    query: &str,
+    shot: Option<&Path>,
+    size: (u32, u32),
+) -> Loaded {
+    let dir = page.parent().unwrap();
+    let window = format!("--window-size={},{}", size.0, size.1);
     let out = headless(chrome, &dir.join("profile-dom"))
         .args(["--enable-logging=stderr", "--v=0", "--dump-dom"])
+        .arg(&window)
         .arg(url(page, query))
         .output()
         .expect("running chromium");
@@ -128,7 +225,7 @@ fn load(chrome: &Path, page: &Path, query: &str, shot: Option<&Path>) -> Loaded 
         .collect();
     if let Some(shot) = shot {
         let st = headless(chrome, &dir.join("profile-shot"))
-            .args(["--window-size=1280,1500"])
+            .arg(&window)
             .arg(format!("--screenshot={}", shot.display()))
             .arg(url(page, query))
             .output()
@@ -270,6 +367,202 @@ fn reference_condition_numbers_and_transcript_search() {
     assert_eq!(st["chart_run_lines"], 5, "{st}");
     assert_eq!(st["chart_agent_lines"], 6, "{st}");
     assert_eq!(st["timeline_rows"], 30, "{st}");
+    energy_lines_end_at_deactivation(&cond, &st);
+    timeline_links_only_to_calls(&cond, &st);
+    targets_clear_of_the_header(&st, 1500.0);
+}
+
+/// The recorded rounds of each agent of a reference run: (agent, rounds with
+/// a recorded energy, last recorded round, deactivation round).
+fn recorded_rounds(run: &Path) -> Vec<(String, Vec<u64>, u64, Option<u64>)> {
+    let agents: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("agents.json")).unwrap()).unwrap();
+    agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let mem = a["memory"].as_array().unwrap();
+            let with_e: Vec<u64> = mem
+                .iter()
+                .filter(|m| m["energy_at_start_of_round"].is_number())
+                .map(|m| m["round_num"].as_u64().unwrap())
+                .collect();
+            let last = mem
+                .iter()
+                .map(|m| m["round_num"].as_u64().unwrap())
+                .max()
+                .unwrap_or(0);
+            (
+                a["agent_id"].as_str().unwrap().to_string(),
+                with_e,
+                last,
+                a["deactivated_at_round"].as_u64(),
+            )
+        })
+        .collect()
+}
+
+/// Every energy line of every run: not drawn through rounds without a record
+/// (one piece per run of consecutive rounds), ending in the round after the
+/// agent's last record when it has none in the last rounds (run_4's agent_1,
+/// deactivated in round 12, ends there and not at the end of the run), and
+/// the tooltip at round 30 lists every agent, the inactive ones as such.
+fn energy_lines_end_at_deactivation(cond: &Path, st: &Value) {
+    let runs = st["energy"].as_array().expect("the energy self-test");
+    assert_eq!(runs.len(), 5, "{st}");
+    let mut ended = 0;
+    for r in runs {
+        let id = r["run"].as_str().unwrap();
+        let rec = recorded_rounds(&cond.join(id));
+        let lines = r["lines"].as_array().unwrap();
+        assert_eq!(lines.len(), rec.len(), "{id}: {r}");
+        let tip: Vec<&str> = r["tip"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            tip.len(),
+            1 + rec.len(),
+            "{id}: one tooltip line per agent: {tip:?}"
+        );
+        for (agent, with_e, last, deact) in &rec {
+            let l = lines
+                .iter()
+                .find(|l| l["agent"] == agent.as_str())
+                .unwrap_or_else(|| panic!("{id}: no line of {agent}"));
+            let gaps = with_e.windows(2).filter(|w| w[1] != w[0] + 1).count();
+            assert_eq!(l["pieces"], 1 + gaps as u64, "{id} {agent}: {l}");
+            let t = tip
+                .iter()
+                .find(|t| t.starts_with(&format!("{agent}:")))
+                .unwrap_or_else(|| panic!("{id}: {agent} not in the tooltip {tip:?}"));
+            if *last < 30 {
+                ended += 1;
+                assert_eq!(l["last_x"], last + 1, "{id} {agent}: {l}");
+                assert!(t.contains("inactive"), "{id} {agent}: {t}");
+                if *deact == Some(last + 1) {
+                    assert_eq!(l["last_x"].as_u64(), *deact, "{id} {agent}");
+                }
+            } else {
+                assert_eq!(l["last_x"], 31, "{id} {agent}: {l}");
+                assert!(!t.contains("inactive"), "{id} {agent}: {t}");
+            }
+        }
+    }
+    assert!(
+        ended >= 5,
+        "only {ended} agents went inactive before the end"
+    );
+    let run4 = runs.iter().find(|r| r["run"] == "run_4").unwrap();
+    let a1 = run4["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["agent"] == "agent_1")
+        .unwrap();
+    assert_eq!(
+        a1["last_x"], 12,
+        "run_4's agent_1 deactivated in round 12: {a1}"
+    );
+}
+
+/// The timeline of run_1 links a cell to its calls only when it has some,
+/// and says how many: as many as the run's transcript holds for that agent
+/// and round. Its inactive rounds (memory records without a call) have no link.
+fn timeline_links_only_to_calls(cond: &Path, st: &Value) {
+    let t = &st["timeline_links"];
+    let links = t["links"].as_array().expect("the timeline self-test");
+    for l in links {
+        let n = l["calls"].as_u64().unwrap();
+        assert!(n > 0, "a link to no calls: {l}");
+        let want = format!("{n} call{}", if n == 1 { "" } else { "s" });
+        assert_eq!(l["text"], want.as_str(), "{l}");
+    }
+    let run = cond.join("run_1");
+    let tr: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("transcript.json")).unwrap())
+            .unwrap();
+    let agents: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("agents.json")).unwrap()).unwrap();
+    let mut cells = std::collections::BTreeSet::new();
+    let mut with_calls = std::collections::BTreeSet::new();
+    for a in agents.as_array().unwrap() {
+        for m in a["memory"].as_array().unwrap() {
+            cells.insert((
+                a["agent_id"].as_str().unwrap(),
+                m["round_num"].as_u64().unwrap(),
+            ));
+        }
+    }
+    for e in tr.as_array().unwrap() {
+        let k = (
+            e["agent_id"].as_str().unwrap(),
+            e["round_num"].as_u64().unwrap(),
+        );
+        if cells.contains(&k) {
+            with_calls.insert(k);
+        }
+    }
+    assert!(
+        with_calls.len() < cells.len(),
+        "run_1 has no recorded round without calls to check"
+    );
+    assert_eq!(links.len(), with_calls.len(), "{t}");
+}
+
+/// Each section a navigation link jumps to shows its heading and its first
+/// controls below the header and inside a `height`-pixel window, and no two
+/// x-axis labels of a chart overlap.
+fn targets_clear_of_the_header(st: &Value, height: f64) {
+    let lay = &st["layout"];
+    let targets = lay["targets"].as_array().expect("the layout self-test");
+    assert!(targets.len() >= 2, "{lay}");
+    for t in targets {
+        assert!(t["missing"].is_null(), "a link to nothing: {t}");
+        let hb = t["header_bottom"].as_f64().unwrap();
+        let h = t["heading_top"].as_f64().unwrap();
+        assert!(h >= hb - 0.5 && h < height, "heading hidden: {t}");
+        if let Some(c) = t["controls_top"].as_f64() {
+            assert!(c >= hb - 0.5 && c < height, "controls hidden: {t}");
+        }
+    }
+    assert!(lay["x_labels"].as_u64().unwrap() > 0, "{lay}");
+    assert_eq!(lay["x_label_overlaps"], 0, "{lay}");
+}
+
+/// At a phone's width (390 px) the page keeps what a link jumps to clear of
+/// the header and its x-axis labels apart; a screenshot is kept under the
+/// test's temporary folder (`target/tmp/html_report/phone/report-390.png`).
+#[test]
+fn phone_width_keeps_link_targets_and_axis_labels_clear() {
+    let dir = artefacts("phone");
+    let cond = shared("coop");
+    joule(&[
+        "report",
+        cond.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+        "--html",
+        "--no-plots",
+    ]);
+    let page = dir.join("report.html");
+    let Some(chrome) = chromium() else {
+        eprintln!("note: chromium not found; the browser checks are skipped");
+        return;
+    };
+    let shot = dir.join("report-390.png");
+    let l = load_in_frame(&chrome, &page, "agent_3", &shot, (390, 844));
+    let st = selftest(&l);
+    assert_eq!(st["layout"]["width"], 390, "{st}");
+    targets_clear_of_the_header(&st, 844.0);
+    energy_lines_end_at_deactivation(&cond, &st);
+    let img = image::open(&shot).unwrap().to_rgb8();
+    assert_eq!(img.dimensions(), (390, 844));
+    let non_white = img.pixels().filter(|p| p.0 != [255, 255, 255]).count();
+    assert!(non_white > 5_000, "the screenshot is nearly blank");
 }
 
 /// One Joule run (scripted, 4 rounds) viewed with `joule view`: a known prompt
@@ -298,6 +591,12 @@ fn joule_run_call_browser_finds_a_known_prompt() {
     assert!(page.ends_with("report.html") && page.is_file(), "{printed}");
     let html = std::fs::read_to_string(&page).unwrap();
     assert_self_contained(&html);
+    // A page of one run is named after the run, not its parent folder.
+    assert!(
+        html.contains("<title>Energy Society: run (joule-run)</title>"),
+        "{}",
+        &html[..html.find("</title>").map_or(0, |i| i + 8).min(html.len())]
+    );
 
     // Every call's texts, in order, from the recorded events.
     let events = joule::energy_society::recorder::read_events(run.join("events.jsonl")).unwrap();
@@ -466,4 +765,10 @@ fn race_page_draws_rates_and_trajectories() {
         l.dom[table_at..].contains(&format!("{:.1}%", 100.0 * rate)),
         "the p_max table shows {rate}"
     );
+    targets_clear_of_the_header(&st, 1500.0);
+    // At a phone's width too.
+    let l = load_in_frame(&chrome, &page, "", &dir.join("report-390.png"), (390, 844));
+    let st = selftest(&l);
+    assert_eq!(st["layout"]["width"], 390, "{st}");
+    targets_clear_of_the_header(&st, 844.0);
 }

@@ -289,3 +289,418 @@ fn report_with_human_data_opens_with_humans_versus_models() {
     assert!(md2.contains("## Cluster-robust logits of Unsafe"));
     assert!(!out2.join("archetypes.png").exists());
 }
+
+// ---------- report.md's tables and the CSVs behind them ----------
+
+/// The cells of a Markdown table row: split at `|` outside code spans (and
+/// not escaped), the outer pipes dropped.
+fn md_cells(line: &str) -> Vec<String> {
+    let inner = line.trim();
+    let inner = inner.strip_prefix('|').unwrap_or(inner);
+    let inner = inner.strip_suffix('|').unwrap_or(inner);
+    let mut cells = vec![String::new()];
+    let (mut code, mut esc) = (false, false);
+    for ch in inner.chars() {
+        match ch {
+            '`' if !esc => {
+                code = !code;
+                cells.last_mut().unwrap().push(ch);
+            }
+            '|' if !code && !esc => cells.push(String::new()),
+            _ => cells.last_mut().unwrap().push(ch),
+        }
+        esc = ch == '\\' && !esc;
+    }
+    cells.into_iter().map(|c| c.trim().to_string()).collect()
+}
+
+/// Every Markdown table of `md`: its lines (header, separator, rows).
+fn md_tables(md: &str) -> Vec<Vec<&str>> {
+    let mut out: Vec<Vec<&str>> = Vec::new();
+    let mut cur: Vec<&str> = Vec::new();
+    for l in md.lines() {
+        if l.trim_start().starts_with('|') {
+            cur.push(l);
+        } else if !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The numbers written in `text` (code spans dropped): each value with its
+/// number of decimals. A number right after a letter, `_` or `.` is part of
+/// a name; one after `<` is a bound (`<0.0001`), not a value.
+fn numbers(text: &str) -> Vec<(f64, usize)> {
+    let mut plain = String::new();
+    let mut code = false;
+    for ch in text.chars() {
+        if ch == '`' {
+            code = !code;
+            plain.push(' ');
+        } else if !code {
+            plain.push(ch);
+        }
+    }
+    let b: Vec<char> = plain.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        let signed = (b[i] == '-' || b[i] == '+') && i + 1 < b.len() && b[i + 1].is_ascii_digit();
+        if b[i].is_ascii_digit() || signed {
+            let prev = if start > 0 { Some(b[start - 1]) } else { None };
+            let mut j = if signed { i + 1 } else { i };
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            let mut decimals = 0;
+            if j + 1 < b.len() && b[j] == '.' && b[j + 1].is_ascii_digit() {
+                j += 1;
+                while j < b.len() && b[j].is_ascii_digit() {
+                    j += 1;
+                    decimals += 1;
+                }
+            }
+            let name_part = prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '.');
+            let bound = b[..start].iter().rev().find(|c| **c != ' ') == Some(&'<');
+            if !name_part && !bound {
+                let s: String = b[start..j].iter().collect();
+                out.push((s.parse::<f64>().unwrap(), decimals));
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The fields of one CSV line (quotes honoured).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                chars.next();
+                out.last_mut().unwrap().push('"');
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
+            _ => out.last_mut().unwrap().push(c),
+        }
+    }
+    out
+}
+
+/// Every row of the report's summary CSVs (not the per-decision or
+/// per-player files) as its numbers, with the file it came from.
+fn csv_rows(out: &Path) -> Vec<(String, Vec<f64>)> {
+    let per_item = [
+        "logit_sample.csv",
+        "trajectories.csv",
+        "archetypes.csv",
+        "strategies.csv",
+    ];
+    let mut rows = Vec::new();
+    for e in std::fs::read_dir(out).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".csv") || per_item.contains(&name.as_str()) {
+            continue;
+        }
+        for line in std::fs::read_to_string(&p).unwrap().lines().skip(1) {
+            let mut v = Vec::new();
+            for f in csv_fields(line) {
+                match f.parse::<f64>() {
+                    Ok(x) if x.is_finite() => v.push(x),
+                    _ => v.extend(numbers(&f).into_iter().map(|(x, _)| x)),
+                }
+            }
+            rows.push((name.clone(), v));
+        }
+    }
+    rows
+}
+
+/// `shown` (written with `decimals` decimals) is `v` or `100 v` rounded.
+fn shows(shown: f64, decimals: usize, v: f64) -> bool {
+    let tol = 0.5 * 10f64.powi(-(decimals as i32)) + 1e-9 * shown.abs().max(1.0);
+    [1.0, 100.0].iter().any(|s| (v * s - shown).abs() <= tol)
+}
+
+/// Every table of report.md is well formed (header, separator and rows
+/// with as many cells), and every number in its cells, its fit summaries
+/// (`N=…, clusters=…, logL=…`) and its opening counts is, at the precision
+/// shown, in one row of one of the CSVs written beside it.
+fn check_report(md: &str, out: &Path) {
+    let tables = md_tables(md);
+    assert!(tables.len() >= 8, "{} tables", tables.len());
+    let rows = csv_rows(out);
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    let mut check = |cell: &str| {
+        let ns = numbers(cell);
+        if ns.is_empty() {
+            return;
+        }
+        checked += 1;
+        let ok = rows.iter().any(|(_, vals)| {
+            ns.iter()
+                .all(|&(x, d)| vals.iter().any(|&v| shows(x, d, v)))
+        });
+        if !ok {
+            missing.push(cell.to_string());
+        }
+    };
+    for t in &tables {
+        assert!(t.len() >= 2, "a table without a separator: {t:?}");
+        let n = md_cells(t[0]).len();
+        let sep = md_cells(t[1]);
+        assert!(
+            sep.iter().all(|c| {
+                let c = c.trim_matches(':');
+                c.len() >= 3 && c.chars().all(|x| x == '-')
+            }),
+            "not a separator row: {}",
+            t[1]
+        );
+        for l in t {
+            assert_eq!(
+                md_cells(l).len(),
+                n,
+                "a row of another width than its header `{}`: `{l}`",
+                t[0]
+            );
+        }
+        for l in &t[2..] {
+            for c in md_cells(l) {
+                check(&c);
+            }
+        }
+    }
+    for l in md.lines() {
+        if l.starts_with("Models: ") || l.starts_with("Humans: ") {
+            check(l);
+        }
+        if l.chars().next().is_some_and(|c| c.is_ascii_digit()) && l.contains("races") {
+            check(l);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "numbers of report.md in no CSV row ({} of {checked} cells): {missing:#?}",
+        missing.len()
+    );
+    assert!(checked > 20, "only {checked} cells checked");
+}
+
+#[test]
+fn report_tables_are_well_formed_and_the_csvs_hold_every_number() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    run_fixture_sweep(&dir);
+    let out = tmp.path().join("report");
+    let md = write_report_with(&[dir.clone()], &out, Some(&human_csv())).unwrap();
+    assert_eq!(md, std::fs::read_to_string(out.join("report.md")).unwrap());
+    check_report(&md, &out);
+    // The archetypes at full precision: centroids raw and z-scored, the
+    // human mean and SD the z-scores use.
+    let a = Archetypes::fit(
+        &joule::race::analysis::human::player_races(
+            &joule::race::analysis::human::read(&human_csv()).unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cent = std::fs::read_to_string(out.join("archetype_centroids.csv")).unwrap();
+    let row = |kind: &str, cluster: &str| -> Vec<f64> {
+        let l = cent
+            .lines()
+            .map(csv_fields)
+            .find(|f| f[0] == kind && f[1] == cluster)
+            .unwrap_or_else(|| panic!("no {kind} row {cluster} in {cent}"));
+        l[4..].iter().map(|x| x.parse().unwrap()).collect()
+    };
+    for j in 0..a.names.len() {
+        assert_eq!(row("centroid_raw", &j.to_string()), a.raw_centroids[j]);
+        assert_eq!(row("centroid_z", &j.to_string()), a.centroids[j]);
+    }
+    assert_eq!(row("z_mean", ""), a.mean);
+    assert_eq!(row("z_sd", ""), a.std);
+    // humans_vs_models.csv: the rates, and now the archetype shares and the
+    // strategy mix of every group.
+    let hvm = std::fs::read_to_string(out.join("humans_vs_models.csv")).unwrap();
+    assert!(hvm.starts_with("table,group,key,count,n,share,ci_low,ci_high\n"));
+    for table in ["p_max", "position", "archetype", "strategy"] {
+        for g in ["human", "scripted:CS", "scripted:random"] {
+            assert!(
+                hvm.lines().any(|l| l.starts_with(&format!("{table},{g},"))),
+                "no {table} row of {g}"
+            );
+        }
+    }
+    let human_strategy: f64 = hvm
+        .lines()
+        .filter(|l| l.starts_with("strategy,human,"))
+        .map(|l| csv_fields(l)[5].parse::<f64>().unwrap())
+        .sum();
+    assert!((human_strategy - 1.0).abs() < 1e-9, "{human_strategy}");
+
+    // Without the human data: the same checks on what is left.
+    let out2 = tmp.path().join("report2");
+    let md2 = write_report_with(&[dir], &out2, None).unwrap();
+    check_report(&md2, &out2);
+}
+
+/// A specification that cannot be fitted (one cluster) says why in the
+/// `note` column of logit.csv; `term` stays empty.
+#[test]
+fn a_failed_fit_gives_its_reason_in_the_note_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg_path = tmp.path().join("one-cluster.toml");
+    std::fs::write(
+        &cfg_path,
+        "name = \"one-cluster\"\nrepetitions = 1\np_max = [0.1, 0.6, 0.9]\nn_players = [2]\n\n\
+         [[lineups]]\nname = \"CS-CS\"\nseats = [\"scripted:CS\", \"scripted:CS\"]\n",
+    )
+    .unwrap();
+    let cfg = ExperimentConfig::load(&cfg_path).unwrap();
+    let dir = tmp.path().join("run");
+    let mut backend = scripted_backend(cfg.scripted_tokens.clone());
+    run_experiment(&cfg, &dir, false, &mut backend).unwrap();
+    let out = tmp.path().join("report");
+    let md = write_report_with(&[dir], &out, None).unwrap();
+    assert!(md.contains("Models: not fitted: "), "{md}");
+    let logit = std::fs::read_to_string(out.join("logit.csv")).unwrap();
+    let mut lines = logit.lines();
+    let head = csv_fields(lines.next().unwrap());
+    assert_eq!(
+        head,
+        [
+            "sample",
+            "specification",
+            "term",
+            "coef",
+            "se",
+            "z",
+            "p",
+            "nobs",
+            "n_clusters",
+            "log_likelihood",
+            "note"
+        ]
+    );
+    let mut failed = 0;
+    for l in lines {
+        let f = csv_fields(l);
+        assert_eq!(f.len(), head.len(), "{l}");
+        if f[10].is_empty() {
+            assert!(!f[2].is_empty() && f[3].parse::<f64>().is_ok(), "{l}");
+        } else {
+            failed += 1;
+            assert!(f[10].starts_with("not fitted: "), "{l}");
+            assert!(f[2].is_empty(), "the reason is not a term: {l}");
+            assert!(f[3..10].iter().all(|x| x.is_empty()), "{l}");
+        }
+    }
+    assert_eq!(failed, 6, "{logit}");
+    check_report(&md, &out);
+}
+
+/// A folder that is not a race run folder is named with what was expected.
+#[test]
+fn an_empty_or_other_folder_is_not_a_race_run_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let society =
+        root().join("../shared/data/reference-runs/energy-society/coop/exponent_0.5/run_1");
+    for d in [empty.clone(), society, tmp.path().join("absent")] {
+        let out = tmp.path().join("out");
+        let err = format!(
+            "{:#}",
+            write_report_with(&[d.clone()], &out, None).unwrap_err()
+        );
+        assert!(
+            err.contains(&d.display().to_string())
+                && err.contains("expected a race run folder (with races.jsonl"),
+            "{err}"
+        );
+        assert!(!out.exists(), "{} was written", out.display());
+    }
+}
+
+/// A bad `--human` file fails before anything reaches `--out`: a new folder
+/// is not created, an old report is left as it was, no partial folder stays.
+#[test]
+fn a_bad_human_file_writes_nothing_to_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    run_fixture_sweep(&dir);
+    let bad = tmp.path().join("bad.csv");
+    std::fs::write(&bad, "participant,round\nP1,one\n").unwrap();
+    let reports = tmp.path().join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    let out = reports.join("new");
+    let err = write_report_with(&[dir.clone()], &out, Some(&bad)).unwrap_err();
+    assert!(format!("{err:#}").contains("bad.csv"), "{err:#}");
+    assert!(!out.exists(), "a half-written --out");
+    let old = reports.join("old");
+    write_report_with(&[dir.clone()], &old, None).unwrap();
+    let before: Vec<(String, Vec<u8>)> = {
+        let mut v: Vec<_> = std::fs::read_dir(&old)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (p.display().to_string(), std::fs::read(&p).unwrap())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(write_report_with(&[dir], &old, Some(&bad)).is_err());
+    let mut after: Vec<_> = std::fs::read_dir(&old)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.display().to_string(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    after.sort();
+    assert!(before == after, "--out changed");
+    let left: Vec<String> = std::fs::read_dir(&reports)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["old"], "a partial folder stayed beside --out");
+}
+
+/// `joule race report --help` says what DIRS and --out are.
+#[test]
+fn race_report_help_describes_dirs_and_out() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(["race", "report", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let para = |key: &str| -> String {
+        let at = help
+            .find(key)
+            .unwrap_or_else(|| panic!("`{key}` not in the help:\n{help}"));
+        help[at..].lines().take(4).collect::<Vec<_>>().join(" ")
+    };
+    let dirs = para("Arguments:\n");
+    assert!(
+        dirs.contains("<DIRS>") && dirs.contains("races.jsonl"),
+        "DIRS: {dirs}"
+    );
+    let out_arg = para("\n      --out <DIR>\n");
+    assert!(out_arg.contains("report is written"), "--out: {out_arg}");
+}

@@ -97,7 +97,8 @@ fn report_of_one_condition_has_the_table_and_plots() {
     let svg = std::fs::read_to_string(out.path().join("plots/energy_over_time.svg")).unwrap();
     assert!(svg.contains("Energy over time — comp_with_discussion/exponent_0.5"));
     assert!(svg.contains("Round (round 31 = final energy)"));
-    assert!(svg.contains("Energy at round start (mean ± SEM)"));
+    assert!(svg.contains("Energy at round start (mean ± std over runs)"));
+    energy_plot_matches_the_page(out.path(), &svg);
     for m in MODELS {
         assert!(svg.contains(m), "energy plot lacks {m}");
     }
@@ -127,6 +128,143 @@ fn report_of_one_condition_has_the_table_and_plots() {
     colours.sort();
     colours.dedup();
     assert!(colours.len() > 20, "only {} colours", colours.len());
+}
+
+/// The HTML page's series colours (`COLORS` in page.js), as `#RRGGBB`.
+fn page_colours() -> Vec<String> {
+    let js = include_str!("../src/report/html/page.js");
+    let at = js.find("var COLORS = [").expect("COLORS in page.js");
+    let list = &js[at..at + js[at..].find(']').unwrap()];
+    list.split('\'')
+        .filter(|s| s.starts_with('#'))
+        .map(|s| s.to_uppercase())
+        .collect()
+}
+
+/// `attr="…"` of an SVG tag.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let key = format!(" {name}=\"");
+    let at = tag.find(&key)? + key.len();
+    Some(&tag[at..at + tag[at..].find('"')?])
+}
+
+fn points(tag: &str) -> Vec<(f64, f64)> {
+    attr(tag, "points")
+        .unwrap()
+        .split_whitespace()
+        .map(|p| {
+            let (x, y) = p.split_once(',').unwrap();
+            (x.parse().unwrap(), y.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The energy plot as the page draws it: agent k in the page's k-th colour
+/// (SVG lines and PNG pixels), the band ± one standard deviation over runs
+/// (not ± SEM), the x axis labelled with whole rounds only.
+fn energy_plot_matches_the_page(out: &Path, svg: &str) {
+    let colours = page_colours();
+    assert_eq!(colours.len(), 10, "{colours:?}");
+    let tags: Vec<&str> = svg.split('<').collect();
+    let lines: Vec<&str> = tags
+        .iter()
+        .copied()
+        .filter(|t| t.starts_with("polyline") && attr(t, "stroke-width") == Some("2"))
+        .collect();
+    let bands: Vec<&str> = tags
+        .iter()
+        .copied()
+        .filter(|t| t.starts_with("polygon") && attr(t, "opacity") == Some("0.18"))
+        .collect();
+    assert_eq!(lines.len(), 5, "one line per agent");
+    assert_eq!(bands.len(), 5, "one band per agent");
+    for (k, (l, b)) in lines.iter().zip(&bands).enumerate() {
+        assert_eq!(
+            attr(l, "stroke"),
+            Some(colours[k].as_str()),
+            "agent {k}'s line"
+        );
+        assert_eq!(
+            attr(b, "fill"),
+            Some(colours[k].as_str()),
+            "agent {k}'s band"
+        );
+    }
+    let img = image::open(out.join("plots/energy_over_time.png"))
+        .unwrap()
+        .to_rgb8();
+    for c in &colours[..5] {
+        let rgb: Vec<u8> = (0..3)
+            .map(|i| u8::from_str_radix(&c[1 + 2 * i..3 + 2 * i], 16).unwrap())
+            .collect();
+        let n = img.pixels().filter(|p| p.0[..] == rgb[..]).count();
+        assert!(n > 20, "{c}: {n} pixels in the PNG");
+    }
+    // agent_1's mean and std per round from the aggregate table the plot draws.
+    let csv = std::fs::read_to_string(out.join("aggregate/energy_over_time.csv")).unwrap();
+    let mut rows = csv.lines();
+    let head: Vec<&str> = rows.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap();
+    let (ca, cr, cm, cs) = (
+        col("agent_id"),
+        col("round_num"),
+        col("avg_energy"),
+        col("std_energy"),
+    );
+    let mut a1: Vec<(f64, f64, f64)> = rows
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|f| f[ca] == "agent_1")
+        .map(|f| {
+            (
+                f[cr].parse().unwrap(),
+                f[cm].parse().unwrap(),
+                f[cs].parse().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    a1.sort_by(|p, q| p.0.total_cmp(&q.0));
+    let line = points(lines[0]);
+    let band = points(bands[0]);
+    assert_eq!(line.len(), a1.len());
+    assert_eq!(band.len(), 2 * a1.len());
+    // Pixels per unit of energy, from the two most distant means.
+    let (lo, hi) = (
+        (0..a1.len())
+            .min_by(|&i, &j| a1[i].1.total_cmp(&a1[j].1))
+            .unwrap(),
+        (0..a1.len())
+            .max_by(|&i, &j| a1[i].1.total_cmp(&a1[j].1))
+            .unwrap(),
+    );
+    let scale = (line[lo].1 - line[hi].1) / (a1[hi].1 - a1[lo].1);
+    assert!(scale > 0.0);
+    let k = (0..a1.len())
+        .filter(|&i| a1[i].1 - a1[i].2 > 0.0)
+        .max_by(|&i, &j| a1[i].2.total_cmp(&a1[j].2))
+        .unwrap();
+    let sd = a1[k].2;
+    let up = (line[k].1 - band[k].1) / scale;
+    let down = (band[2 * a1.len() - 1 - k].1 - line[k].1) / scale;
+    let tol = 2.0 / scale + 0.02 * sd;
+    assert!(
+        (up - sd).abs() < tol && (down - sd).abs() < tol,
+        "round {}: band +{up:.1} / -{down:.1}, std {sd:.1} (SEM would be {:.1})",
+        a1[k].0,
+        sd / 5f64.sqrt()
+    );
+    // Whole rounds on the x axis: no label with a fraction.
+    for t in tags.iter().filter(|t| t.starts_with("text")) {
+        let text = t.split_once('>').map_or("", |(_, x)| x.trim());
+        if let Ok(v) = text.parse::<f64>() {
+            let is_x = attr(t, "y")
+                .and_then(|y| y.parse::<f64>().ok())
+                .is_some_and(|y| y > 470.0);
+            if is_x {
+                assert!(!text.contains('.'), "x label {text}");
+                assert_eq!(v, v.round());
+            }
+        }
+    }
 }
 
 #[test]

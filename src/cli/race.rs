@@ -93,10 +93,20 @@ pub enum RaceCommand {
         out: PathBuf,
     },
     /// Tables, trajectory features and a plot from run folders.
+    ///
+    /// Writes report.md (also printed), the CSVs behind every number it shows
+    /// (unsafe_rates.csv, contract.csv, humans_vs_models.csv, logit.csv, ...) and
+    /// the plots into --out. The files are written into a new folder beside --out and
+    /// moved in at the end, so a failure leaves --out as it was.
     Report {
-        #[arg(required = true)]
+        /// Race run folders, as `joule race run` or `joule race sweep` wrote them (each
+        /// holding races.jsonl and turns.jsonl); the finished races of all of them are
+        /// pooled into one report.
+        #[arg(required = true, value_name = "DIRS")]
         dirs: Vec<PathBuf>,
-        #[arg(long)]
+        /// Folder the report is written into (created if need be; files of the same
+        /// name in it are replaced, others kept).
+        #[arg(long, value_name = "DIR")]
         out: PathBuf,
         /// Also write a self-contained `report.html` (rates with intervals, every race's trajectory).
         #[arg(long)]

@@ -5,6 +5,11 @@
 //! per-trajectory features (own action, opponent action and progress gap
 //! for rounds 1–5); and a plot of Unsafe rate by position and persona band.
 //! Behavioural rates use uncontaminated races only (§3.2).
+//!
+//! Every number `report.md` shows is also in a CSV at full precision
+//! (tests/race_analysis.rs checks it). The files are written into a fresh
+//! folder beside `--out` and moved into `--out` only when all of them were
+//! written, so a failure (a bad `--human` file, say) leaves `--out` as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -114,8 +119,9 @@ fn markdown(rows: &[RateRow], title: &str) -> String {
         "| {} | races | n | Unsafe | 95% CI | parse failures | contaminated races |\n",
         keys.join(" | ")
     ));
+    // One separator cell per header cell: the keys, then the six counts.
     out.push_str(&format!(
-        "|{}---|---|---|---|---|---|---|\n",
+        "|{}---|---|---|---|---|---|\n",
         "---|".repeat(keys.len())
     ));
     for r in rows {
@@ -390,8 +396,10 @@ pub fn rate_tables(data: &RunData) -> [Vec<RateRow>; 6] {
     [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band]
 }
 
-/// Parse failures, retries and SAFE fallbacks per model.
-fn retry_md(data: &RunData) -> String {
+/// Parse failures, retries and SAFE fallbacks per model: the Markdown table
+/// and `contract.csv` (the same rows, then `all`, the run's totals the
+/// report's first paragraph gives).
+fn retry_md(data: &RunData) -> (String, String) {
     #[derive(Default)]
     struct Acc {
         turns: usize,
@@ -423,12 +431,26 @@ fn retry_md(data: &RunData) -> String {
             a.contaminated.insert(key);
         }
     }
+    let mut csv = String::from(
+        "model,turns,attempts,failed_attempts,turns_retried,safe_fallbacks,races,contaminated_races\n",
+    );
     let mut md = String::from(
         "## Output contract per model\n\nAttempts include retries (the same prompt resent with the retry seed); \
          a fallback is a turn whose last attempt failed to parse and was played as SAFE, which \
          contaminates its race.\n\n| model | turns | attempts | failed attempts | turns retried | SAFE fallbacks | races | contaminated races |\n|---|---|---|---|---|---|---|---|\n",
     );
-    for (m, a) in by {
+    for (m, a) in &by {
+        csv.push_str(&format!(
+            "{},{},{},{},{},{},{},{}\n",
+            csv_quote(m),
+            a.turns,
+            a.attempts,
+            a.failed_attempts,
+            a.retried,
+            a.fallbacks,
+            a.races.len(),
+            a.contaminated.len()
+        ));
         md.push_str(&format!(
             "| `{m}` | {} | {} | {} | {} | {} | {} | {} |\n",
             a.turns,
@@ -440,8 +462,82 @@ fn retry_md(data: &RunData) -> String {
             a.contaminated.len()
         ));
     }
+    let total = |f: &dyn Fn(&Acc) -> usize| by.values().map(f).sum::<usize>();
+    csv.push_str(&format!(
+        "all,{},{},{},{},{},{},{}\n",
+        total(&|a| a.turns),
+        total(&|a| a.attempts),
+        total(&|a| a.failed_attempts),
+        total(&|a| a.retried),
+        total(&|a| a.fallbacks),
+        data.races.len(),
+        bad.len()
+    ));
     md.push('\n');
-    md
+    (md, csv)
+}
+
+fn csv_quote(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// A fresh folder beside `out` the report is written into, moved into `out`
+/// by [`Staging::commit`]; dropped before that, it is removed.
+struct Staging {
+    dir: PathBuf,
+    done: bool,
+}
+
+impl Staging {
+    fn new(out: &Path) -> anyhow::Result<Self> {
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "report".into());
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+        let mut k = 0u32;
+        loop {
+            let dir = parent.join(format!(".{name}.partial-{}-{k}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => return Ok(Staging { dir, done: false }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k < 1000 => k += 1,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+            }
+        }
+    }
+
+    /// Move every file written into `out` (created if need be; files of the
+    /// same name there are replaced, others kept).
+    fn commit(mut self, out: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let entries = std::fs::read_dir(&self.dir)
+            .with_context(|| format!("reading {}", self.dir.display()))?;
+        for e in entries {
+            let e = e.with_context(|| format!("reading {}", self.dir.display()))?;
+            let to = out.join(e.file_name());
+            std::fs::rename(e.path(), &to)
+                .with_context(|| format!("moving {} to {}", e.path().display(), to.display()))?;
+        }
+        self.done = true;
+        std::fs::remove_dir(&self.dir).with_context(|| format!("removing {}", self.dir.display()))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 /// Write the report into `out` and return the Markdown text.
@@ -457,8 +553,20 @@ pub fn write_report_with(
     human: Option<&Path>,
 ) -> anyhow::Result<String> {
     let data = load(dirs)?;
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let cmp = super::analysis::compare::compare(&data, human, out)?;
+    let stage = Staging::new(out)?;
+    let md = write_files(dirs, &data, stage.dir.as_path(), human)?;
+    stage.commit(out)?;
+    Ok(md)
+}
+
+/// Every file of the report, written into `out`.
+fn write_files(
+    dirs: &[PathBuf],
+    data: &RunData,
+    out: &Path,
+    human: Option<&Path>,
+) -> anyhow::Result<String> {
+    let cmp = super::analysis::compare::compare(data, human, out)?;
     let n_races = data.races.len();
     let bad = data.races.iter().filter(|r| r.any_parse_failure).count();
     let pf: usize = data.turns.iter().filter(|t| t.parse_failed).count();
@@ -477,8 +585,11 @@ pub fn write_report_with(
     if human.is_some() {
         md.push_str(&cmp.markdown);
     }
-    md.push_str(&retry_md(&data));
-    let [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band] = rate_tables(&data);
+    let (contract_md, contract_csv) = retry_md(data);
+    md.push_str(&contract_md);
+    std::fs::write(out.join("contract.csv"), contract_csv)
+        .with_context(|| format!("writing {}/contract.csv", out.display()))?;
+    let [t_pmax, t_n, t_pos, t_band, t_lineup, t_model_band] = rate_tables(data);
     md.push_str(&markdown(&t_pmax, "Unsafe rate by p_max"));
     md.push_str(&markdown(&t_n, "Unsafe rate by number of players"));
     md.push_str(&markdown(
@@ -497,9 +608,10 @@ pub fn write_report_with(
     if human.is_none() {
         md.push_str(&cmp.markdown);
     }
-    md.push_str("Files: `unsafe_rates.csv`, `trajectories.csv`, `unsafe_by_position.png`, `unsafe_by_position.svg`, \
-                 `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, `humans_vs_models.csv`\
-                 (with `--human`: `archetypes.png`, `archetypes.svg`).\n");
+    md.push_str("Files: `unsafe_rates.csv`, `contract.csv`, `trajectories.csv`, `unsafe_by_position.png`, \
+                 `unsafe_by_position.svg`, `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, \
+                 `humans_vs_models.csv` (with `--human`: `unsafe_tests.csv`, `archetype_centroids.csv`, \
+                 `archetypes.png`, `archetypes.svg`).\n");
     let all: Vec<&RateRow> = [&t_pmax, &t_n, &t_pos, &t_band, &t_lineup, &t_model_band]
         .into_iter()
         .flatten()
@@ -528,7 +640,7 @@ pub fn write_report_with(
     }
     std::fs::write(out.join("unsafe_rates.csv"), csv.join("\n") + "\n")
         .with_context(|| format!("writing {}/unsafe_rates.csv", out.display()))?;
-    std::fs::write(out.join("trajectories.csv"), trajectories_csv(&data))
+    std::fs::write(out.join("trajectories.csv"), trajectories_csv(data))
         .with_context(|| format!("writing {}/trajectories.csv", out.display()))?;
     plot(&t_band, &out.join("unsafe_by_position.png"), false)?;
     plot(&t_band, &out.join("unsafe_by_position.svg"), true)?;

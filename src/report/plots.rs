@@ -1,5 +1,6 @@
 //! The report's figures, each written as SVG and PNG with `plotters`: energy over
-//! time per agent with a shaded standard-error band (spec §7: SEM = std/√n runs),
+//! time per agent with a shaded band of ± one standard deviation over runs (as the
+//! HTML page draws it, in the page's colours),
 //! action frequency, attempted difficulty and success rate by difficulty, and
 //! donations. One panel per condition. Text is laid out with a system sans-serif
 //! font (plotters' `ttf` feature, through font-kit); without one, drawing fails
@@ -14,18 +15,20 @@ use plotters::prelude::*;
 use crate::report::summary::{lookup, Summary};
 use crate::report::table::{Cell, Table};
 
-/// Series colours (colour-blind-friendly "Tableau 10").
-const COLORS: [RGBColor; 10] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-    RGBColor(227, 119, 194),
-    RGBColor(127, 127, 127),
-    RGBColor(188, 189, 34),
-    RGBColor(23, 190, 207),
+/// Series colours: the HTML page's (`html/page.js`, `COLORS`), in its order,
+/// so agent k has one colour in the PNG, the SVG and the page
+/// (tests/report_output.rs compares them).
+pub const COLORS: [RGBColor; 10] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
 ];
 
 fn color(i: usize) -> RGBColor {
@@ -135,12 +138,11 @@ fn energy_over_time<DB: DrawingBackend>(
         t.col(n)
             .ok_or_else(|| anyhow!("energy_over_time lacks {n}"))
     };
-    let (ca, cr, cm, csd, cn) = (
+    let (ca, cr, cm, csd) = (
         c("agent_id")?,
         c("round_num")?,
         c("avg_energy")?,
         c("std_energy")?,
-        c("n_runs")?,
     );
     let mut x_max = 1.0f64;
     let mut y_max = 0.0f64;
@@ -150,12 +152,11 @@ fn energy_over_time<DB: DrawingBackend>(
         for row in t.rows.iter().filter(|r| str_at(r, ca) == a.agent_id) {
             let x = row[cr].as_f64().unwrap_or(0.0);
             let m = row[cm].as_f64().unwrap_or(f64::NAN);
+            // The band is ± one standard deviation over runs, as on the page.
             let sd = row[csd].as_f64().filter(|v| !v.is_nan()).unwrap_or(0.0);
-            let n = row[cn].as_f64().unwrap_or(1.0).max(1.0);
-            let sem = sd / n.sqrt();
-            pts.push((x, m, sem));
+            pts.push((x, m, sd));
             x_max = x_max.max(x);
-            y_max = y_max.max(m + sem);
+            y_max = y_max.max(m + sd);
         }
         pts.sort_by(|p, q| p.0.total_cmp(&q.0));
         series.push((agent_label(&a.agent_id, &a.model_name), pts));
@@ -167,10 +168,21 @@ fn energy_over_time<DB: DrawingBackend>(
         .y_label_area_size(70)
         .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.05).max(1.0))
         .map_err(err)?;
+    // Rounds are whole numbers: labels only at integers, at most 15 of them.
+    let n_labels = ((x_max - 1.0).max(1.0) as usize).min(15);
+    let round_label = |v: &f64| {
+        if (v - v.round()).abs() < 1e-9 {
+            format!("{}", v.round() as i64)
+        } else {
+            String::new()
+        }
+    };
     chart
         .configure_mesh()
+        .x_labels(n_labels)
+        .x_label_formatter(&round_label)
         .x_desc(format!("Round (round {x_max:.0} = final energy)"))
-        .y_desc("Energy at round start (mean ± SEM)")
+        .y_desc("Energy at round start (mean ± std over runs)")
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 16))
         .draw()

@@ -9,8 +9,10 @@
 //! `source_run::model::rep`, controls only where they vary) beside the human
 //! reference (clustered on the pair, with its demographic and
 //! risk-preference controls). Writes `logit.csv`, `logit_sample.csv`,
-//! `archetypes.csv`, `strategies.csv`, `humans_vs_models.csv` and the
-//! archetype plot (`archetypes.png`/`.svg`).
+//! `archetypes.csv`, `archetype_centroids.csv`, `strategies.csv`,
+//! `humans_vs_models.csv` (every rate, archetype share and strategy share the
+//! section shows, at full precision) and the archetype plot
+//! (`archetypes.png`/`.svg`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -349,14 +351,21 @@ pub fn compare(data: &RunData, human: Option<&Path>, out: &Path) -> anyhow::Resu
     let have_h = human.is_some();
     let groups = Groups::new(&humans, &players, have_h);
 
-    let mut md = unsafe_rate_section(&groups, have_h, out)?;
+    let mut csv = vec!["table,group,key,count,n,share,ci_low,ci_high".to_string()];
+    let mut md = unsafe_rate_section(&groups, have_h, out, &mut csv)?;
     let archetypes = if have_h {
         Some(Archetypes::fit(&humans)?)
     } else {
         None
     };
-    md.push_str(&archetype_section(&groups, archetypes.as_ref(), out)?);
-    md.push_str(&strategy_section(&humans, &players, out)?);
+    md.push_str(&archetype_section(
+        &groups,
+        archetypes.as_ref(),
+        out,
+        &mut csv,
+    )?);
+    md.push_str(&strategy_section(&humans, &players, out, &mut csv)?);
+    write_lines_file(out, "humans_vs_models.csv", csv.join("\n") + "\n")?;
     let human_fits_used = have_h.then_some(human_fits.as_slice());
     md.push_str(&regression_md(&model_fits, human_fits_used));
     for n in &sample.notes {
@@ -437,9 +446,24 @@ fn group_label(g: &str) -> String {
     }
 }
 
+/// A CSV field, quoted when it must be.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 /// The section's heading and the Unsafe rates by p_max and by position, one
-/// column per group; writes `humans_vs_models.csv` (one row per cell).
-fn unsafe_rate_section(groups: &Groups, have_h: bool, out: &Path) -> anyhow::Result<String> {
+/// column per group; their cells go to `csv` (`humans_vs_models.csv`: `count`
+/// Unsafe decisions of `n`, `share` the rate, with its Wilson interval).
+fn unsafe_rate_section(
+    groups: &Groups,
+    have_h: bool,
+    out: &Path,
+    csv: &mut Vec<String>,
+) -> anyhow::Result<String> {
     let mut md = String::new();
     if have_h {
         md.push_str(
@@ -453,7 +477,6 @@ fn unsafe_rate_section(groups: &Groups, have_h: bool, out: &Path) -> anyhow::Res
              adds the human experiment beside them). Cells: Unsafe rate (95% Wilson CI), decisions.\n\n",
         );
     }
-    let mut csv = vec!["table,group,key,unsafe,n,rate,ci_low,ci_high".to_string()];
     let mut risks: Vec<f64> = groups.all.iter().map(|p| p.p_max).collect();
     risks.sort_by(|a, b| a.total_cmp(b));
     risks.dedup();
@@ -464,7 +487,7 @@ fn unsafe_rate_section(groups: &Groups, have_h: bool, out: &Path) -> anyhow::Res
         &risk_keys,
         &|p, _| fmt_num(p.p_max),
         &mut md,
-        &mut csv,
+        csv,
     );
     rate_table(
         groups,
@@ -472,17 +495,8 @@ fn unsafe_rate_section(groups: &Groups, have_h: bool, out: &Path) -> anyhow::Res
         &["Leader".to_string(), "Trailer".to_string()],
         &|p, i| position(p.rounds[i].gap_before).to_string(),
         &mut md,
-        &mut csv,
+        csv,
     );
-    write_lines_file(
-        out,
-        "humans_vs_models.csv",
-        csv.join(
-            "
-",
-        ) + "
-",
-    )?;
     if have_h {
         md.push_str(&unsafe_tests_section(groups, &risk_keys, out)?);
     }
@@ -552,7 +566,8 @@ fn rate_table(
             md.push_str(&format!(" {} |", r.cell()));
             let (lo, hi) = wilson(r.k, r.n);
             csv.push(format!(
-                "{title},{g},{k},{},{},{},{lo},{hi}",
+                "{title},{},{k},{},{},{},{lo},{hi}",
+                csv_field(g),
                 r.k,
                 r.n,
                 if r.n == 0 {
@@ -569,22 +584,65 @@ fn rate_table(
 
 /// The archetype shares (with the human archetypes only): the table and the
 /// plot (`archetypes.png`/`.svg`); writes `archetypes.csv` (one row per
-/// player-race, only its header without archetypes).
+/// player-race, only its header without archetypes) and
+/// `archetype_centroids.csv` (the centroids, raw and z-scored, and the human
+/// mean and SD the z-scores use, at full precision); the shares go to `csv`.
 fn archetype_section(
     groups: &Groups,
     archetypes: Option<&Archetypes>,
     out: &Path,
+    csv: &mut Vec<String>,
 ) -> anyhow::Result<String> {
     let mut md = String::new();
     let mut arch_csv = vec![format!(
         "key,group,p_max,{},cluster,archetype",
         FEATURES.join(",")
     )];
+    let mut centroid_csv = vec![format!("row,cluster,archetype,size,{}", FEATURES.join(","))];
     if let Some(a) = archetypes {
         let counts = assign_archetypes(groups, a, &mut arch_csv);
         let shares = archetype_shares(groups, a, &counts);
         md.push_str(&archetype_md(groups, a, &counts, &shares));
         plot_archetypes(groups, a, &shares, out)?;
+        for (gi, g) in groups.names.iter().enumerate() {
+            let c = counts.get(g.as_str());
+            let n: usize = c.map(|c| c.iter().sum()).unwrap_or(0);
+            for (j, name) in a.names.iter().enumerate() {
+                csv.push(format!(
+                    "archetype,{},{},{},{n},{},,",
+                    csv_field(g),
+                    csv_field(name),
+                    c.map(|c| c[j]).unwrap_or(0),
+                    shares[gi][j]
+                ));
+            }
+        }
+        let join = |v: &[f64; 5]| {
+            v.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        for (j, name) in a.names.iter().enumerate() {
+            for (row, v) in [
+                ("centroid_raw", &a.raw_centroids[j]),
+                ("centroid_z", &a.centroids[j]),
+            ] {
+                centroid_csv.push(format!(
+                    "{row},{j},{},{},{}",
+                    csv_field(name),
+                    a.sizes[j],
+                    join(v)
+                ));
+            }
+        }
+        centroid_csv.push(format!("z_mean,,,,{}", join(&a.mean)));
+        centroid_csv.push(format!("z_sd,,,,{}", join(&a.std)));
+        write_lines_file(
+            out,
+            "archetype_centroids.csv",
+            centroid_csv.join("\n") + "\n",
+        )?;
     }
     write_lines_file(out, "archetypes.csv", arch_csv.join("\n") + "\n")?;
     Ok(md)
@@ -644,6 +702,15 @@ fn archetype_shares(
 
 /// The archetype-share table: a row per archetype with its raw centroid, a
 /// column per group (share and count), then the plot.
+/// The five features' names in the report's words, in `FEATURES` order.
+const FEATURE_LABELS: [&str; 5] = [
+    "Unsafe rate",
+    "reciprocity",
+    "position sensitivity",
+    "own autocorrelation",
+    "first-round Unsafe",
+];
+
 fn archetype_md(
     groups: &Groups,
     a: &Archetypes,
@@ -677,6 +744,21 @@ fn archetype_md(
             md.push_str(&format!(" {:.1}% ({c}) |", 100.0 * shares[gi][j]));
         }
         md.push('\n');
+    }
+    md.push_str(
+        "\nThe z-scores use the human mean and SD (n − 1) of each feature (a missing feature \
+         takes the mean); full precision in `archetype_centroids.csv`.\n\n| z-score | ",
+    );
+    md.push_str(&FEATURE_LABELS.join(" | "));
+    md.push_str(" |\n|---|---|---|---|---|---|\n");
+    for (label, v) in [("human mean", &a.mean), ("human SD", &a.std)] {
+        md.push_str(&format!(
+            "| {label} | {} |\n",
+            v.iter()
+                .map(|x| format!("{x:.3}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        ));
     }
     md.push_str("\n![archetypes](archetypes.png)\n\n");
     md
@@ -723,6 +805,7 @@ fn strategy_section(
     humans: &[PlayerRace],
     players: &[PlayerRace],
     out: &Path,
+    csv: &mut Vec<String>,
 ) -> anyhow::Result<String> {
     let mut strat_csv = vec![
         "key,group,p_max,n_players,horizon,best,unique_best,AS,AU,CS,CAS,behind_unsafe_exploratory"
@@ -759,7 +842,30 @@ fn strategy_section(
         ));
     }
     write_lines_file(out, "strategies.csv", strat_csv.join("\n") + "\n")?;
+    for (g, m) in mix_order(&mix) {
+        let n: usize = m.values().sum();
+        for s in STRATEGY_COLUMNS {
+            let c = m.get(s).copied().unwrap_or(0);
+            csv.push(format!(
+                "strategy,{},{s},{c},{n},{},,",
+                csv_field(g),
+                c as f64 / n.max(1) as f64
+            ));
+        }
+    }
     Ok(strategy_md(&mix))
+}
+
+/// The strategy-mix columns, in the table's order.
+const STRATEGY_COLUMNS: [&str; 5] = ["AS", "AU", "CS", "CAS", "tie"];
+
+/// The groups of a strategy mix, humans first, then by name.
+fn mix_order(
+    mix: &BTreeMap<String, BTreeMap<String, usize>>,
+) -> Vec<(&String, &BTreeMap<String, usize>)> {
+    let mut v: Vec<_> = mix.iter().collect();
+    v.sort_by_key(|(g, _)| (g.as_str() != "human", g.to_string()));
+    v
 }
 
 /// The strategy-mix table: a row per group (humans first, then by name), the
@@ -769,13 +875,10 @@ fn strategy_md(mix: &BTreeMap<String, BTreeMap<String, usize>>) -> String {
         "### Strategy mix\n\nNearest reference strategy by Hamming distance (all races of the group, any N; \
          N-player races use AS/AU/CS); `tie` when several are nearest.\n\n| group | AS | AU | CS | CAS | tie | player-races |\n|---|---|---|---|---|---|---|\n",
     );
-    let mut mix_groups: Vec<&String> = mix.keys().collect();
-    mix_groups.sort_by_key(|g| (g.as_str() != "human", g.to_string()));
-    for g in mix_groups {
-        let m = &mix[g];
+    for (g, m) in mix_order(mix) {
         let n: usize = m.values().sum();
         md.push_str(&format!("| {} |", group_label(g)));
-        for s in ["AS", "AU", "CS", "CAS", "tie"] {
+        for s in STRATEGY_COLUMNS {
             let c = m.get(s).copied().unwrap_or(0);
             md.push_str(&format!(" {:.1}% |", 100.0 * c as f64 / n.max(1) as f64));
         }
@@ -791,7 +894,9 @@ fn write_logit_csv(
     human_fits: Option<&[Result<Fit, String>]>,
     out: &Path,
 ) -> anyhow::Result<()> {
-    let mut logit_csv = vec!["sample,specification,term,coef,se,z,p,nobs,n_clusters".to_string()];
+    let mut logit_csv = vec![
+        "sample,specification,term,coef,se,z,p,nobs,n_clusters,log_likelihood,note".to_string(),
+    ];
     logit_csv.extend(super::logit::csv_rows("models", model_fits));
     if let Some(h) = human_fits {
         logit_csv.extend(super::logit::csv_rows("humans", h));

@@ -492,7 +492,8 @@ pub const REPORT_TERMS: [&str; 11] = [
     "own_prev_unsafe:opponent_prev_unsafe:progress_gap_before",
 ];
 
-/// The fits as CSV rows: `sample,specification,term,coef,se,z,p,nobs,n_clusters`.
+/// The fits as CSV rows: `sample,specification,term,coef,se,z,p,nobs,n_clusters,log_likelihood,note`
+/// (`note`: why a specification was not fitted; its other fields are then empty).
 pub fn csv_rows(sample: &str, fits: &[Result<Fit, String>]) -> Vec<String> {
     let mut out = Vec::new();
     for (i, f) in fits.iter().enumerate() {
@@ -500,13 +501,23 @@ pub fn csv_rows(sample: &str, fits: &[Result<Fit, String>]) -> Vec<String> {
             Ok(f) => {
                 for c in &f.coefs {
                     out.push(format!(
-                        "{sample},{},\"{}\",{},{},{},{},{},{}",
-                        f.specification, c.term, c.coef, c.se, c.z, c.p, f.nobs, f.n_clusters
+                        "{sample},{},\"{}\",{},{},{},{},{},{},{},",
+                        f.specification,
+                        c.term,
+                        c.coef,
+                        c.se,
+                        c.z,
+                        c.p,
+                        f.nobs,
+                        f.n_clusters,
+                        f.log_likelihood
                     ));
                 }
             }
+            // A specification that was not fitted: one row, its reason in
+            // `note`, every number empty.
             Err(e) => out.push(format!(
-                "{sample},{},\"not fitted: {}\",,,,,,",
+                "{sample},{},,,,,,,,,\"not fitted: {}\"",
                 i + 1,
                 e.replace('"', "'")
             )),

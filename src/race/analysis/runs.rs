@@ -45,6 +45,20 @@ pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
     let (mut turn_sources, mut race_sources) = (Vec::new(), Vec::new());
     for (src, d) in dirs.iter().enumerate() {
         let rp = d.join("races.jsonl");
+        if !rp.is_file() {
+            let what = if !d.exists() {
+                "does not exist"
+            } else if !d.is_dir() {
+                "is not a folder"
+            } else {
+                "holds no races.jsonl"
+            };
+            anyhow::bail!(
+                "{}: expected a race run folder (with races.jsonl and turns.jsonl, as `joule race run` \
+                 or `joule race sweep` writes), but it {what}",
+                d.display()
+            );
+        }
         let rs: Vec<RaceRecord> = read_jsonl(&rp)?
             .into_iter()
             .map(serde_json::from_value)

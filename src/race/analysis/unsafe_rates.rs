@@ -135,7 +135,7 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
          |---|---|---|---|---|---|---|---|---|\n",
     );
     let mut csv = String::from(
-        "cells,key,model,model_unsafe,model_n,human_unsafe,human_n,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,p_cluster_holm,verdict\n",
+        "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,p_cluster_holm,verdict\n",
     );
     let pct = |k: usize, n: usize| format!("{:.1}% ({n})", 100.0 * k as f64 / n as f64);
     for t in &ts {
@@ -165,14 +165,16 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
         };
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             q(&t.table),
             q(&t.key),
             q(&t.model),
             t.model_k,
             t.model_n,
+            t.model_k as f64 / t.model_n as f64,
             t.human_k,
             t.human_n,
+            t.human_k as f64 / t.human_n as f64,
             t.diff,
             t.ci.0,
             t.ci.1,

@@ -119,6 +119,14 @@ pub struct RoundCell {
     /// Errors of the round: `phase: type`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub err: Vec<String>,
+    /// The number of recorded calls of the agent in the round (the timeline
+    /// links to them only when there are some).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub nc: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One agent of one run.
@@ -480,6 +488,16 @@ fn run_data(run: &Run, lines: &mut LineTable) -> anyhow::Result<(RunData, Vec<Ca
     } else {
         ("transcript", transcript_calls(&run.data))
     };
+    let mut per_cell: HashMap<(u32, &str), usize> = HashMap::new();
+    for c in &calls {
+        *per_cell.entry((c.r, c.ag.as_str())).or_default() += 1;
+    }
+    let mut agents = run_agents(&run.data);
+    for a in &mut agents {
+        for rc in &mut a.rounds {
+            rc.nc = per_cell.get(&(rc.r, a.id.as_str())).copied().unwrap_or(0);
+        }
+    }
     Ok((
         RunData {
             id: run.run_id.clone(),
@@ -488,7 +506,7 @@ fn run_data(run: &Run, lines: &mut LineTable) -> anyhow::Result<(RunData, Vec<Ca
             max_rounds: run.data.config.max_rounds,
             source,
             n_calls: calls.len(),
-            agents: run_agents(&run.data),
+            agents,
         },
         calls,
     ))

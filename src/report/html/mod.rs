@@ -262,6 +262,16 @@ pub fn society_page(reports: &[&ConditionReport], compare: bool) -> anyhow::Resu
         }
     }
     let title = match reports {
+        // A page of one run is named after the run (its folder), the
+        // condition folder beside it.
+        [one] if one.condition.runs.len() == 1 => {
+            let dir = &one.condition.runs[0].dir;
+            let name = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| one.condition.runs[0].run_id.clone());
+            format!("Energy Society: {name} ({})", one.condition.label)
+        }
         [one] => format!("Energy Society: {}", one.condition.label),
         [a, b, ..] if compare => format!(
             "Energy Society: {} against {}",

@@ -14,6 +14,15 @@
   };
 
   var D = JSON.parse(document.getElementById('joule-data').textContent);
+  // Sections a link jumps to keep clear of the sticky header, whatever its height.
+  function headerClearance() {
+    var h = document.querySelector('header');
+    if (!h) return;
+    var sticky = getComputedStyle(h).position === 'sticky';
+    document.documentElement.style.setProperty('--header-h', (sticky ? Math.ceil(h.getBoundingClientRect().height) : 0) + 'px');
+  }
+  headerClearance();
+  window.addEventListener('resize', headerClearance);
   // The page's prompt lines, parsed on first use; prompts are id lists where
   // a negative -k after id a stands for a+1 … a+k.
   var LINES = null;
@@ -113,7 +122,9 @@
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'group', tabindex: '0',
       'aria-label': opts.title + '. Use the left and right arrow keys to step through ' + (opts.xLabel || 'x') + ' values.' });
     var title = sv('text', { x: m.l, y: 16, class: 'chart-title' }); title.textContent = opts.title; svg.appendChild(title);
-    var yt = niceTicks(y0, y1, 6), xt = niceTicks(x0, x1, Math.min(12, x1 - x0));
+    // At most one x label per 44 px of plot width, so narrow screens get fewer.
+    var xn = Math.max(2, Math.min(12, x1 - x0, Math.floor((W - m.l - m.r) / 44)));
+    var yt = niceTicks(y0, y1, 6), xt = niceTicks(x0, x1, xn);
     yt.forEach(function (v) {
       svg.appendChild(sv('line', { x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), class: 'grid' }));
       var t = sv('text', { x: m.l - 6, y: Y(v) + 4, class: 'tick', 'text-anchor': 'end' });
@@ -121,7 +132,7 @@
     });
     xt.forEach(function (v) {
       if (Math.abs(v - Math.round(v)) > 1e-9 && opts.integerX) return;
-      var t = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick', 'text-anchor': 'middle' });
+      var t = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick x-tick', 'text-anchor': 'middle' });
       t.textContent = opts.xFmt ? opts.xFmt(v) : String(v); svg.appendChild(t);
     });
     svg.appendChild(sv('line', { x1: m.l, x2: W - m.r, y1: Y(y0), y2: Y(y0), class: 'axis' }));
@@ -140,8 +151,11 @@
         svg.appendChild(sv('polygon', { points: up.concat(dn).join(' '), fill: color, 'fill-opacity': 0.12, stroke: 'none' }));
       }
       if (!s.points.length) return;
-      var d = s.points.map(function (p, j) { return (j ? 'L' : 'M') + X(p.x).toFixed(1) + ' ' + Y(p.y).toFixed(1); }).join('');
-      svg.appendChild(sv('path', { d: d, fill: 'none', stroke: color, 'stroke-width': s.width || 2, 'stroke-dasharray': dash || null, class: 'series' }));
+      // A point with `brk` starts a new piece: no line is drawn through rounds without a record.
+      var d = s.points.map(function (p, j) { return (j && !p.brk ? 'L' : 'M') + X(p.x).toFixed(1) + ' ' + Y(p.y).toFixed(1); }).join('');
+      var lastP = s.points[s.points.length - 1];
+      svg.appendChild(sv('path', { d: d, fill: 'none', stroke: color, 'stroke-width': s.width || 2, 'stroke-dasharray': dash || null, class: 'series',
+        'data-label': s.short || s.label, 'data-last-x': lastP.x }));
       s.points.forEach(function (p) {
         if (!p.mark) return;
         var mk = sv('text', { x: X(p.x), y: Y(p.y) - 6, class: 'point-mark', 'text-anchor': 'middle', fill: color });
@@ -162,14 +176,23 @@
     svg.appendChild(overlay);
     var allX = xs.filter(function (v, i, a) { return a.indexOf(v) === i; }).sort(function (a, b) { return a - b; });
     var cur = -1;
+    // The tooltip's lines at x value xv: one per series, `missing(xv)` (e.g. "inactive")
+    // for a series without a point there.
+    function linesAt(xv) {
+      var lines = [(opts.xName ? opts.xName(xv) : (opts.xLabel || 'x') + ' ' + xv)];
+      series.forEach(function (s) {
+        var hit = false;
+        s.points.forEach(function (p) { if (p.x === xv) { hit = true; lines.push(p.info ? p.info : s.label + ': ' + fmt(p.y)); } });
+        if (!hit && s.missing) { var t = s.missing(xv); if (t) lines.push(t); }
+      });
+      return lines;
+    }
+    host.linesAt = linesAt;
     function at(idx, cx, cy) {
       cur = idx;
       var xv = allX[idx];
       guide.setAttribute('x1', X(xv)); guide.setAttribute('x2', X(xv)); guide.setAttribute('visibility', 'visible');
-      var lines = [(opts.xName ? opts.xName(xv) : (opts.xLabel || 'x') + ' ' + xv)];
-      series.forEach(function (s) {
-        s.points.forEach(function (p) { if (p.x === xv) lines.push(p.info ? p.info : s.label + ': ' + fmt(p.y)); });
-      });
+      var lines = linesAt(xv);
       var r = svg.getBoundingClientRect();
       showTip(lines, cx !== undefined ? cx : r.left + X(xv) * r.width / W, cy !== undefined ? cy : r.top + m.t);
     }
@@ -207,14 +230,14 @@
   // Interval chart: rows [{label, rate, lo, hi, n, note}], horizontal bars with whiskers.
   function intervalChart(host, rows, title) {
     clear(host);
-    var W = Math.max(360, host.clientWidth || 800), rowH = 26, m = { l: 190, r: 200, t: 30, b: 34 };
+    var W = Math.max(360, host.clientWidth || 800), rowH = 26, m = { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 30, b: 34 };
     var H = m.t + m.b + rows.length * rowH;
     var X = function (v) { return m.l + v * (W - m.l - m.r); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'img', 'aria-label': title });
     var t = sv('text', { x: m.l, y: 16, class: 'chart-title' }); t.textContent = title; svg.appendChild(t);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
       svg.appendChild(sv('line', { x1: X(v), x2: X(v), y1: m.t, y2: H - m.b, class: 'grid' }));
-      var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
+      var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick x-tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
     });
     rows.forEach(function (r, i) {
       var y = m.t + i * rowH + rowH / 2;
@@ -300,15 +323,38 @@
       if (rc.sab) s += ' ' + rc.sab;
       return s;
     }
+    // The last round any agent of the run has a record of.
+    function lastRound(run) {
+      var r = 0;
+      run.agents.forEach(function (a) { a.rounds.forEach(function (rc) { if (rc.r > r) r = rc.r; }); });
+      return r;
+    }
+    // An agent's energy points: one per recorded round. A round without a
+    // record (the agent inactive) breaks the line instead of being drawn
+    // through; after the agent's last record the line drops to its final
+    // energy in the round it went inactive and ends there (the tooltip says
+    // "inactive" for the rounds after). An agent active to the end gets the
+    // final energy as its last point.
     function agentPoints(run, ag) {
-      var pts = [];
+      var pts = [], prev = null;
       ag.rounds.forEach(function (rc) {
-        if (rc.e === undefined) return;
-        pts.push({ x: rc.r, y: rc.e, info: ag.id + ': ' + fmt(rc.e) + ' · ' + actionText(rc) + ' · charge ' + fmt(spent(rc)) + (rc.rw ? ' · reward ' + fmt(rc.rw) : '') });
+        if (rc.e === undefined) { prev = null; return; }
+        pts.push({ x: rc.r, y: rc.e, brk: prev === null || rc.r !== prev + 1,
+          info: ag.id + ': ' + fmt(rc.e) + ' · ' + actionText(rc) + ' · charge ' + fmt(spent(rc)) + (rc.rw ? ' · reward ' + fmt(rc.rw) : '') });
+        prev = rc.r;
       });
       var lastR = ag.rounds.length ? ag.rounds[ag.rounds.length - 1].r : 0;
-      pts.push({ x: Math.max(lastR, run.max_rounds) + 1, y: ag.final, info: ag.id + ': final ' + fmt(ag.final) });
+      var ended = lastR < lastRound(run) || (lastR < run.max_rounds && ag.final <= 0);
+      if (ended) {
+        pts.push({ x: lastR + 1, y: ag.final, brk: prev !== lastR,
+          info: ag.id + ': inactive from round ' + (lastR + 1) + ' (energy ' + fmt(ag.final) + '; no record after round ' + lastR + ')' });
+      } else {
+        pts.push({ x: Math.max(lastR, run.max_rounds) + 1, y: ag.final, brk: prev !== lastR, info: ag.id + ': final ' + fmt(ag.final) });
+      }
       return pts;
+    }
+    function inactiveAt(prefix) {
+      return function (x) { return x >= 1 ? prefix + ': inactive' : null; };
     }
     function drawEnergy() {
       var c = cond(), run = c.runs[+energyRun.value || 0];
@@ -316,14 +362,15 @@
       var endX = run.max_rounds + 1;
       var xName = function (v) { return v >= endX ? 'End (final energy)' : 'Round ' + v + ' (start)'; };
       lineChart(document.getElementById('chart-run'), run.agents.map(function (ag) {
-        return { label: ag.id + ' (' + modelOf(c, ag.id) + ')', short: ag.id, points: agentPoints(run, ag) };
+        return { label: ag.id + ' (' + modelOf(c, ag.id) + ')', short: ag.id, points: agentPoints(run, ag), missing: inactiveAt(ag.id) };
       }), { title: 'Energy per agent, ' + run.id + ' (seed ' + run.seed + ')', xLabel: 'round', yLabel: 'energy', integerX: true, xName: xName,
         xFmt: function (v) { return v >= endX ? 'end' : String(v); } });
       var ai = +energyAgent.value || 0, agent = c.agents[ai];
       if (!agent) return;
       var series = c.runs.map(function (r) {
         var ag = r.agents.filter(function (a) { return a.id === agent.id; })[0];
-        return { label: r.id + ' (seed ' + r.seed + ')', short: r.id, points: ag ? agentPoints(r, ag).map(function (p) { return { x: p.x, y: p.y, info: r.id + ' ' + p.info }; }) : [] };
+        return { label: r.id + ' (seed ' + r.seed + ')', short: r.id, missing: inactiveAt(r.id + ' ' + agent.id),
+          points: ag ? agentPoints(r, ag).map(function (p) { return { x: p.x, y: p.y, brk: p.brk, info: r.id + ' ' + p.info }; }) : [] };
       });
       var mean = c.mean.filter(function (m) { return m[0] === agent.id; })[0];
       if (mean) {
@@ -380,7 +427,11 @@
           if (rc.vote && rc.vote.length) td.appendChild(el('div', { cls: 'vote', title: 'this agent\'s vote: recommendations by agent number', text: 'vote ' + voteText(rc.vote) }));
           (rc.err || []).forEach(function (e) { td.appendChild(el('div', { cls: 'err', text: '⚠ ' + e })); });
           var meta = el('div', { cls: 'meta', text: (rc.e !== undefined ? 'E ' + fmt(rc.e, 0) + ' · ' : '') + 'spent ' + fmt(spent(rc)) + ' ' });
-          var link = el('a', { href: '#calls', text: 'calls', 'aria-label': 'calls of ' + a.id + ' in round ' + r });
+          // Only a round with recorded calls links to them (an inactive round has none).
+          var nc = rc.nc || 0;
+          if (!nc) { td.appendChild(meta); tr.appendChild(td); return; }
+          var link = el('a', { href: '#calls', cls: 'calls-link', 'data-round': r, 'data-agent': a.id, text: nc + (nc === 1 ? ' call' : ' calls'),
+            'aria-label': nc + (nc === 1 ? ' call' : ' calls') + ' of ' + a.id + ' in round ' + r });
           link.addEventListener('click', (function (agent, round) {
             return function (ev) {
               ev.preventDefault();
@@ -578,10 +629,66 @@
         chart_agent_lines: document.querySelectorAll('#chart-agent path.series').length,
         timeline_rows: document.querySelectorAll('#timeline-grid tbody tr').length,
         runs: cond().runs.length,
+        energy: energySelftest(),
+        timeline_links: timelineSelftest(),
+        layout: layoutSelftest(),
         ready_ms: readyMs,
         search_ms: Math.round(performance.now() - readyMs)
       });
     }
+  }
+
+  // For the self-test: every run's energy chart drawn in turn, each line's
+  // last x, its number of pieces and the tooltip at the run's last round.
+  function energySelftest() {
+    var sel = document.getElementById('energy-run'), keep = sel.value, out = [];
+    var c = D.conditions[0];
+    for (var ri = 0; ri < c.runs.length; ri++) {
+      sel.value = ri; sel.dispatchEvent(new Event('change'));
+      var host = document.getElementById('chart-run');
+      var lines = Array.prototype.map.call(host.querySelectorAll('path.series'), function (p) {
+        return { agent: p.getAttribute('data-label'), last_x: +p.getAttribute('data-last-x'), pieces: (p.getAttribute('d').match(/M/g) || []).length };
+      });
+      out.push({ run: c.runs[ri].id, lines: lines, tip: host.linesAt ? host.linesAt(c.runs[ri].max_rounds) : [] });
+    }
+    sel.value = keep; sel.dispatchEvent(new Event('change'));
+    return out;
+  }
+  // For the self-test: every timeline link of the shown run, with the number
+  // of calls it names and the number the run's call records hold.
+  function timelineSelftest() {
+    var ri = +document.getElementById('timeline-run').value || 0;
+    var node = document.getElementById('joule-calls-0-' + ri);
+    var calls = node ? JSON.parse(node.textContent) : [];
+    var cells = document.querySelectorAll('#timeline-grid tbody td').length;
+    return { cells: cells, links: Array.prototype.map.call(document.querySelectorAll('#timeline-grid a.calls-link'), function (a) {
+      var r = +a.getAttribute('data-round'), ag = a.getAttribute('data-agent');
+      return { text: a.textContent, calls: calls.filter(function (c) { return c.r === r && c.ag === ag; }).length };
+    }) };
+  }
+  // For the self-test: the viewport width, the header's height, where each
+  // section a navigation link jumps to lands (its heading and first controls
+  // below the header), and x-axis labels that overlap.
+  function layoutSelftest() {
+    var header = document.querySelector('header');
+    var targets = Array.prototype.map.call(document.querySelectorAll('nav a[href^="#"]'), function (a) {
+      var t = document.getElementById(a.getAttribute('href').slice(1));
+      if (!t) return { id: a.getAttribute('href'), missing: true };
+      t.scrollIntoView();
+      var hb = Math.max(0, header.getBoundingClientRect().bottom);
+      var h = t.querySelector('h2') || t, ctl = t.querySelector('.controls');
+      return { id: t.id, header_bottom: hb, heading_top: h.getBoundingClientRect().top,
+        controls_top: ctl ? ctl.getBoundingClientRect().top : null };
+    });
+    window.scrollTo(0, 0);
+    var overlaps = 0, labels = 0;
+    Array.prototype.forEach.call(document.querySelectorAll('svg.chart-svg'), function (svg) {
+      var rs = Array.prototype.map.call(svg.querySelectorAll('text.x-tick'), function (t) { return t.getBoundingClientRect(); })
+        .filter(function (r) { return r.width > 0; }).sort(function (a, b) { return a.left - b.left; });
+      labels += rs.length;
+      for (var i = 1; i < rs.length; i++) if (rs[i].left < rs[i - 1].right + 2) overlaps++;
+    });
+    return { width: window.innerWidth, header_height: header.getBoundingClientRect().height, targets: targets, x_labels: labels, x_label_overlaps: overlaps };
   }
 
   function writeSelftest(obj) {
@@ -658,7 +765,7 @@
     if (q !== null) {
       writeSelftest({ query: q, rate_charts: host.querySelectorAll('svg').length, races: races.length,
         race_lines: document.querySelectorAll('#race-chart path.series').length,
-        turn_rows: document.querySelectorAll('#race-turns tbody tr').length });
+        turn_rows: document.querySelectorAll('#race-turns tbody tr').length, layout: layoutSelftest() });
     }
   }
 })();
