@@ -196,6 +196,11 @@ fn compare(theirs: &[f32], ours: &[f32], vocab: usize) -> (f64, f64) {
     for i in 0..n {
         let (a, b) = (&theirs[i * vocab..(i + 1) * vocab], &ours[i * vocab..(i + 1) * vocab]);
         assert!(b.iter().all(|x| x.is_finite()), "joule's logits are not finite at {i}");
+        let std = |x: &[f32]| {
+            let m = x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64;
+            (x.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
+        };
+        assert!(std(a) > 0.5, "llama.cpp's logits are degenerate at {i} (std {})", std(a));
         let lse = |x: &[f32]| {
             let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
             m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln()

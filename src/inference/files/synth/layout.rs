@@ -70,6 +70,9 @@ impl Builder {
     }
 }
 
+/// One token in this many has boosted output weights (see `plan`).
+const FREQUENT: u64 = 1000;
+
 /// Std multiplier of projections that write into the residual stream (as the fixtures use).
 const BRANCH: f32 = 0.5;
 
@@ -130,14 +133,22 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
         other => bail!("models/{model}.toml: `joule models synth` cannot write architecture {other:?}"),
     };
     // embeddings and head; tied models reuse token_embd as the output matrix, so it is
-    // scaled for logits (the first op on it is an RMS norm, so its input scale is free).
-    let embd_std = if cfg.tied { 1.5 / (h as f32).sqrt() } else { 1.0 };
+    // scaled for logits (the first op on it is an RMS norm, so its input scale is free). One
+    // token in FREQUENT has 4x larger output weights: the distribution is peaked, as a trained
+    // model's is, so the top token stands clear of rounding noise.
+    let head = Init::StdBoostRows {
+        std: 1.5 / (h as f32).sqrt(),
+        row: h,
+        every: FREQUENT,
+        boost: 4.0,
+    };
+    let embd = if cfg.tied { head.clone() } else { Init::Std(1.0) };
     b.tensors.insert(
         0,
         PlannedTensor {
             name: "token_embd.weight".into(),
             ne: vec![h, vocab],
-            init: Init::Std(embd_std),
+            init: embd,
         },
     );
     if !cfg.tied {
@@ -146,7 +157,7 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
             PlannedTensor {
                 name: "output.weight".into(),
                 ne: vec![h, vocab],
-                init: Init::Std(1.5 / (h as f32).sqrt()),
+                init: head,
             },
         );
     }

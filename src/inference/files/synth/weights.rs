@@ -14,6 +14,10 @@ pub enum Init {
     NegUniform(f32, f32),
     /// softplus⁻¹ of a log-uniform dt in [lo, hi] (Mamba-2's `dt_bias`).
     InvSoftplusLogUniform(f32, f32),
+    /// Like `Std`, but every `every`-th row (of `row` elements) is `boost` times larger: an
+    /// output matrix with a few "frequent" tokens, so the next-token distribution is peaked as
+    /// a trained model's is, rather than flat over the whole vocabulary.
+    StdBoostRows { std: f32, row: u64, every: u64, boost: f32 },
     /// `n_rot` ones then 1e30 (Gemma 4's `rope_freqs` for proportional RoPE).
     RopeFreqs { n_rot: u64 },
 }
@@ -46,6 +50,14 @@ pub fn fill(init: &Init, key: u64, start: u64, out: &mut [f32]) {
             let a = std * 3f32.sqrt();
             for (j, o) in out.iter_mut().enumerate() {
                 *o = (2.0 * unit(start + j as u64) - 1.0) * a;
+            }
+        }
+        Init::StdBoostRows { std, row, every, boost } => {
+            let a = std * 3f32.sqrt();
+            for (j, o) in out.iter_mut().enumerate() {
+                let i = start + j as u64;
+                let g = if (i / row.max(1)) % every.max(1) == 0 { boost } else { 1.0 };
+                *o = (2.0 * unit(i) - 1.0) * a * g;
             }
         }
         Init::Uniform(lo, hi) => {
