@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's `llama-server`, `llama-bench`, `llama-batched-bench` and `llama-quantize`
-# from the llama.cpp release bundled in the npm package node-llama-cpp@3.22.1 (llama.cpp
+# (and Joule's own `llama-logits`, scripts/llama-logits.cpp, linked against that build) from the llama.cpp release bundled in the npm package node-llama-cpp@3.22.1 (llama.cpp
 # de3ff81), the way a user would: `npm pack`, unpack, clone the bundled git repository, cmake.
 #
 # Everything lives in a cache outside the repository,
@@ -25,7 +25,25 @@ have_all() {
     for t in "${targets[@]}"; do [[ -x $bin/$t ]] || return 1; done
 }
 
+# llama-logits (tests/synth_vs_llama.rs's peer): rebuilt when its source changes.
+logits_src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/llama-logits.cpp
+build_logits() {
+    [[ -f $logits_src ]] || return 0
+    local sum
+    sum=$(sha256sum "$logits_src" | cut -d' ' -f1)
+    if [[ -x $bin/llama-logits && $(cat "$bin/llama-logits.sha256" 2>/dev/null) == "$sum" ]]; then
+        return 0
+    fi
+    echo "fetch-llama-cpp: building llama-logits" >&2
+    c++ -O2 -std=c++17 -I "$src/include" -I "$src/ggml/include" "$logits_src" \
+        "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
+        "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl -lm -o "$bin/llama-logits.tmp.$$" >&2
+    mv "$bin/llama-logits.tmp.$$" "$bin/llama-logits"
+    echo "$sum" >"$bin/llama-logits.sha256"
+}
+
 if have_all; then
+    build_logits
     echo "$bin"
     exit 0
 fi
@@ -42,6 +60,7 @@ mkdir -p "$root"
 exec 9>"$root/.lock"
 flock 9
 if have_all; then
+    build_logits
     echo "$bin"
     exit 0
 fi
@@ -75,4 +94,5 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release \
 echo "fetch-llama-cpp: building ${targets[*]} (this takes a while the first time)" >&2
 cmake --build "$build" --config Release -j2 --target "${targets[@]}" >&2
 have_all
+build_logits
 echo "$bin"

@@ -40,6 +40,36 @@ pub enum ModelsCommand {
     /// List what an OpenAI-compatible server (Ollama, vLLM, llama-server) serves,
     /// and check that it serves every model-backed agent of the given configs.
     ServeCheck(super::serve_check::ServeCheckArgs),
+    /// Write a GGUF with random weights in the exact layout of a model's real file (tensor
+    /// names, shapes, quant mix, metadata; the manifest's [synth] table), streamed to disk.
+    Synth(SynthArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Model name (a manifest with a [synth] table).
+    pub name: String,
+    /// The GGUF file to write.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// q4_k_m, q5_k_m, q6_k, q8_0, f16 or bf16 (llama-quantize's mix for that type).
+    #[arg(long, default_value = "q4_k_m")]
+    pub quant: String,
+    /// Fewer layers than the real model: same widths, same kinds of layer.
+    #[arg(long)]
+    pub layers: Option<u64>,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Copy the tokenizer and chat template from this GGUF (padded to the model's vocabulary).
+    #[arg(long, value_name = "FILE")]
+    pub vocab: Option<PathBuf>,
+    /// llama.cpp (the converter's layout; the only one written so far) or ollama.
+    #[arg(long, default_value = "llama.cpp")]
+    pub layout: String,
+    /// No progress lines.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -148,7 +178,53 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
             inspect(&path, &i, out)
         }
         ModelsCommand::ServeCheck(a) => super::serve_check::run(a, out),
+        ModelsCommand::Synth(a) => synth(&catalog, a, out),
     }
+}
+
+fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    use crate::inference::files::synth::{recipe::FileType, synthesize, SynthOptions};
+    let m = catalog.get(&a.name)?;
+    let cfg = m.synth.as_ref().ok_or_else(|| {
+        anyhow::anyhow!("{}: no [synth] table, so its real layout is not known", m.origin)
+    })?;
+    let file_type = FileType::parse(&a.quant).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--quant {}: expected one of {}",
+            a.quant,
+            FileType::NAMES.join(", ")
+        )
+    })?;
+    match a.layout.as_str() {
+        "llama.cpp" => {}
+        "ollama" => anyhow::bail!(
+            "--layout ollama: not written yet (only llama.cpp's converter layout is); \
+             Joule loads both layouts from real files"
+        ),
+        other => anyhow::bail!("--layout {other}: expected llama.cpp or ollama"),
+    }
+    let opts = SynthOptions {
+        out: a.out,
+        file_type,
+        layers: a.layers,
+        seed: a.seed,
+        vocab: a.vocab,
+        quiet: a.quiet,
+    };
+    let s = synthesize(&m.name, &m.architecture, cfg, &opts)?;
+    writeln!(
+        out,
+        "{}: {} {} ({} layers: {}), {} tensors, {} parameters, {} bytes",
+        s.path.display(),
+        m.name,
+        a.quant,
+        s.block_count,
+        s.kinds,
+        s.tensors,
+        s.parameters,
+        s.bytes
+    )?;
+    Ok(())
 }
 
 fn list(catalog: &Catalog, sources: &Sources, out: &mut dyn Write) -> anyhow::Result<()> {

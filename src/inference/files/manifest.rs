@@ -32,6 +32,8 @@
 //! [[source]]                      # tried in order; see `sources.rs`
 //! kind = "ollama"                 # path | ollama | hf | pypi
 //! tag = "qwen3:8b"
+//! [synth]                         # optional: the real configuration, for `joule models synth`
+//! hidden = 4096                   # (see `synth::SynthConfig` for every key)
 //! ```
 
 use serde::Deserialize;
@@ -250,6 +252,8 @@ pub struct Manifest {
     pub chat_template: ChatTemplate,
     pub thinking: Thinking,
     pub sources: Vec<Source>,
+    /// The real configuration, for `joule models synth` (the `[synth]` table).
+    pub synth: Option<crate::inference::files::synth::SynthConfig>,
     pub origin: Origin,
 }
 
@@ -273,6 +277,8 @@ struct RawManifest {
     thinking: Thinking,
     #[serde(default)]
     source: Vec<RawSource>,
+    #[serde(default)]
+    synth: Option<crate::inference::files::synth::SynthConfig>,
 }
 
 #[derive(Deserialize)]
@@ -539,6 +545,7 @@ impl Manifest {
             chat_template,
             thinking: raw.thinking,
             sources,
+            synth: raw.synth,
             origin,
         })
     }

@@ -7,9 +7,11 @@
 //!   bounds-checked against the file, no candle.
 //! - [`gguf_weights`]: opening a GGUF for loading: parses the header once with
 //!   [`gguf_header`] and hands candle its tensor reads.
+//! - [`synth`]: `joule models synth`, GGUF files with random weights in a real model's layout.
 
 pub mod gguf_header;
 pub mod gguf_weights;
 pub mod manifest;
 pub mod sources;
+pub mod synth;
 pub(crate) mod wheel;

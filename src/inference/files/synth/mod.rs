@@ -1,0 +1,380 @@
+//! `joule models synth`: writes a GGUF file with random weights and exactly the layout of a
+//! real model file: the tensor names, shapes and types, and the metadata, that llama.cpp's
+//! converter and `llama-quantize` would write for the model a manifest describes (its
+//! `[synth]` table holds the real configuration). Such files stand in for the roster's
+//! models, which cannot be downloaded everywhere, in correctness checks against llama.cpp,
+//! memory plans and benchmarks at real size.
+//!
+//! - [`layout`]: each architecture's tensors and metadata keys, and `--layers` scaling;
+//! - [`recipe`]: llama-quantize's quant mix (which tensor gets which type);
+//! - [`weights`]: the seeded, chunkable random initialisers;
+//! - [`gguf_writer`]: the streaming GGUF writer (header first, then tensor by tensor).
+//!
+//! Memory stays bounded by a few chunks of rows whatever the file's size. The file is written
+//! as `FILE.partial` and renamed when complete, so a failed run leaves no truncated model.
+
+pub mod gguf_writer;
+pub mod layout;
+pub mod recipe;
+pub mod weights;
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::{GgmlDType, QTensor};
+use gguf_writer::{TensorEntry, TensorSink, Value};
+use recipe::FileType;
+use serde::Deserialize;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A model's real configuration, the `[synth]` table of its manifest. Widths are counts of
+/// elements; which keys an architecture needs is checked when a file is planned.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SynthConfig {
+    /// Hidden size (`embedding_length`).
+    pub hidden: u64,
+    /// Layer count of the real model (MTP layers not counted).
+    pub layers: u64,
+    /// Attention (query) heads.
+    pub heads: u64,
+    /// KV heads of attention layers.
+    pub kv_heads: u64,
+    /// Head dimension (of full-attention layers, for Gemma 4).
+    pub head_dim: u64,
+    /// FFN (intermediate) size.
+    pub ffn: u64,
+    /// Rows of the embedding matrix (the real file's vocabulary, padding included).
+    pub vocab: u64,
+    /// `context_length`.
+    pub context: u64,
+    /// RMS-norm epsilon.
+    pub norm_eps: f32,
+    /// Whether the output matrix is the token embedding (no `output.weight`).
+    pub tied: bool,
+    #[serde(default)]
+    pub rope_theta: Option<f32>,
+    /// q/k/v biases (Qwen2).
+    #[serde(default)]
+    pub attn_bias: bool,
+    /// Qwen3.5: rotary dimensions, MRoPE sections, full-attention interval, MTP layers.
+    #[serde(default)]
+    pub rope_dims: Option<u64>,
+    #[serde(default)]
+    pub rope_sections: Option<Vec<i32>>,
+    #[serde(default)]
+    pub full_attention_interval: Option<u64>,
+    #[serde(default)]
+    pub nextn_layers: Option<u64>,
+    /// Recurrent layers: conv kernel, state size (Qwen3.5: key head dim), groups (Qwen3.5:
+    /// key heads), heads (Qwen3.5: value heads; Mamba-2: heads), Mamba-2 head dim.
+    #[serde(default)]
+    pub ssm_conv: Option<u64>,
+    #[serde(default)]
+    pub ssm_state: Option<u64>,
+    #[serde(default)]
+    pub ssm_groups: Option<u64>,
+    #[serde(default)]
+    pub ssm_heads: Option<u64>,
+    #[serde(default)]
+    pub ssm_head_dim: Option<u64>,
+    /// Nemotron-H: one character per layer, `M` Mamba-2, `*` attention, `-` MLP.
+    #[serde(default)]
+    pub layer_pattern: Option<String>,
+    /// Gemma 4: sliding layers' head dim, window, sliding layers per full one, KV-shared
+    /// layers, per-layer-embedding width, sliding RoPE θ, final soft-cap, full layers' rotary
+    /// fraction.
+    #[serde(default)]
+    pub head_dim_swa: Option<u64>,
+    #[serde(default)]
+    pub sliding_window: Option<u64>,
+    #[serde(default)]
+    pub sliding_per_full: Option<u64>,
+    #[serde(default)]
+    pub shared_kv_layers: Option<u64>,
+    #[serde(default)]
+    pub per_layer_dim: Option<u64>,
+    #[serde(default)]
+    pub rope_theta_swa: Option<f32>,
+    #[serde(default)]
+    pub final_softcap: Option<f32>,
+    #[serde(default)]
+    pub full_rotary_fraction: Option<f32>,
+}
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct SynthOptions {
+    pub out: PathBuf,
+    pub file_type: FileType,
+    /// Fewer layers than the real model (same widths, same layer kinds).
+    pub layers: Option<u64>,
+    pub seed: u64,
+    /// A GGUF whose tokenizer and chat template are copied.
+    pub vocab: Option<PathBuf>,
+    /// No progress lines on stderr.
+    pub quiet: bool,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct SynthSummary {
+    pub path: PathBuf,
+    pub bytes: u64,
+    pub tensors: usize,
+    pub parameters: u64,
+    pub block_count: u64,
+    /// One character per layer (see [`layout`]).
+    pub kinds: String,
+}
+
+/// The metadata keys and tensor directory of the file, without writing anything.
+pub fn plan_file(
+    model: &str,
+    arch: &str,
+    cfg: &SynthConfig,
+    opts: &SynthOptions,
+) -> Result<(Vec<(String, Value)>, Vec<TensorEntry>, Vec<weights::Init>, layout::Plan)> {
+    let layers = opts.layers.unwrap_or(cfg.layers);
+    let mut plan = layout::plan(model, arch, cfg, layers)?;
+    let shapes: Vec<recipe::Shape<'_>> = plan
+        .tensors
+        .iter()
+        .map(|t| recipe::Shape { name: &t.name, ne: &t.ne })
+        .collect();
+    let types = recipe::assign(opts.file_type, &shapes, plan.block_count);
+    let entries: Vec<TensorEntry> = plan
+        .tensors
+        .iter()
+        .zip(&types)
+        .map(|(t, &dtype)| TensorEntry { name: t.name.clone(), ne: t.ne.clone(), dtype })
+        .collect();
+    let inits = plan.tensors.iter().map(|t| t.init.clone()).collect();
+    let mut metadata = std::mem::take(&mut plan.metadata);
+    metadata.push(("general.file_type".into(), Value::U32(opts.file_type.ftype())));
+    metadata.push(("general.quantization_version".into(), Value::U32(2)));
+    match &opts.vocab {
+        Some(path) => metadata.extend(vocab_metadata(path, cfg.vocab)?),
+        None => {
+            // no tokenizer: the file works by token ids (llama.cpp's "none" vocabulary, whose
+            // size is `<arch>.vocab_size`)
+            let key = format!("{arch}.vocab_size");
+            if !metadata.iter().any(|(k, _)| *k == key) {
+                metadata.push((key, Value::U32(cfg.vocab as u32)));
+            }
+            metadata.push(("tokenizer.ggml.model".into(), Value::Str("none".into())));
+        }
+    }
+    Ok((metadata, entries, inits, plan))
+}
+
+/// The `tokenizer.*` keys of a vocabulary GGUF, with the token list (and its per-token
+/// arrays) padded to `vocab` entries as converters pad real files (`[PADn]`, type unused).
+fn vocab_metadata(path: &Path, vocab: u64) -> Result<Vec<(String, Value)>> {
+    use candle_core::quantized::gguf_file::{Content, Value as C};
+    let mut f = std::fs::File::open(path)
+        .with_context(|| format!("--vocab {}: cannot open", path.display()))?;
+    let content = Content::read(&mut f)
+        .map_err(|e| anyhow::anyhow!("--vocab {}: not a readable GGUF: {e}", path.display()))?;
+    let mut keys: Vec<(&String, &C)> = content
+        .metadata
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .collect();
+    keys.sort_by(|a, b| a.0.cmp(b.0));
+    let n_tokens = match content.metadata.get("tokenizer.ggml.tokens") {
+        Some(C::Array(items)) => items.len() as u64,
+        _ => bail!("--vocab {}: no tokenizer.ggml.tokens array", path.display()),
+    };
+    if n_tokens > vocab {
+        bail!(
+            "--vocab {}: {n_tokens} tokens, more than the model's {vocab} embedding rows",
+            path.display()
+        );
+    }
+    let pad = vocab - n_tokens;
+    let mut out = Vec::new();
+    for (k, v) in keys {
+        let v = match (k.as_str(), v) {
+            ("tokenizer.ggml.tokens", C::Array(items)) => {
+                let mut items = items.clone();
+                items.extend((0..pad).map(|i| C::String(format!("[PAD{}]", n_tokens + i))));
+                C::Array(items)
+            }
+            ("tokenizer.ggml.token_type", C::Array(items)) => {
+                let mut items = items.clone();
+                items.extend((0..pad).map(|_| C::I32(5)));
+                C::Array(items)
+            }
+            ("tokenizer.ggml.scores", C::Array(items)) => {
+                let mut items = items.clone();
+                items.extend((0..pad).map(|_| C::F32(0.0)));
+                C::Array(items)
+            }
+            (_, v) => v.clone(),
+        };
+        out.push((k.clone(), Value::Other(v)));
+    }
+    Ok(out)
+}
+
+/// Writes the file; returns what was written.
+pub fn synthesize(
+    model: &str,
+    arch: &str,
+    cfg: &SynthConfig,
+    opts: &SynthOptions,
+) -> Result<SynthSummary> {
+    let (metadata, entries, inits, plan) = plan_file(model, arch, cfg, opts)?;
+    let partial = partial_path(&opts.out);
+    let file = std::fs::File::create(&partial)
+        .with_context(|| format!("cannot create {}", partial.display()))?;
+    let result = write_all(file, &metadata, &entries, &inits, opts);
+    let bytes = match result {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e.context(format!("writing {}", opts.out.display())));
+        }
+    };
+    std::fs::rename(&partial, &opts.out).with_context(|| {
+        format!("cannot rename {} to {}", partial.display(), opts.out.display())
+    })?;
+    Ok(SynthSummary {
+        path: opts.out.clone(),
+        bytes,
+        tensors: entries.len(),
+        parameters: entries.iter().map(|e| e.elements()).sum(),
+        block_count: plan.block_count,
+        kinds: plan.kinds,
+    })
+}
+
+fn partial_path(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".partial");
+    PathBuf::from(s)
+}
+
+fn write_all(
+    file: std::fs::File,
+    metadata: &[(String, Value)],
+    entries: &[TensorEntry],
+    inits: &[weights::Init],
+    opts: &SynthOptions,
+) -> Result<u64> {
+    let mut w = BufWriter::with_capacity(8 << 20, file);
+    let total = gguf_writer::write_header(&mut w, metadata, entries)?;
+    let mut progress = Progress::new(total, opts.quiet);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for (entry, init) in entries.iter().zip(inits) {
+        let key = weights::tensor_key(opts.seed, &entry.name);
+        let mut sink = TensorSink::new(&mut w, entry);
+        let row = entry.ne[0];
+        let rows = entry.elements() / row;
+        // rows per chunk: about 4 M elements per thread
+        let per_thread = ((4u64 << 20) / row).max(1);
+        let chunk_rows = per_thread * threads as u64;
+        let mut r0 = 0;
+        while r0 < rows {
+            let r1 = (r0 + chunk_rows).min(rows);
+            let parts = encode_rows(entry.dtype, init, key, row, r0, r1, per_thread)
+                .with_context(|| format!("tensor {}", entry.name))?;
+            for p in parts {
+                sink.write(&p)?;
+            }
+            r0 = r1;
+        }
+        sink.finish(entry.bytes())?;
+        progress.advance(entry.bytes(), &entry.name);
+    }
+    w.flush()?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    progress.done();
+    Ok(total)
+}
+
+/// Rows `r0..r1` of a tensor, generated and encoded on several threads, in order.
+fn encode_rows(
+    dtype: GgmlDType,
+    init: &weights::Init,
+    key: u64,
+    row: u64,
+    r0: u64,
+    r1: u64,
+    per_thread: u64,
+) -> Result<Vec<Vec<u8>>> {
+    let starts: Vec<u64> = (r0..r1).step_by(per_thread as usize).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = starts
+            .iter()
+            .map(|&a| {
+                let b = (a + per_thread).min(r1);
+                s.spawn(move || -> Result<Vec<u8>> {
+                    let mut xs = vec![0f32; ((b - a) * row) as usize];
+                    weights::fill(init, key, a * row, &mut xs);
+                    encode(dtype, xs, row as usize)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("an encoding thread panicked"))?)
+            .collect()
+    })
+}
+
+/// Values in GGUF's encoding of `dtype` (rows of `row` elements).
+fn encode(dtype: GgmlDType, xs: Vec<f32>, row: usize) -> Result<Vec<u8>> {
+    Ok(match dtype {
+        GgmlDType::F32 => xs.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        GgmlDType::F16 => xs
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect(),
+        GgmlDType::BF16 => xs
+            .iter()
+            .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        q => {
+            let n = xs.len();
+            let t = candle_core::Tensor::from_vec(xs, (n / row, row), &candle_core::Device::Cpu)?;
+            QTensor::quantize(&t, q)?.data()?.into_owned()
+        }
+    })
+}
+
+/// Byte progress on stderr: a line every 5 % (kept small so a shared progress module can
+/// replace it).
+struct Progress {
+    total: u64,
+    done: u64,
+    next_pct: u64,
+    quiet: bool,
+    start: Instant,
+}
+
+impl Progress {
+    fn new(total: u64, quiet: bool) -> Self {
+        Progress { total, done: 0, next_pct: 5, quiet, start: Instant::now() }
+    }
+    fn advance(&mut self, bytes: u64, name: &str) {
+        self.done += bytes;
+        let pct = self.done * 100 / self.total.max(1);
+        if !self.quiet && pct >= self.next_pct {
+            eprintln!(
+                "synth: {pct:3}%  {:.1}/{:.1} GiB  {:.0} s  ({name})",
+                self.done as f64 / (1u64 << 30) as f64,
+                self.total as f64 / (1u64 << 30) as f64,
+                self.start.elapsed().as_secs_f64()
+            );
+            self.next_pct = pct / 5 * 5 + 5;
+        }
+    }
+    fn done(&self) {
+        if !self.quiet {
+            eprintln!("synth: done in {:.1} s", self.start.elapsed().as_secs_f64());
+        }
+    }
+}
