@@ -10,13 +10,15 @@
 //! `benches/quant_matmul.rs`; candle's repacked Q4_K and Q6_K kernels are
 //! faster on an AVX-512 CPU) unless `JOULE_CPU_KERNEL_TYPES` names others.
 //!
-//! A k-quant super-block is one group of eight 32-value blocks here: Q4_K and
-//! Q5_K blocks are Q4_1/Q5_1 blocks whose `d = d·sc` and `m = −dmin·mn` come
-//! from the super-block's 6-bit scales (exact in f32, computed per group in
-//! the kernel), and Q6_K blocks are signed bytes `q − 32` with one scale per
-//! 16 values (a block's two halves are scaled separately).
+//! The k-quants have their own matrix, [`kquants::KMatrix`]: a whole
+//! 256-value super-block at a time against 256-value activation blocks with
+//! per-16 sums (llama.cpp's q8_K), the sub-block scales applied in integers
+//! and the super-block's `d`/`dmin` once (see `kquants.rs`). Until session
+//! 10 a super-block was eight 32-value Q4_1-like blocks with per-block float
+//! scales (that view, `BlockQ4K` etc. in `blocks.rs`, is kept in the tests as a second
+//! reading of the format).
 //!
-//! [`QuantMatrix`] holds a `[n, k]` weight as the file's bytes regrouped: each
+//! [`QuantMatrix`] (the 32-value types) holds a `[n, k]` weight as the file's bytes regrouped: each
 //! 32-value block's integer payload (nibbles, fifth bits, bytes) in one array,
 //! and the scales of each group of [`GROUP`] blocks of a row ([`GroupScales`]:
 //! eight f16 `d` (and `m`), or a k-quant's super-block scales) in another,
