@@ -164,11 +164,13 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 
 /// The types this module takes by default, unless candle repacks the
 /// matrix ([`candle_repacks`]): those whose products it computes faster than
-/// candle 0.11 (`benches/quant_matmul.rs`, both columns). candle's repacked
-/// 16-row kernels for Q4_K and Q6_K were faster on the AVX-512 Xeon measured
-/// (prefill 1.1–2.4×, decode 1.0–1.7×: they keep 256-value activation blocks
-/// and sum a super-block's sub-blocks in integers), so those two stay on
-/// candle unless [`TYPES_ENV`] names them.
+/// candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K stay
+/// on candle's repacked 16-row kernels unless [`TYPES_ENV`] names them: with
+/// the super-block kernels of `kquants.rs` (session 10, AVX-512 Xeon, heavily
+/// loaded machine) Joule's Q6_K decode was ahead (1.3×) but its Q4_K decode
+/// level within the noise, and candle's prefill stayed about 2× ahead for
+/// both (its tile reuses each activation load across 16 weight rows, ours
+/// across 2); see benches/README.md, "k-quant super-block kernels".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
