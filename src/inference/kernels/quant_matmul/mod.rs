@@ -167,10 +167,11 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 /// candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K stay
 /// on candle's repacked 16-row kernels unless [`TYPES_ENV`] names them: with
 /// the super-block kernels of `kquants.rs` (session 10, AVX-512 Xeon, heavily
-/// loaded machine) Joule's Q6_K decode was ahead (1.3×) but its Q4_K decode
-/// level within the noise, and candle's prefill stayed about 2× ahead for
-/// both (its tile reuses each activation load across 16 weight rows, ours
-/// across 2); see benches/README.md, "k-quant super-block kernels".
+/// loaded machine) Joule's decode was ahead (Q6_K 1.3× in the kernel bench;
+/// a real-width Q4_K_M file 1.3×, at 82 % of the read bandwidth), but
+/// candle's prefill stayed about 2× ahead for both (its tile reuses each
+/// activation load across 16 weight rows, ours across 2), and one choice
+/// serves both; see benches/README.md, "k-quant super-block kernels".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
