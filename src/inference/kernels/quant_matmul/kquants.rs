@@ -83,7 +83,11 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
 #[inline(always)]
 unsafe fn nib512(q: &Nibbles256, g: usize) -> __m512i {
     let v = _mm512_load_si512(q.0.as_ptr().add(64 * (g / 2)) as *const _);
-    let v = if g % 2 == 0 { v } else { _mm512_srli_epi16::<4>(v) };
+    let v = if g % 2 == 0 {
+        v
+    } else {
+        _mm512_srli_epi16::<4>(v)
+    };
     _mm512_and_si512(v, _mm512_set1_epi8(0x0f))
 }
 
@@ -92,7 +96,11 @@ unsafe fn nib512(q: &Nibbles256, g: usize) -> __m512i {
 #[inline(always)]
 unsafe fn nib256(q: &Nibbles256, p: usize) -> __m256i {
     let v = _mm256_load_si256(q.0.as_ptr().add(64 * (p / 4) + 32 * (p % 2)) as *const _);
-    let v = if (p / 2) % 2 == 0 { v } else { _mm256_srli_epi16::<4>(v) };
+    let v = if (p / 2) % 2 == 0 {
+        v
+    } else {
+        _mm256_srli_epi16::<4>(v)
+    };
     _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
 }
 
@@ -440,7 +448,10 @@ pub(super) fn quantize_k(x: &[f32]) -> (Q8K, f32) {
         *q = (v * id).round().clamp(-127.0, 127.0) as i8;
     }
     for (s, sum) in b.bsums.iter_mut().enumerate() {
-        *sum = b.qs[16 * s..16 * s + 16].iter().map(|&q| i32::from(q)).sum();
+        *sum = b.qs[16 * s..16 * s + 16]
+            .iter()
+            .map(|&q| i32::from(q))
+            .sum();
     }
     (b, d)
 }
@@ -459,7 +470,14 @@ pub(crate) struct KMatrix<B: KBlock> {
 
 impl<B: KBlock> Debug for KMatrix<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "KMatrix<{}>[{}, {}] ({:?})", B::NAME, self.n, self.k, self.simd)
+        write!(
+            f,
+            "KMatrix<{}>[{}, {}] ({:?})",
+            B::NAME,
+            self.n,
+            self.k,
+            self.simd
+        )
     }
 }
 
@@ -467,7 +485,10 @@ impl<B: KBlock> KMatrix<B> {
     /// Build from GGUF super-block bytes of a `[n, k]` tensor (row major).
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
         if k == 0 || k % QK != 0 {
-            bail!("{} rows of {k} values are not whole blocks of {QK}", B::NAME);
+            bail!(
+                "{} rows of {k} values are not whole blocks of {QK}",
+                B::NAME
+            );
         }
         let kbs = k / QK;
         if bytes.len() != n * kbs * B::BYTES {

@@ -289,7 +289,9 @@ pub fn cpu_matrix_of(
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
+        Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(
+            bytes, n, k,
+        )?))
     }
     Some(match dtype {
         GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
@@ -414,7 +416,6 @@ impl<B: WeightBlock> QuantMatrix<B> {
     pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
         matmul(self, x)
     }
-
 }
 
 impl<B: WeightBlock> Tiles for QuantMatrix<B> {
@@ -440,7 +441,6 @@ impl<B: WeightBlock> Tiles for QuantMatrix<B> {
             Simd::Avx512Vnni => unsafe { x86::avx512::dot_tile_512(self, js, acts, rows) },
         }
     }
-
 }
 
 impl<B: WeightBlock> QuantMatrix<B> {

@@ -491,7 +491,11 @@ fn check_k_type<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
                 for (g, e) in got.iter().zip(&want) {
                     // 8-bit activations per 256 values: error about Σ|w|·|x|/254.
                     let tol = 0.01 * k as f32 * wmax;
-                    assert!((g - e).abs() < tol, "{} {simd:?} m={m}: {g} vs {e}", B::NAME);
+                    assert!(
+                        (g - e).abs() < tol,
+                        "{} {simd:?} m={m}: {g} vs {e}",
+                        B::NAME
+                    );
                 }
             }
         }
@@ -582,7 +586,9 @@ fn extreme_k_quant_values_do_not_overflow() {
     let mut q5 = half::f16::from_f32(1.0).to_le_bytes().to_vec();
     q5.extend(half::f16::from_f32(1.0).to_le_bytes());
     q5.extend([0xffu8; 172]);
-    let x: Vec<f32> = (0..256).map(|i| if i % 3 == 0 { -1.0 } else { 1.0 }).collect();
+    let x: Vec<f32> = (0..256)
+        .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+        .collect();
     for (dt, bytes) in [(GgmlDType::Q6K, q6), (GgmlDType::Q5K, q5)] {
         let w = cpu_matrix_of(dt, &bytes, 1, 256).unwrap().unwrap();
         let want = reference(&w.dequantize(), &x, 1, 256)[0];
@@ -600,7 +606,10 @@ fn extreme_k_quant_values_do_not_overflow() {
                 ),
             };
             let y = matmul(m.as_ref(), &x).unwrap()[0];
-            assert!((y - want).abs() <= 1e-3 * want.abs(), "{dt:?} {simd:?}: {y} vs {want}");
+            assert!(
+                (y - want).abs() <= 1e-3 * want.abs(),
+                "{dt:?} {simd:?}: {y} vs {want}"
+            );
         }
     }
 }
@@ -615,12 +624,9 @@ fn k_quant_and_32_value_matrices_share_one_input() {
         k,
     )
     .unwrap();
-    let b = QuantMatrix::<BlockQ80>::from_gguf_bytes(
-        &random_blocks::<BlockQ80>(&mut rng, 7, k),
-        7,
-        k,
-    )
-    .unwrap();
+    let b =
+        QuantMatrix::<BlockQ80>::from_gguf_bytes(&random_blocks::<BlockQ80>(&mut rng, 7, k), 7, k)
+            .unwrap();
     let c = kquants::KMatrix::<kquants::KQ6>::from_gguf_bytes(
         &random_blocks::<BlockQ6K>(&mut rng, 16, k),
         16,

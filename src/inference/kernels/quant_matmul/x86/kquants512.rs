@@ -89,7 +89,8 @@ pub(crate) unsafe fn dot_tile_k512<B: KBlock, const W: usize, const N: usize>(
                     let off = _mm512_mullo_epi32(off, _mm512_set1_epi32(B::OFFSET));
                     sum = _mm512_sub_epi32(sum, off);
                 }
-                acc[w][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * d8), acc[w][i]);
+                acc[w][i] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_set1_ps(d * d8), acc[w][i]);
                 if B::WITH_MIN {
                     let mins = _mm512_mullo_epi32(lanes16(B::mins256(m)), bs);
                     acc[w][i] = _mm512_fmadd_ps(
