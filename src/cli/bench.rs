@@ -12,12 +12,16 @@
 //!   with its own cache, go through the model together; t/s counts the
 //!   tokens of all of them. This is how an Energy Society phase decodes its
 //!   agents.
+//! - On the CPU, the machine's read bandwidth: the best of several streaming
+//!   reads of a buffer the size of the weights one decode step reads (every
+//!   matrix once), on the same worker threads; each `tg` test also says its
+//!   weight bytes × steps/s and that as a percentage of the bandwidth.
 
 use crate::backend::KernelRecord;
 use crate::inference::engine::device::{device_name, select_device};
 use crate::inference::engine::model::{CausalLm, SeqStep};
 use crate::inference::engine::state::KvCache;
-use crate::inference::files::gguf_weights::GgufFile;
+use crate::inference::files::gguf_weights::{GgufFile, MatmulUse};
 use crate::inference::models::load_model_from;
 use anyhow::Result;
 use clap::Args;
@@ -25,6 +29,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 #[derive(Args, Debug)]
@@ -92,6 +97,14 @@ pub struct BenchResult {
     pub stddev_ts: f64,
     /// The kernels that computed the logits (`inference::kernels::record`).
     pub kernels: KernelRecord,
+    /// Bytes of the matrices one decode step reads (each once).
+    pub step_weight_bytes: u64,
+    /// This machine's read bandwidth on these threads, GB/s (CPU only).
+    pub read_bandwidth_gbs: Option<f64>,
+    /// A `tg` test's weight bytes × steps/s, GB/s.
+    pub decode_weight_gbs: Option<f64>,
+    /// [`Self::decode_weight_gbs`] as a percentage of [`Self::read_bandwidth_gbs`].
+    pub bandwidth_pct: Option<f64>,
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -192,6 +205,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         &[(info.name.clone(), file.matmuls())],
     );
     let threads = candle_core::utils::get_num_threads();
+    let step_bytes = step_weight_bytes(file.matmuls());
+    let bandwidth = (device_name(&device) == "cpu" && args.n_gen > 0)
+        .then(|| read_bandwidth(step_bytes as usize) / 1e9);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1234);
     let mut results = Vec::new();
     let mut tests: Vec<(String, usize, usize)> = Vec::new();
@@ -235,6 +251,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             samples.push((count * seqs) as f64 / secs);
         }
         let (avg, sd) = mean_sd(&samples);
+        // Decode reads every matrix once per step, whatever the number of sequences.
+        let decode_gbs = (n > 0).then(|| step_bytes as f64 * avg / seqs as f64 / 1e9);
         results.push(BenchResult {
             model: info.name.clone(),
             arch: info.arch.clone(),
@@ -252,6 +270,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             avg_ts: avg,
             stddev_ts: sd,
             kernels: kernels.clone(),
+            step_weight_bytes: step_bytes,
+            read_bandwidth_gbs: bandwidth,
+            decode_weight_gbs: decode_gbs,
+            bandwidth_pct: decode_gbs.zip(bandwidth).map(|(d, b)| 100.0 * d / b),
         });
     }
     if args.json {
@@ -259,6 +281,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     } else {
         print_table(&results);
         println!();
+        print_bandwidth(&results);
         for line in kernels.lines() {
             println!("{line}");
         }
@@ -285,9 +308,93 @@ fn print_table(results: &[BenchResult]) {
     }
 }
 
+/// The decode lines under the table: weight bytes per step × steps/s against the
+/// machine's read bandwidth.
+fn print_bandwidth(results: &[BenchResult]) {
+    let Some(r0) = results.first() else { return };
+    let Some(bw) = r0.read_bandwidth_gbs else {
+        return;
+    };
+    println!(
+        "read bandwidth: {bw:.2} GB/s (best streaming read of {:.1} MB, the matrices one decode \
+         step reads, on {} threads)",
+        r0.step_weight_bytes as f64 / 1e6,
+        r0.threads
+    );
+    for r in results {
+        if let (Some(d), Some(p)) = (r.decode_weight_gbs, r.bandwidth_pct) {
+            println!(
+                "{}: {d:.2} GB/s of weights ({:.1} MB × {:.2} steps/s) = {p:.1} % of the read \
+                 bandwidth",
+                r.test,
+                r.step_weight_bytes as f64 / 1e6,
+                r.avg_ts / r.seqs as f64
+            );
+        }
+    }
+    println!();
+}
+
+/// Bytes of the matrices a decode step multiplies, each read once.
+fn step_weight_bytes(matmuls: &[MatmulUse]) -> u64 {
+    matmuls
+        .iter()
+        .map(|m| (m.n * m.k / m.dtype.block_size() * m.dtype.type_size()) as u64)
+        .sum()
+}
+
+/// This machine's read bandwidth in bytes/s: the best of six streaming reads
+/// (sums of 64-bit words) of a buffer of `bytes` (at least 64 MiB, past the
+/// caches), split over candle's worker pool as the matrix products are.
+fn read_bandwidth(bytes: usize) -> f64 {
+    const CHUNK: usize = 1 << 15; // words per work item (256 KiB)
+    let words = (bytes / 8).max(8 << 20);
+    // Written once, so every page is mapped before the timed reads.
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let items = words.div_ceil(CHUNK);
+    let mut best = f64::INFINITY;
+    for _ in 0..6 {
+        let total = AtomicU64::new(0);
+        let t0 = Instant::now();
+        candle_core::utils::barrier_pool().execute_chunked(items, |range| {
+            let mut lanes = [0u64; 8];
+            for item in range {
+                let end = words.min((item + 1) * CHUNK);
+                for c in buf[item * CHUNK..end].chunks_exact(8) {
+                    for (l, &v) in lanes.iter_mut().zip(c) {
+                        *l = l.wrapping_add(v);
+                    }
+                }
+            }
+            let sum = lanes.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+            total.fetch_add(sum, Ordering::Relaxed);
+        });
+        best = best.min(t0.elapsed().as_secs_f64());
+        std::hint::black_box(total.load(Ordering::Relaxed));
+    }
+    (words * 8) as f64 / best
+}
+
 #[cfg(test)]
 mod tests {
-    use super::mean_sd;
+    use super::{mean_sd, read_bandwidth, step_weight_bytes};
+    use crate::inference::files::gguf_weights::MatmulUse;
+    use candle_core::quantized::GgmlDType;
+
+    #[test]
+    fn a_step_reads_each_matrix_once_and_the_bandwidth_is_a_rate() {
+        let m = |dtype, n, k| MatmulUse {
+            dtype,
+            n,
+            k,
+            joule: true,
+        };
+        // Q4_K: 144 bytes per 256 values; Q8_0: 34 per 32.
+        let uses = [m(GgmlDType::Q4K, 512, 1024), m(GgmlDType::Q8_0, 3, 64)];
+        assert_eq!(step_weight_bytes(&uses), 512 * 4 * 144 + 3 * 2 * 34);
+        let bw = read_bandwidth(1 << 20);
+        assert!(bw.is_finite() && bw > 1e8, "{bw}");
+    }
 
     #[test]
     fn mean_and_sample_sd() {

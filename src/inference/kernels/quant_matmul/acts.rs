@@ -1,6 +1,8 @@
 //! Activation rows quantised once to 8-bit blocks ([`Acts`]: `x ≈ d₈·q₈`, with
-//! `s = d₈·Σq₈` kept per block), as llama.cpp quantises them before its integer dot products.
+//! `s = d₈·Σq₈` kept per block), and for the k-quant matrices to 256-value blocks with per-16
+//! sums ([`Q8K`]), as llama.cpp quantises them before its integer dot products.
 
+use super::kquants::{quantize_k, Q8K, QK};
 use super::{Q8Ints, SendPtr, BLOCK, GROUP, PARALLEL_QUANTISE_ROWS};
 
 /// Blocks of a row rounded up to whole groups (the stride of the scale arrays).
@@ -19,28 +21,56 @@ pub struct Acts {
     pub(crate) qs: Vec<Q8Ints>,
     pub(crate) d: Vec<f32>,
     pub(crate) s: Vec<f32>,
+    /// 256-value blocks per row (when quantised for k-quant matrices), their bytes and
+    /// sums, and their `d` (empty when not asked for).
+    pub(crate) kbs: usize,
+    pub(crate) qk: Vec<Q8K>,
+    pub(crate) dk: Vec<f32>,
 }
 
 impl Acts {
-    /// Quantise `x` (rows of `k` values, `k` a multiple of 32); rows are split
-    /// over the worker pool when there are many.
+    /// Quantise `x` (rows of `k` values, `k` a multiple of 32) to 32-value blocks; rows
+    /// are split over the worker pool when there are many.
     pub fn quantize(x: &[f32], k: usize) -> Self {
+        Self::quantize_for(x, k, true, false)
+    }
+
+    /// Quantise `x` to 32-value blocks (`blocks`), to 256-value blocks (`supers`, `k` a
+    /// multiple of 256), or both.
+    pub fn quantize_for(x: &[f32], k: usize, blocks: bool, supers: bool) -> Self {
         let kb = k / BLOCK;
         let kbp = padded(kb);
+        let kbs = if supers { k / QK } else { 0 };
         let m = x.len().checked_div(k).unwrap_or(0);
+        let mb = if blocks { m } else { 0 };
         let mut acts = Acts {
             kb,
             kbp,
-            qs: vec![Q8Ints([0i8; BLOCK]); m * kb],
-            d: vec![0f32; m * kbp],
-            s: vec![0f32; m * kbp],
+            qs: vec![Q8Ints([0i8; BLOCK]); mb * kb],
+            d: vec![0f32; mb * kbp],
+            s: vec![0f32; mb * kbp],
+            kbs,
+            qk: vec![Q8K::default(); m * kbs],
+            dk: vec![0f32; m * kbs],
         };
         let (qp, dp, sp) = (
             SendPtr(acts.qs.as_mut_ptr()),
             SendPtr(acts.d.as_mut_ptr()),
             SendPtr(acts.s.as_mut_ptr()),
         );
+        let (kp, kdp) = (SendPtr(acts.qk.as_mut_ptr()), SendPtr(acts.dk.as_mut_ptr()));
         let row = |r: usize| {
+            for b in 0..kbs {
+                let (q, d) = quantize_k(&x[(r * kbs + b) * QK..(r * kbs + b + 1) * QK]);
+                // SAFETY: as below.
+                unsafe {
+                    *kp.get().add(r * kbs + b) = q;
+                    *kdp.get().add(r * kbs + b) = d;
+                }
+            }
+            if !blocks {
+                return;
+            }
             for b in 0..kb {
                 let (q, d, s) = quantize_block(&x[(r * kb + b) * BLOCK..(r * kb + b + 1) * BLOCK]);
                 // SAFETY: row r's entries are written by this call alone, and
@@ -61,7 +91,9 @@ impl Acts {
     }
 
     pub(super) fn rows(&self) -> usize {
-        self.qs.len().checked_div(self.kb).unwrap_or(0)
+        (self.qs.len().checked_div(self.kb))
+            .max(self.qk.len().checked_div(self.kbs))
+            .unwrap_or(0)
     }
 }
 

@@ -124,7 +124,7 @@ pub struct ScalesK {
 impl ScalesK {
     /// From a super-block's f16 `d`, `dmin` and its 12 packed scale bytes
     /// (GGUF's `get_scale_min_k4`: eight 6-bit scales and eight 6-bit mins).
-    fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
+    pub(super) fn unpack(d: u16, dmin: u16, q: &[u8]) -> Self {
         let mut s = ScalesK {
             d,
             dmin,
@@ -306,12 +306,14 @@ pub(super) fn q5_ints(c: &[u8]) -> Q5Ints {
 /// values; block `i`'s values 0..16 are `d·lo[i]·s`, 16..32 `d·hi[i]·s`.
 #[derive(Debug, Clone, Copy, Default)]
 #[repr(C, align(32))]
+#[cfg(test)]
 pub struct ScalesQ6K {
     pub(crate) lo: [i8; GROUP],
     pub(crate) hi: [i8; GROUP],
     pub(crate) d: u16,
 }
 
+#[cfg(test)]
 impl GroupScales for ScalesQ6K {
     const WITH_M: bool = false;
     const SPLIT: bool = true;
@@ -337,6 +339,7 @@ impl GroupScales for ScalesQ6K {
 /// Eight signed 8-bit scales times the f16 `d`, as f32 (exact).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
+#[cfg(test)]
 pub(super) unsafe fn i8_scales(sc: &[i8; GROUP], d: u16) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
     let v = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
@@ -449,18 +452,21 @@ impl WeightBlock for BlockQ80 {
 /// block `i` is `x = d·sc[i]·u − dmin·mn[i]`, the layout of Q4_1 with exact
 /// f32 scales.
 #[derive(Debug, Clone, Copy)]
+#[cfg(test)]
 pub struct BlockQ4K;
 
 /// 32-value block `i` of a Q4_K/Q5_K super-block's 128 nibble bytes `qs`
 /// (each 64 values share 32 bytes: low nibbles the first block, high the
 /// second) in this module's order: value `j` in the low nibble of byte `j`,
 /// value `16 + j` in its high nibble.
+#[cfg(test)]
 pub(super) fn k_nibbles(qs: &[u8], i: usize) -> [u8; 16] {
     let (chunk, shift) = (&qs[32 * (i / 2)..32 * (i / 2) + 32], 4 * (i % 2));
     let v = |l: usize| (chunk[l] >> shift) & 0x0f;
     std::array::from_fn(|j| v(j) | v(j + 16) << 4)
 }
 
+#[cfg(test)]
 impl WeightBlock for BlockQ4K {
     const NAME: &'static str = "Q4_K";
     const VALUES: usize = GROUP * BLOCK;
@@ -477,8 +483,10 @@ impl WeightBlock for BlockQ4K {
 /// GGUF `block_q5_K`: [`BlockQ4K`] with 32 bytes of fifth bits: bit `i` of
 /// byte `l` is bit 4 of value `l` of 32-value block `i`.
 #[derive(Debug, Clone, Copy)]
+#[cfg(test)]
 pub struct BlockQ5K;
 
+#[cfg(test)]
 impl WeightBlock for BlockQ5K {
     const NAME: &'static str = "Q5_K";
     const VALUES: usize = GROUP * BLOCK;
@@ -504,8 +512,10 @@ impl WeightBlock for BlockQ5K {
 /// `x = d·sc·(q − 32)`, `q` six bits. Each 32-value block keeps `q − 32` as
 /// signed bytes (Q8_0's payload) and its two scales.
 #[derive(Debug, Clone, Copy)]
+#[cfg(test)]
 pub struct BlockQ6K;
 
+#[cfg(test)]
 impl WeightBlock for BlockQ6K {
     const NAME: &'static str = "Q6_K";
     const VALUES: usize = GROUP * BLOCK;

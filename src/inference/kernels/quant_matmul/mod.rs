@@ -10,13 +10,15 @@
 //! `benches/quant_matmul.rs`; candle's repacked Q4_K and Q6_K kernels are
 //! faster on an AVX-512 CPU) unless `JOULE_CPU_KERNEL_TYPES` names others.
 //!
-//! A k-quant super-block is one group of eight 32-value blocks here: Q4_K and
-//! Q5_K blocks are Q4_1/Q5_1 blocks whose `d = d·sc` and `m = −dmin·mn` come
-//! from the super-block's 6-bit scales (exact in f32, computed per group in
-//! the kernel), and Q6_K blocks are signed bytes `q − 32` with one scale per
-//! 16 values (a block's two halves are scaled separately).
+//! The k-quants have their own matrix, [`kquants::KMatrix`]: a whole
+//! 256-value super-block at a time against 256-value activation blocks with
+//! per-16 sums (llama.cpp's q8_K), the sub-block scales applied in integers
+//! and the super-block's `d`/`dmin` once (see `kquants.rs`). Until session
+//! 10 a super-block was eight 32-value Q4_1-like blocks with per-block float
+//! scales (that view, `BlockQ4K` etc. in `blocks.rs`, is kept in the tests as a second
+//! reading of the format).
 //!
-//! [`QuantMatrix`] holds a `[n, k]` weight as the file's bytes regrouped: each
+//! [`QuantMatrix`] (the 32-value types) holds a `[n, k]` weight as the file's bytes regrouped: each
 //! 32-value block's integer payload (nibbles, fifth bits, bytes) in one array,
 //! and the scales of each group of [`GROUP`] blocks of a row ([`GroupScales`]:
 //! eight f16 `d` (and `m`), or a k-quant's super-block scales) in another,
@@ -78,6 +80,11 @@ pub trait CpuMatmul: Debug + Send + Sync {
     fn k(&self) -> usize;
     /// The weight as f32, row major (for tests and reference checks).
     fn dequantize(&self) -> Vec<f32>;
+    /// Whether the matrix takes 256-value activation blocks ([`Acts::qk`], the
+    /// k-quants) rather than 32-value ones.
+    fn super_blocks(&self) -> bool {
+        false
+    }
     /// `y[r·n + j]` for activation rows `rows` of `acts` and weight rows `js`.
     ///
     /// # Safety
@@ -114,7 +121,11 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
         );
     }
     let m = x.len() / k;
-    let acts = Acts::quantize(x, k);
+    let supers = ws.iter().any(|w| w.super_blocks());
+    if supers && k % kquants::QK != 0 {
+        bail!("k-quant weights of {k} columns are not whole super-blocks of 256");
+    }
+    let acts = Acts::quantize_for(x, k, ws.iter().any(|w| !w.super_blocks()), supers);
     let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.n()]).collect();
     let ptrs: Vec<SendPtr<f32>> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
     // Work items are (matrix, block of activation rows, chunk of weight
@@ -153,11 +164,14 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 
 /// The types this module takes by default, unless candle repacks the
 /// matrix ([`candle_repacks`]): those whose products it computes faster than
-/// candle 0.11 (`benches/quant_matmul.rs`, both columns). candle's repacked
-/// 16-row kernels for Q4_K and Q6_K were faster on the AVX-512 Xeon measured
-/// (prefill 1.1–2.4×, decode 1.0–1.7×: they keep 256-value activation blocks
-/// and sum a super-block's sub-blocks in integers), so those two stay on
-/// candle unless [`TYPES_ENV`] names them.
+/// candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K stay
+/// on candle's repacked 16-row kernels unless [`TYPES_ENV`] names them: with
+/// the super-block kernels of `kquants.rs` (session 10, AVX-512 Xeon, heavily
+/// loaded machine) Joule's decode was ahead (Q6_K 1.3× in the kernel bench;
+/// a real-width Q4_K_M file 1.3×, at 82 % of the read bandwidth), but
+/// candle's prefill stayed about 2× ahead for both (its tile reuses each
+/// activation load across 16 weight rows, ours across 2), and one choice
+/// serves both; see benches/README.md, "k-quant super-block kernels".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -274,21 +288,27 @@ pub fn cpu_matrix_of(
     fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
+    fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(
+            bytes, n, k,
+        )?))
+    }
     Some(match dtype {
         GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
         GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
         GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
         GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
         GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
-        GgmlDType::Q4K => boxed::<BlockQ4K>(bytes, n, k),
-        GgmlDType::Q5K => boxed::<BlockQ5K>(bytes, n, k),
-        GgmlDType::Q6K => boxed::<BlockQ6K>(bytes, n, k),
+        GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
+        GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
+        GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
         _ => return None,
     })
 }
 
 mod acts;
 mod blocks;
+pub(crate) mod kquants;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -396,8 +416,9 @@ impl<B: WeightBlock> QuantMatrix<B> {
     pub fn matmul(&self, x: &[f32]) -> Result<Vec<f32>> {
         matmul(self, x)
     }
+}
 
-    /// Dot products of weight rows `js` with activation rows `rows` of `acts`.
+impl<B: WeightBlock> Tiles for QuantMatrix<B> {
     fn dot_tiles<const W: usize, const N: usize>(
         &self,
         js: [usize; W],
@@ -420,7 +441,9 @@ impl<B: WeightBlock> QuantMatrix<B> {
             Simd::Avx512Vnni => unsafe { x86::avx512::dot_tile_512(self, js, acts, rows) },
         }
     }
+}
 
+impl<B: WeightBlock> QuantMatrix<B> {
     fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
         let mut acc = 0f32;
         for b in 0..self.kb {
@@ -469,56 +492,83 @@ impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
     }
 
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
-        let n = self.n;
         debug_assert!(acts.kb == self.kb && rows.end <= acts.rows());
-        // SAFETY: the caller owns y[r, j] for these rows and weight rows.
-        let put = |r: usize, j: usize, v: f32| unsafe { *y.add(r * n + j) = v };
-        // Two weight rows at a time (each activation block loaded once for
-        // both), each against up to ROW_TILE activation rows.
-        let mut j = js.start;
-        while j < js.end {
-            let two = j + 1 < js.end;
-            let mut r = rows.start;
-            while r + ROW_TILE <= rows.end {
-                let a: [usize; ROW_TILE] = std::array::from_fn(|i| r + i);
-                if two {
-                    let d = self.dot_tiles::<2, ROW_TILE>([j, j + 1], acts, a);
-                    for (w, dw) in d.iter().enumerate() {
-                        dw.iter()
-                            .enumerate()
-                            .for_each(|(i, &v)| put(r + i, j + w, v));
-                    }
-                } else {
-                    let d = self.dot_tiles::<1, ROW_TILE>([j], acts, a);
-                    d[0].iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
+        // SAFETY: as the caller guarantees.
+        unsafe { run_tiles(self, self.n, rows, js, acts, y) }
+    }
+}
+
+/// A matrix whose dot products come in tiles of `W` weight rows by `N` activation rows.
+pub(crate) trait Tiles {
+    /// Dot products of weight rows `js` with activation rows `rows` of `acts`; a pair's
+    /// result is the same bits whatever the tile's shape.
+    fn dot_tiles<const W: usize, const N: usize>(
+        &self,
+        js: [usize; W],
+        acts: &Acts,
+        rows: [usize; N],
+    ) -> [[f32; N]; W];
+}
+
+/// [`CpuMatmul::run_chunk`] for a [`Tiles`] matrix of `n` rows: two weight rows at a
+/// time (each activation block loaded once for both), each against up to [`ROW_TILE`]
+/// activation rows.
+///
+/// # Safety
+/// As [`CpuMatmul::run_chunk`].
+unsafe fn run_tiles<T: Tiles>(
+    t: &T,
+    n: usize,
+    rows: Range<usize>,
+    js: Range<usize>,
+    acts: &Acts,
+    y: *mut f32,
+) {
+    // SAFETY: the caller owns y[r, j] for these rows and weight rows.
+    let put = |r: usize, j: usize, v: f32| unsafe { *y.add(r * n + j) = v };
+    let mut j = js.start;
+    while j < js.end {
+        let two = j + 1 < js.end;
+        let mut r = rows.start;
+        while r + ROW_TILE <= rows.end {
+            let a: [usize; ROW_TILE] = std::array::from_fn(|i| r + i);
+            if two {
+                let d = t.dot_tiles::<2, ROW_TILE>([j, j + 1], acts, a);
+                for (w, dw) in d.iter().enumerate() {
+                    dw.iter()
+                        .enumerate()
+                        .for_each(|(i, &v)| put(r + i, j + w, v));
                 }
-                r += ROW_TILE;
+            } else {
+                let d = t.dot_tiles::<1, ROW_TILE>([j], acts, a);
+                d[0].iter().enumerate().for_each(|(i, &v)| put(r + i, j, v));
             }
-            while r + 2 <= rows.end {
-                if two {
-                    let d = self.dot_tiles::<2, 2>([j, j + 1], acts, [r, r + 1]);
-                    for (w, dw) in d.iter().enumerate() {
-                        put(r, j + w, dw[0]);
-                        put(r + 1, j + w, dw[1]);
-                    }
-                } else {
-                    let d = self.dot_tiles::<1, 2>([j], acts, [r, r + 1]);
-                    put(r, j, d[0][0]);
-                    put(r + 1, j, d[0][1]);
-                }
-                r += 2;
-            }
-            if r < rows.end {
-                if two {
-                    let d = self.dot_tiles::<2, 1>([j, j + 1], acts, [r]);
-                    put(r, j, d[0][0]);
-                    put(r, j + 1, d[1][0]);
-                } else {
-                    put(r, j, self.dot_tiles::<1, 1>([j], acts, [r])[0][0]);
-                }
-            }
-            j += if two { 2 } else { 1 };
+            r += ROW_TILE;
         }
+        while r + 2 <= rows.end {
+            if two {
+                let d = t.dot_tiles::<2, 2>([j, j + 1], acts, [r, r + 1]);
+                for (w, dw) in d.iter().enumerate() {
+                    put(r, j + w, dw[0]);
+                    put(r + 1, j + w, dw[1]);
+                }
+            } else {
+                let d = t.dot_tiles::<1, 2>([j], acts, [r, r + 1]);
+                put(r, j, d[0][0]);
+                put(r + 1, j, d[0][1]);
+            }
+            r += 2;
+        }
+        if r < rows.end {
+            if two {
+                let d = t.dot_tiles::<2, 1>([j, j + 1], acts, [r]);
+                put(r, j, d[0][0]);
+                put(r, j + 1, d[1][0]);
+            } else {
+                put(r, j, t.dot_tiles::<1, 1>([j], acts, [r])[0][0]);
+            }
+        }
+        j += if two { 2 } else { 1 };
     }
 }
 

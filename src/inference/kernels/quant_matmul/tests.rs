@@ -464,3 +464,180 @@ fn types_candle_keeps_are_not_taken_and_bad_shapes_are_errors() {
     let w = Q41Matrix::from_gguf_bytes(&[0u8; 40], 2, 32).unwrap();
     assert!(w.matmul(&[0f32; 33]).is_err());
 }
+
+/// A k-quant's matrix of [`KMatrix`] and the 32-value-block view of the same bytes
+/// ([`QuantMatrix`] of `Old`, the kernels k-quants had before): both dequantise as GGUF
+/// does, and every path of the super-block kernels matches the dequantised product.
+fn check_k_type<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // One super-block per row, three, and eight.
+    for (n, k) in [(37, 256), (9, 768), (5, 2048)] {
+        let bytes = random_blocks::<Old>(&mut rng, n, k);
+        let w = kquants::KMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
+        let wf: Vec<f32> = bytes
+            .chunks_exact(Old::BYTES)
+            .flat_map(|c| gguf_dequant(Old::NAME, c))
+            .collect();
+        assert_eq!(w.dequantize(), wf, "{}: dequantisation", B::NAME);
+        let old = QuantMatrix::<Old>::from_gguf_bytes(&bytes, n, k).unwrap();
+        assert_eq!(old.dequantize(), wf, "{}: 32-value view", B::NAME);
+        let wmax = wf.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for m in [1usize, 3, 4, 5, 9, 16] {
+            let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let want = reference(&wf, &x, n, k);
+            for simd in Simd::available() {
+                let got = matmul(&w.clone().with_simd(simd), &x).unwrap();
+                assert_eq!(got.len(), m * n);
+                for (g, e) in got.iter().zip(&want) {
+                    // 8-bit activations per 256 values: error about Σ|w|·|x|/254.
+                    let tol = 0.01 * k as f32 * wmax;
+                    assert!(
+                        (g - e).abs() < tol,
+                        "{} {simd:?} m={m}: {g} vs {e}",
+                        B::NAME
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_super_block_kernels_match_the_dequantized_product() {
+    check_k_type::<kquants::KQ4, BlockQ4K>(41);
+    check_k_type::<kquants::KQ5, BlockQ5K>(42);
+    check_k_type::<kquants::KQ6, BlockQ6K>(43);
+}
+
+/// The super-block kernels' paths agree to float rounding; a row's result is the same
+/// bits alone, in a batch and in every tile shape; AVX2 and AVX-VNNI (the same i32
+/// lanes) give the same bits.
+fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (n, k) = (20, 512);
+    let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
+        .unwrap();
+    let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+    let acts = Acts::quantize_for(&x, k, false, true);
+    let batch = matmul(&w, &x).unwrap();
+    for r in 0..6 {
+        let alone = matmul(&w, &x[r * k..(r + 1) * k]).unwrap();
+        assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
+    }
+    let paths: Vec<_> = Simd::available()
+        .into_iter()
+        .map(|p| w.clone().with_simd(p))
+        .collect();
+    let rows = [0, 1, 2, 3];
+    for j in 0..n {
+        let want = paths[0].dot_tiles::<1, 4>([j], &acts, rows)[0];
+        for p in &paths {
+            let got = p.dot_tiles::<1, 4>([j], &acts, rows)[0];
+            for (g, e) in got.iter().zip(&want) {
+                assert!(
+                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "{} {:?}: {g} vs {e}",
+                    B::NAME,
+                    p.simd
+                );
+            }
+            for (i, &g) in got.iter().enumerate() {
+                let one = p.dot_tiles::<1, 1>([j], &acts, [i])[0][0];
+                assert_eq!(one.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+                let two = p.dot_tiles::<1, 2>([j], &acts, [i, 5])[0][0];
+                assert_eq!(two.to_bits(), g.to_bits(), "{} {:?}", B::NAME, p.simd);
+            }
+            if j + 1 < n {
+                let two = p.dot_tiles::<2, 4>([j, j + 1], &acts, rows);
+                assert_eq!(two[0], got, "{} {:?}", B::NAME, p.simd);
+                let next = p.dot_tiles::<1, 4>([j + 1], &acts, rows)[0];
+                assert_eq!(two[1], next, "{} {:?}", B::NAME, p.simd);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let by = |s: Simd| paths.iter().find(|p| p.simd == s);
+            if let (Some(a), Some(v)) = (by(Simd::Avx2), by(Simd::AvxVnni)) {
+                assert_eq!(
+                    a.dot_tiles::<2, 4>([j, (j + 1) % n], &acts, rows),
+                    v.dot_tiles::<2, 4>([j, (j + 1) % n], &acts, rows),
+                    "{}",
+                    B::NAME
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_paths_agree_and_tiles_are_bit_identical() {
+    check_k_paths_agree::<kquants::KQ4, BlockQ4K>(51);
+    check_k_paths_agree::<kquants::KQ5, BlockQ5K>(52);
+    check_k_paths_agree::<kquants::KQ6, BlockQ6K>(53);
+}
+
+#[test]
+fn extreme_k_quant_values_do_not_overflow() {
+    // Q6_K's largest 4-value sum (4·63·127) and largest scales (−128) against ±127
+    // activations, and Q5_K's largest values and scales: the 16-bit steps must not wrap.
+    let mut q6 = vec![0xffu8; 192];
+    q6.extend([0x80u8; 16]);
+    q6.extend(half::f16::from_f32(1.0).to_le_bytes());
+    let mut q5 = half::f16::from_f32(1.0).to_le_bytes().to_vec();
+    q5.extend(half::f16::from_f32(1.0).to_le_bytes());
+    q5.extend([0xffu8; 172]);
+    let x: Vec<f32> = (0..256)
+        .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+        .collect();
+    for (dt, bytes) in [(GgmlDType::Q6K, q6), (GgmlDType::Q5K, q5)] {
+        let w = cpu_matrix_of(dt, &bytes, 1, 256).unwrap().unwrap();
+        let want = reference(&w.dequantize(), &x, 1, 256)[0];
+        for simd in Simd::available() {
+            let m: Box<dyn CpuMatmul> = match dt {
+                GgmlDType::Q6K => Box::new(
+                    kquants::KMatrix::<kquants::KQ6>::from_gguf_bytes(&bytes, 1, 256)
+                        .unwrap()
+                        .with_simd(simd),
+                ),
+                _ => Box::new(
+                    kquants::KMatrix::<kquants::KQ5>::from_gguf_bytes(&bytes, 1, 256)
+                        .unwrap()
+                        .with_simd(simd),
+                ),
+            };
+            let y = matmul(m.as_ref(), &x).unwrap()[0];
+            assert!(
+                (y - want).abs() <= 1e-3 * want.abs(),
+                "{dt:?} {simd:?}: {y} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn k_quant_and_32_value_matrices_share_one_input() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(61);
+    let k = 512;
+    let a = kquants::KMatrix::<kquants::KQ4>::from_gguf_bytes(
+        &random_blocks::<BlockQ4K>(&mut rng, 24, k),
+        24,
+        k,
+    )
+    .unwrap();
+    let b =
+        QuantMatrix::<BlockQ80>::from_gguf_bytes(&random_blocks::<BlockQ80>(&mut rng, 7, k), 7, k)
+            .unwrap();
+    let c = kquants::KMatrix::<kquants::KQ6>::from_gguf_bytes(
+        &random_blocks::<BlockQ6K>(&mut rng, 16, k),
+        16,
+        k,
+    )
+    .unwrap();
+    for m in [1usize, 5, 70] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let ys = matmul_many(&[&a, &b, &c], &x).unwrap();
+        assert_eq!(ys[0], matmul(&a, &x).unwrap());
+        assert_eq!(ys[1], matmul(&b, &x).unwrap());
+        assert_eq!(ys[2], matmul(&c, &x).unwrap());
+    }
+}

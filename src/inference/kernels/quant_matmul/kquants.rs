@@ -1,0 +1,601 @@
+//! The k-quant matrices (Q4_K, Q5_K, Q6_K) multiplied a whole 256-value super-block at a
+//! time, the way llama.cpp's `ggml_vec_dot_q*_K_q8_K` does: the activations are 256-value
+//! 8-bit blocks with one scale and per-16 sums ([`Q8K`], `bsums`), each super-block's
+//! sixteen 16-value integer dot products are multiplied by their integer scales and summed
+//! in integers, and only then converted and multiplied once by `d·d₈` (a Q4_K/Q5_K min term
+//! is one more integer dot, `Σ mn·bsum`, times `dmin·d₈`; Q6_K's `q − 32` offset is
+//! `32·Σ sc·bsum` subtracted in integers).
+//!
+//! [`KMatrix`] keeps a row's super-blocks as two streams read once per step in row order:
+//! the payloads ([`KBlock::Qs`], 64-byte aligned so no vector load spans two cache lines;
+//! the bytes of the file, rearranged so a 64-byte load's low nibbles are 64 consecutive
+//! values and its high nibbles the next 64) and the scales ([`KBlock::Meta`], f16 scales
+//! converted to f32). Q4_K takes 152 bytes per 256 values (the file: 144), Q5_K 184 (176),
+//! Q6_K 212 (210).
+
+use std::fmt::Debug;
+use std::ops::Range;
+
+use anyhow::{bail, Result};
+
+use super::blocks::{f16_bits, u16_at, ScalesK};
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{run_tiles, Acts, CpuMatmul, Simd, Tiles};
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+/// Values per super-block (GGUF's QK_K).
+pub const QK: usize = 256;
+
+/// One k-quant type's super-block as [`KMatrix`] stores it.
+pub trait KBlock: Copy + Debug + Send + Sync + 'static {
+    /// GGUF's name of the type (for errors).
+    const NAME: &'static str;
+    /// Bytes of one GGUF super-block.
+    const BYTES: usize;
+    /// The integer subtracted from every stored value (Q6_K: 32).
+    const OFFSET: i32;
+    /// Whether a `dmin·mn` term exists (Q4_K, Q5_K).
+    const WITH_MIN: bool;
+    /// The integer payload of one super-block (64-byte aligned).
+    type Qs: Copy + Debug + Send + Sync + 'static;
+    /// The scales of one super-block.
+    type Meta: Copy + Debug + Default + Send + Sync + 'static;
+    /// Split GGUF super-block `c` ([`Self::BYTES`] bytes).
+    fn parse(c: &[u8]) -> (Self::Qs, Self::Meta);
+    /// The 256 stored values `u` (before [`Self::OFFSET`]).
+    fn values(qs: &Self::Qs, meta: &Self::Meta) -> [u8; QK];
+    /// The integer scale of 16-value sub-block `s` (Q4_K, Q5_K: `sc[s / 2]`).
+    fn scale16(meta: &Self::Meta, s: usize) -> i32;
+    /// The integer min of 16-value sub-block `s` (Q4_K, Q5_K: `mn[s / 2]`; Q6_K: 0).
+    fn min16(meta: &Self::Meta, s: usize) -> i32;
+    /// `d` and `dmin` (Q6_K: 0) in f32.
+    fn d_dmin(meta: &Self::Meta) -> (f32, f32);
+    /// Values `64g .. 64g + 64` as bytes.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F and BW (the caller is compiled with them).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn quarter512(qs: &Self::Qs, meta: &Self::Meta, g: usize) -> __m512i;
+    /// Values `32p .. 32p + 32` as bytes.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 (the caller is compiled with it).
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn piece256(qs: &Self::Qs, meta: &Self::Meta, p: usize) -> __m256i;
+    /// [`Self::scale16`] of sub-blocks 0..8 and 8..16 as i32 lanes.
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn scales256(meta: &Self::Meta) -> [__m256i; 2];
+    /// [`Self::min16`] of sub-blocks 0..8 and 8..16 as i32 lanes.
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn mins256(meta: &Self::Meta) -> [__m256i; 2];
+}
+
+/// Values `64g .. 64g + 64` of [`Nibbles256`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn nib512(q: &Nibbles256, g: usize) -> __m512i {
+    let v = _mm512_load_si512(q.0.as_ptr().add(64 * (g / 2)) as *const _);
+    let v = if g % 2 == 0 {
+        v
+    } else {
+        _mm512_srli_epi16::<4>(v)
+    };
+    _mm512_and_si512(v, _mm512_set1_epi8(0x0f))
+}
+
+/// Values `32p .. 32p + 32` of [`Nibbles256`].
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn nib256(q: &Nibbles256, p: usize) -> __m256i {
+    let v = _mm256_load_si256(q.0.as_ptr().add(64 * (p / 4) + 32 * (p % 2)) as *const _);
+    let v = if (p / 2) % 2 == 0 {
+        v
+    } else {
+        _mm256_srli_epi16::<4>(v)
+    };
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
+}
+
+/// Eight unsigned 6-bit scales as the i32 lanes of sub-blocks 0..8 and 8..16 (each
+/// scale serves two 16-value sub-blocks).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn pairs256(b: &[u8; 8]) -> [__m256i; 2] {
+    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(b.as_ptr() as *const __m128i));
+    [
+        _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)),
+        _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)),
+    ]
+}
+
+/// Byte `j` is 0x10 where bit `j` of `bits` is set, else 0.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn fifth256(bits: u32) -> __m256i {
+    // Byte j takes byte j/8 of bits, then keeps bit j%8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// 256 nibbles rearranged: byte `64h + l`'s low nibble is value `128h + l`, its high
+/// nibble value `128h + 64 + l`.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Nibbles256(pub [u8; 128]);
+
+/// From a Q4_K/Q5_K super-block's 128 nibble bytes (each 64 values share 32 bytes: low
+/// nibbles the first 32, high the next 32).
+fn k_nibbles256(ql: &[u8]) -> Nibbles256 {
+    let value = |v: usize| (ql[32 * (v / 64) + v % 32] >> (4 * ((v / 32) % 2))) & 0x0f;
+    Nibbles256(std::array::from_fn(|b| {
+        let (h, l) = (b / 64, b % 64);
+        value(128 * h + l) | value(128 * h + 64 + l) << 4
+    }))
+}
+
+/// The values of [`Nibbles256`].
+fn nibble_values(q: &Nibbles256) -> [u8; QK] {
+    std::array::from_fn(|v| {
+        let (h, r) = (v / 128, v % 128);
+        (q.0[64 * h + r % 64] >> (4 * (r / 64))) & 0x0f
+    })
+}
+
+/// Q4_K and Q5_K scales: eight 6-bit scales and mins per 32 values, `d` and `dmin`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+pub struct MetaK {
+    pub(crate) sc: [u8; 8],
+    pub(crate) mn: [u8; 8],
+    pub(crate) d: f32,
+    pub(crate) dmin: f32,
+}
+
+impl MetaK {
+    fn parse(c: &[u8]) -> Self {
+        let s = ScalesK::unpack(u16_at(c, 0), u16_at(c, 2), &c[4..16]);
+        MetaK {
+            sc: s.sc,
+            mn: s.mn,
+            d: f16_bits(s.d),
+            dmin: f16_bits(s.dmin),
+        }
+    }
+}
+
+/// GGUF `block_q4_K` as a [`KBlock`].
+#[derive(Debug, Clone, Copy)]
+pub struct KQ4;
+
+impl KBlock for KQ4 {
+    const NAME: &'static str = "Q4_K";
+    const BYTES: usize = 144;
+    const OFFSET: i32 = 0;
+    const WITH_MIN: bool = true;
+    type Qs = Nibbles256;
+    type Meta = MetaK;
+    fn parse(c: &[u8]) -> (Nibbles256, MetaK) {
+        (k_nibbles256(&c[16..144]), MetaK::parse(c))
+    }
+    fn values(qs: &Nibbles256, _: &MetaK) -> [u8; QK] {
+        nibble_values(qs)
+    }
+    fn scale16(m: &MetaK, s: usize) -> i32 {
+        i32::from(m.sc[s / 2])
+    }
+    fn min16(m: &MetaK, s: usize) -> i32 {
+        i32::from(m.mn[s / 2])
+    }
+    fn d_dmin(m: &MetaK) -> (f32, f32) {
+        (m.d, m.dmin)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn quarter512(qs: &Nibbles256, _: &MetaK, g: usize) -> __m512i {
+        nib512(qs, g)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn piece256(qs: &Nibbles256, _: &MetaK, p: usize) -> __m256i {
+        nib256(qs, p)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn scales256(m: &MetaK) -> [__m256i; 2] {
+        pairs256(&m.sc)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins256(m: &MetaK) -> [__m256i; 2] {
+        pairs256(&m.mn)
+    }
+}
+
+/// Q5_K scales and fifth bits: bit `l` of `qh[g]` is bit 4 of value `64g + l`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+pub struct MetaK5 {
+    pub(crate) qh: [u64; 4],
+    pub(crate) k: MetaK,
+}
+
+/// GGUF `block_q5_K` as a [`KBlock`].
+#[derive(Debug, Clone, Copy)]
+pub struct KQ5;
+
+impl KBlock for KQ5 {
+    const NAME: &'static str = "Q5_K";
+    const BYTES: usize = 176;
+    const OFFSET: i32 = 0;
+    const WITH_MIN: bool = true;
+    type Qs = Nibbles256;
+    type Meta = MetaK5;
+    fn parse(c: &[u8]) -> (Nibbles256, MetaK5) {
+        // Bit i of file byte l is bit 4 of value 32i + l.
+        let qh = &c[16..48];
+        let bit = |v: usize| u64::from((qh[v % 32] >> (v / 32)) & 1);
+        let masks = std::array::from_fn(|g| (0..64).fold(0u64, |m, l| m | bit(64 * g + l) << l));
+        (
+            k_nibbles256(&c[48..176]),
+            MetaK5 {
+                qh: masks,
+                k: MetaK::parse(c),
+            },
+        )
+    }
+    fn values(qs: &Nibbles256, m: &MetaK5) -> [u8; QK] {
+        let mut v = nibble_values(qs);
+        for (i, x) in v.iter_mut().enumerate() {
+            *x |= (((m.qh[i / 64] >> (i % 64)) & 1) as u8) << 4;
+        }
+        v
+    }
+    fn scale16(m: &MetaK5, s: usize) -> i32 {
+        i32::from(m.k.sc[s / 2])
+    }
+    fn min16(m: &MetaK5, s: usize) -> i32 {
+        i32::from(m.k.mn[s / 2])
+    }
+    fn d_dmin(m: &MetaK5) -> (f32, f32) {
+        (m.k.d, m.k.dmin)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn quarter512(qs: &Nibbles256, m: &MetaK5, g: usize) -> __m512i {
+        let u = nib512(qs, g);
+        _mm512_mask_add_epi8(u, m.qh[g], u, _mm512_set1_epi8(0x10))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn piece256(qs: &Nibbles256, m: &MetaK5, p: usize) -> __m256i {
+        let bits = (m.qh[p / 2] >> (32 * (p % 2))) as u32;
+        _mm256_or_si256(nib256(qs, p), fifth256(bits))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn scales256(m: &MetaK5) -> [__m256i; 2] {
+        pairs256(&m.k.sc)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins256(m: &MetaK5) -> [__m256i; 2] {
+        pairs256(&m.k.mn)
+    }
+}
+
+/// A Q6_K payload: low nibbles as [`Nibbles256`] and the two high bits of value `64g + l`
+/// in bits `2g`, `2g + 1` of `qh[l]`.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Q6Payload {
+    pub(crate) ql: Nibbles256,
+    pub(crate) qh: [u8; 64],
+}
+
+/// Q6_K scales: a signed 8-bit scale per 16 values and `d`.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+pub struct MetaQ6 {
+    pub(crate) sc: [i8; 16],
+    pub(crate) d: f32,
+}
+
+/// GGUF `block_q6_K` as a [`KBlock`].
+#[derive(Debug, Clone, Copy)]
+pub struct KQ6;
+
+impl KBlock for KQ6 {
+    const NAME: &'static str = "Q6_K";
+    const BYTES: usize = 210;
+    const OFFSET: i32 = 32;
+    const WITH_MIN: bool = false;
+    type Qs = Q6Payload;
+    type Meta = MetaQ6;
+    fn parse(c: &[u8]) -> (Q6Payload, MetaQ6) {
+        // Value 128n + 32t + l: nibble t/2 of ql[64n + l + 32(t%2)], bits 2t, 2t+1 of
+        // qh[32n + l] (ggml's dequantize_row_q6_K).
+        let value = |v: usize| {
+            let (n, t, l) = (v / 128, (v % 128) / 32, v % 32);
+            let low = (c[64 * n + l + 32 * (t % 2)] >> (4 * (t / 2))) & 0x0f;
+            let high = (c[128 + 32 * n + l] >> (2 * t)) & 3;
+            low | high << 4
+        };
+        let ql = Nibbles256(std::array::from_fn(|b| {
+            let (h, l) = (b / 64, b % 64);
+            (value(128 * h + l) & 0x0f) | (value(128 * h + 64 + l) & 0x0f) << 4
+        }));
+        let qh = std::array::from_fn(|l| {
+            (0..4).fold(0u8, |q, g| q | (value(64 * g + l) >> 4) << (2 * g))
+        });
+        let sc = std::array::from_fn(|s| c[192 + s] as i8);
+        (
+            Q6Payload { ql, qh },
+            MetaQ6 {
+                sc,
+                d: f16_bits(u16_at(c, 208)),
+            },
+        )
+    }
+    fn values(qs: &Q6Payload, _: &MetaQ6) -> [u8; QK] {
+        let low = nibble_values(&qs.ql);
+        std::array::from_fn(|v| low[v] | ((qs.qh[v % 64] >> (2 * (v / 64))) & 3) << 4)
+    }
+    fn scale16(m: &MetaQ6, s: usize) -> i32 {
+        i32::from(m.sc[s])
+    }
+    fn min16(_: &MetaQ6, _: usize) -> i32 {
+        0
+    }
+    fn d_dmin(m: &MetaQ6) -> (f32, f32) {
+        (m.d, 0.0)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn quarter512(qs: &Q6Payload, _: &MetaQ6, g: usize) -> __m512i {
+        let h = _mm512_load_si512(qs.qh.as_ptr() as *const _);
+        // Bits 2g, 2g + 1 of each byte to bits 4, 5 (the mask drops what a 16-bit
+        // shift carries in from the neighbouring byte).
+        let h = match g {
+            0 => _mm512_slli_epi16::<4>(h),
+            1 => _mm512_slli_epi16::<2>(h),
+            2 => h,
+            _ => _mm512_srli_epi16::<2>(h),
+        };
+        _mm512_or_si512(
+            nib512(&qs.ql, g),
+            _mm512_and_si512(h, _mm512_set1_epi8(0x30)),
+        )
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn piece256(qs: &Q6Payload, _: &MetaQ6, p: usize) -> __m256i {
+        let h = _mm256_load_si256(qs.qh.as_ptr().add(32 * (p % 2)) as *const _);
+        let h = match p / 2 {
+            0 => _mm256_slli_epi16::<4>(h),
+            1 => _mm256_slli_epi16::<2>(h),
+            2 => h,
+            _ => _mm256_srli_epi16::<2>(h),
+        };
+        _mm256_or_si256(
+            nib256(&qs.ql, p),
+            _mm256_and_si256(h, _mm256_set1_epi8(0x30)),
+        )
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn scales256(m: &MetaQ6) -> [__m256i; 2] {
+        let half = |i: usize| {
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(m.sc.as_ptr().add(8 * i) as *const __m128i))
+        };
+        [half(0), half(1)]
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins256(_: &MetaQ6) -> [__m256i; 2] {
+        [_mm256_setzero_si256(); 2]
+    }
+}
+
+/// One activation super-block: 256 signed bytes and the sums of each 16 (`bsums`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct Q8K {
+    pub(crate) qs: [i8; QK],
+    pub(crate) bsums: [i32; 16],
+}
+
+impl Default for Q8K {
+    fn default() -> Self {
+        Q8K {
+            qs: [0; QK],
+            bsums: [0; 16],
+        }
+    }
+}
+
+/// One super-block of 256 activations as llama.cpp's `quantize_row_q8_K` makes it
+/// (`d = max|x| / 127`, round to nearest): the bytes and sums, and `d`.
+pub(super) fn quantize_k(x: &[f32]) -> (Q8K, f32) {
+    let mut lanes = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let amax = lanes.iter().fold(0f32, |a, &v| a.max(v));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut b = Q8K::default();
+    for (q, &v) in b.qs.iter_mut().zip(x) {
+        *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    for (s, sum) in b.bsums.iter_mut().enumerate() {
+        *sum = b.qs[16 * s..16 * s + 16]
+            .iter()
+            .map(|&q| i32::from(q))
+            .sum();
+    }
+    (b, d)
+}
+
+/// A `[n, k]` k-quant weight of type `B`.
+#[derive(Clone)]
+pub(crate) struct KMatrix<B: KBlock> {
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    /// Super-blocks per row.
+    pub(crate) kbs: usize,
+    pub(crate) qs: Vec<B::Qs>,
+    pub(crate) meta: Vec<B::Meta>,
+    pub(crate) simd: Simd,
+}
+
+impl<B: KBlock> Debug for KMatrix<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KMatrix<{}>[{}, {}] ({:?})",
+            B::NAME,
+            self.n,
+            self.k,
+            self.simd
+        )
+    }
+}
+
+impl<B: KBlock> KMatrix<B> {
+    /// Build from GGUF super-block bytes of a `[n, k]` tensor (row major).
+    pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
+        if k == 0 || k % QK != 0 {
+            bail!(
+                "{} rows of {k} values are not whole blocks of {QK}",
+                B::NAME
+            );
+        }
+        let kbs = k / QK;
+        if bytes.len() != n * kbs * B::BYTES {
+            bail!(
+                "{} tensor [{n}, {k}] needs {} bytes, got {}",
+                B::NAME,
+                n * kbs * B::BYTES,
+                bytes.len()
+            );
+        }
+        let (qs, meta) = bytes.chunks_exact(B::BYTES).map(B::parse).unzip();
+        Ok(Self {
+            n,
+            k,
+            kbs,
+            qs,
+            meta,
+            simd: Simd::detect()?,
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_simd(mut self, simd: Simd) -> Self {
+        self.simd = simd;
+        self
+    }
+
+    /// Weight row `j` against activation row `r`, in exact integers per super-block.
+    fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
+        let mut acc = 0f32;
+        for s in 0..self.kbs {
+            let (qs, meta) = (&self.qs[j * self.kbs + s], &self.meta[j * self.kbs + s]);
+            let x = &a.qk[r * self.kbs + s];
+            let u = B::values(qs, meta);
+            let (mut main, mut min) = (0i32, 0i32);
+            for t in 0..16 {
+                let dot: i32 = (16 * t..16 * t + 16)
+                    .map(|v| i32::from(u[v]) * i32::from(x.qs[v]))
+                    .sum();
+                main += B::scale16(meta, t) * (dot - B::OFFSET * x.bsums[t]);
+                min += B::min16(meta, t) * x.bsums[t];
+            }
+            let (d, dmin) = B::d_dmin(meta);
+            let d8 = a.dk[r * self.kbs + s];
+            acc += d * d8 * main as f32 - dmin * d8 * min as f32;
+        }
+        acc
+    }
+}
+
+impl<B: KBlock> Tiles for KMatrix<B> {
+    fn dot_tiles<const W: usize, const N: usize>(
+        &self,
+        js: [usize; W],
+        acts: &Acts,
+        rows: [usize; N],
+    ) -> [[f32; N]; W] {
+        match self.simd {
+            Simd::Portable => std::array::from_fn(|w| {
+                std::array::from_fn(|i| self.dot_portable(js[w], acts, rows[i]))
+            }),
+            // SAFETY: `detect` checked that the CPU has AVX2, FMA and F16C;
+            // `run_chunk`'s caller guarantees the rows exist.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { x86::kquants256::dot_tile_k(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::AvxVnni => unsafe { x86::kquants256::dot_tile_k_vnni(self, js, acts, rows) },
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512Vnni => unsafe { x86::kquants512::dot_tile_k512(self, js, acts, rows) },
+        }
+    }
+}
+
+impl<B: KBlock> CpuMatmul for KMatrix<B> {
+    fn n(&self) -> usize {
+        self.n
+    }
+
+    fn k(&self) -> usize {
+        self.k
+    }
+
+    fn super_blocks(&self) -> bool {
+        true
+    }
+
+    fn dequantize(&self) -> Vec<f32> {
+        let mut out = Vec::with_capacity(self.n * self.k);
+        for (qs, meta) in self.qs.iter().zip(&self.meta) {
+            let u = B::values(qs, meta);
+            let (d, dmin) = B::d_dmin(meta);
+            out.extend(u.iter().enumerate().map(|(v, &u)| {
+                let s = v / 16;
+                // ggml's order: (d·sc)·q − dmin·mn.
+                let scale = d * B::scale16(meta, s) as f32;
+                let min = dmin * B::min16(meta, s) as f32;
+                scale * (i32::from(u) - B::OFFSET) as f32 - min
+            }));
+        }
+        out
+    }
+
+    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
+        debug_assert!(acts.kbs == self.kbs && rows.end <= acts.rows());
+        // SAFETY: as the caller guarantees.
+        unsafe { run_tiles(self, self.n, rows, js, acts, y) }
+    }
+}
