@@ -183,8 +183,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let reps = args.repetitions.max(1);
     let device = select_device(&args.device)?;
+    let stage = crate::progress::Stage::start(format!("loading {}", gguf.display()));
     let mut file = GgufFile::open(gguf)?;
     let model = load_model_from(&mut file, &device)?;
+    stage.done();
     let info = model.info().clone();
     let kernels = KernelRecord::local(
         &device,
@@ -226,14 +228,19 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 time_tg(model.as_ref(), args.kv_cache, toks, ctx)
             }
         };
+        let progress =
+            crate::progress::Progress::items(format!("bench {name}"), reps as u64 + 1, "reps");
         let (warm, ctx) = (draw(count), draw(depth));
         time(&warm, &ctx)?;
+        progress.inc(1);
         let mut samples = Vec::with_capacity(reps);
         for _ in 0..reps {
             let (toks, ctx) = (draw(count), draw(depth));
             let secs = time(&toks, &ctx)?;
             samples.push((count * seqs) as f64 / secs);
+            progress.inc(1);
         }
+        progress.finish();
         let (avg, sd) = mean_sd(&samples);
         results.push(BenchResult {
             model: info.name.clone(),

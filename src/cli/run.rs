@@ -1,5 +1,5 @@
-//! `joule run CONFIG`: one Energy Society run from a TOML config, with a
-//! progress bar and a per-agent summary table at the end, then what the
+//! `joule run CONFIG`: one Energy Society run from a TOML config, with
+//! progress on standard error (`crate::progress`) and a per-agent summary table at the end, then what the
 //! energy meter measured (also written to `<run>/meter.json`) or that
 //! nothing was measured.
 
@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::runner::{backend_for, run_society};
@@ -68,16 +67,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .join(format!("seed_{}", cfg.seed))
     });
     let mut backend = backend_for(&cfg)?;
-    let bar = ProgressBar::new(cfg.max_rounds as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} round {pos}/{len} {bar:30} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let progress =
+        crate::progress::calls::Tracker::rounds(crate::progress::Mode::from_env(), cfg.max_rounds);
+    let t = progress.clone();
+    let result = run_society(
+        cfg,
+        &mut crate::progress::calls::Watched::new(backend.as_mut(), progress.clone()),
+        Some(&out),
+        move |_| t.unit_done(None, None),
     );
-    let b = bar.clone();
-    let result = run_society(cfg, backend.as_mut(), Some(&out), move |r| {
-        b.set_position(r as u64)
-    })?;
-    bar.finish_and_clear();
+    progress.finish();
+    let result = result?;
     print!("{}", summary_table(&result));
     match backend.metering() {
         Some(status) => {
