@@ -1,7 +1,7 @@
 //! `joule run CONFIG`: one Energy Society run from a TOML config, with
-//! progress on standard error (`crate::progress`) and a per-agent summary table at the end, then what the
-//! energy meter measured (also written to `<run>/meter.json`) or that
-//! nothing was measured.
+//! progress on standard error (`crate::progress`) and a per-agent summary
+//! table at the end, then what the energy meter measured (also written to
+//! `<run>/meter.json`) or that nothing was measured.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
