@@ -84,6 +84,15 @@ pub const CUDA_ARCHS: Knob = Knob {
     values: "comma-separated compute capabilities such as 80,90,100 (unset: 80,90)",
 };
 
+/// How progress is shown on standard error (`crate::progress::Mode`).
+pub const PROGRESS: Knob = Knob {
+    name: "JOULE_PROGRESS",
+    what: "how long operations show progress on standard error: bars, plain lines (one per \
+           round, cell or stage) or nothing; never changes standard output or any file",
+    values: "off, plain or bars (unset or anything else: bars when standard error is a \
+             terminal, plain lines otherwise)",
+};
+
 /// Every variable a run reads.
 pub const RUNTIME: [Knob; 6] = [
     SIMD,
@@ -93,6 +102,11 @@ pub const RUNTIME: [Knob; 6] = [
     OFFLINE,
     MODELS_DIR,
 ];
+
+/// Variables that change only what is drawn on standard error. A run reads
+/// them but does not record them (a run's files are the same whatever they
+/// say), so they are not in [`RUNTIME`].
+pub const DISPLAY: [Knob; 1] = [PROGRESS];
 
 /// Variables read when the crate is built (by `build.rs`, which cannot use
 /// this module), listed here so that every `JOULE_*` variable is.
@@ -142,6 +156,11 @@ pub fn path_value(value: Option<OsString>) -> Option<PathBuf> {
     value.filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
+/// The value of [`PROGRESS`] (read on each call; not Unicode counts as unset).
+pub fn progress() -> Option<String> {
+    std::env::var(PROGRESS.name).ok()
+}
+
 /// The name and value of every [`RUNTIME`] variable that is set now, in
 /// [`RUNTIME`]'s order (a value that is not Unicode is written lossily).
 pub fn set() -> Vec<(&'static str, String)> {
@@ -153,9 +172,13 @@ pub fn set() -> Vec<(&'static str, String)> {
         .collect()
 }
 
-/// The knob named `name`, runtime or build time.
+/// The knob named `name`, runtime, display or build time.
 pub fn find(name: &str) -> Option<&'static Knob> {
-    RUNTIME.iter().chain(BUILD.iter()).find(|k| k.name == name)
+    RUNTIME
+        .iter()
+        .chain(DISPLAY.iter())
+        .chain(BUILD.iter())
+        .find(|k| k.name == name)
 }
 
 #[cfg(test)]
@@ -164,7 +187,11 @@ mod tests {
 
     #[test]
     fn every_knob_is_named_once_and_documented() {
-        let all: Vec<&Knob> = RUNTIME.iter().chain(BUILD.iter()).collect();
+        let all: Vec<&Knob> = RUNTIME
+            .iter()
+            .chain(DISPLAY.iter())
+            .chain(BUILD.iter())
+            .collect();
         for (i, k) in all.iter().enumerate() {
             assert!(k.name.starts_with("JOULE_"), "{}", k.name);
             assert!(!k.what.is_empty() && !k.values.is_empty(), "{}", k.name);

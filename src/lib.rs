@@ -13,6 +13,7 @@
 //! - [`served`]: model-backed agents on an OpenAI-compatible server (Ollama, vLLM, llama-server).
 //! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
+//! - [`progress`]: progress of long operations on standard error (bars, plain lines, off).
 //! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
@@ -26,6 +27,7 @@ pub mod llm;
 pub mod meter;
 pub(crate) mod nprand;
 pub mod npy;
+pub mod progress;
 pub mod race;
 pub mod record;
 pub mod report;

@@ -196,8 +196,10 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let reps = args.repetitions.max(1);
     let device = select_device(&args.device)?;
+    let stage = crate::progress::Stage::start(format!("loading {}", gguf.display()));
     let mut file = GgufFile::open(gguf)?;
     let model = load_model_from(&mut file, &device)?;
+    stage.done();
     let info = model.info().clone();
     let kernels = KernelRecord::local(
         &device,
@@ -242,14 +244,19 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 time_tg(model.as_ref(), args.kv_cache, toks, ctx)
             }
         };
+        let progress =
+            crate::progress::Progress::items(format!("bench {name}"), reps as u64 + 1, "reps");
         let (warm, ctx) = (draw(count), draw(depth));
         time(&warm, &ctx)?;
+        progress.inc(1);
         let mut samples = Vec::with_capacity(reps);
         for _ in 0..reps {
             let (toks, ctx) = (draw(count), draw(depth));
             let secs = time(&toks, &ctx)?;
             samples.push((count * seqs) as f64 / secs);
+            progress.inc(1);
         }
+        progress.finish();
         let (avg, sd) = mean_sd(&samples);
         // Decode reads every matrix once per step, whatever the number of sequences.
         let decode_gbs = (n > 0).then(|| step_bytes as f64 * avg / seqs as f64 / 1e9);

@@ -287,7 +287,17 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         in_flight: 0,
     };
     let t0 = Instant::now();
-    let results = driver.run(&mut meter, |_| {});
+    let progress = crate::progress::calls::Tracker::sessions(
+        crate::progress::Mode::from_env(),
+        "society",
+        sims,
+        std::time::Duration::ZERO,
+    );
+    let results = driver.run(
+        &mut crate::progress::calls::Watched::new(&mut meter, progress.clone()),
+        |_| {},
+    );
+    progress.finish();
     let wall = t0.elapsed().as_secs_f64();
     for (i, r) in results.iter().enumerate() {
         if let Err(e) = r {

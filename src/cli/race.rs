@@ -231,9 +231,13 @@ fn audit(
     check_race_models(&file, &[ModelRef::new("--model", &model)], &llm)?;
     let mut backend = backend_for_models(&llm, &[model.as_str()], None)?;
     let t = std::time::Instant::now();
-    let rows: Vec<AuditRow> = crate::agency::run_one(backend.as_mut(), |agency| {
+    let progress = crate::progress::calls::Tracker::audit(crate::progress::Mode::from_env());
+    let watched = &mut crate::progress::calls::Watched::new(backend.as_mut(), progress.clone());
+    let rows = crate::agency::run_one(watched, |agency| {
         run_audit_plan(agency, model.clone(), plan)
-    })?;
+    });
+    progress.finish();
+    let rows: Vec<AuditRow> = rows?;
     eprintln!(
         "{} probe outputs from {model} in {:.1}s",
         rows.len(),

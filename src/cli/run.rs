@@ -1,17 +1,17 @@
-//! `joule run CONFIG`: one Energy Society run from a TOML config, with a
-//! progress bar and a per-agent summary table at the end (with each agent's
-//! INVOKE_ERROR and FORMAT_ERROR counts), then what the energy meter
-//! measured (also written to `<run>/meter.json`) or that nothing was
-//! measured. Before anything runs, every roster entry is checked
-//! (`runner::check_roster`) and a complete run folder is kept unless
-//! `--force`. The exit status is 0, 3 (INVOKE_ERRORs) or 2 (failed).
+//! `joule run CONFIG`: one Energy Society run from a TOML config, with
+//! progress on standard error (`crate::progress`) and a per-agent summary
+//! table at the end (with each agent's INVOKE_ERROR and FORMAT_ERROR
+//! counts), then what the energy meter measured (also written to
+//! `<run>/meter.json`) or that nothing was measured. Before anything runs,
+//! every roster entry is checked (`runner::check_roster`) and a complete run
+//! folder is kept unless `--force`. The exit status is 0, 3 (INVOKE_ERRORs)
+//! or 2 (failed).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
 use crate::energy_society::config::SocietyConfig;
@@ -79,16 +79,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     check_roster(&cfg, &config_path.display().to_string())?;
     check_out(&out, args.force)?;
     let mut backend = backend_for(&cfg)?;
-    let bar = ProgressBar::new(cfg.max_rounds as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} round {pos}/{len} {bar:30} {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let progress =
+        crate::progress::calls::Tracker::rounds(crate::progress::Mode::from_env(), cfg.max_rounds);
+    let t = progress.clone();
+    let result = run_society(
+        cfg,
+        &mut crate::progress::calls::Watched::new(backend.as_mut(), progress.clone()),
+        Some(&out),
+        move |_| t.unit_done(None, None),
     );
-    let b = bar.clone();
-    let result = run_society(cfg, backend.as_mut(), Some(&out), move |r| {
-        b.set_position(r as u64)
-    })?;
-    bar.finish_and_clear();
+    progress.finish();
+    let result = result?;
     let errors = CallErrors::read(&out)?.unwrap_or_default();
     print!("{}", summary_table(&result, &errors));
     print!("{}", errors.describe());

@@ -396,6 +396,7 @@ impl LlmBackend {
         if self.loaded.contains_key(key) {
             return Ok(());
         }
+        let stage = crate::progress::Stage::start(format!("loading model {key}"));
         let path = match key.strip_prefix("stand-in:") {
             Some(p) => PathBuf::from(p),
             None => crate::inference::files::sources::resolve_model(key)
@@ -462,6 +463,7 @@ impl LlmBackend {
                 matmuls: gguf.matmuls().to_vec(),
             },
         );
+        stage.done();
         Ok(())
     }
 

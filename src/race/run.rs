@@ -214,17 +214,22 @@ pub fn run_experiment(
         let sink = sink.clone();
         driver.spawn(move |agency| play_race(agency, g, sink));
     }
-    let bar = indicatif::ProgressBar::new(0);
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr_with_hz(4));
+    let progress = crate::progress::calls::Tracker::sessions(
+        crate::progress::Mode::from_env(),
+        "race",
+        played,
+        std::time::Duration::from_secs(10),
+    );
     let (mut calls, mut batches, mut largest_batch) = (0u64, 0usize, 0usize);
-    let results = driver.run(backend, |n| {
-        calls += n as u64;
-        batches += 1;
-        largest_batch = largest_batch.max(n);
-        bar.set_message(format!("{calls} model calls"));
-        bar.tick();
-    });
-    bar.finish_and_clear();
+    let results = driver.run(
+        &mut crate::progress::calls::Watched::new(&mut *backend, progress.clone()),
+        |n| {
+            calls += n as u64;
+            batches += 1;
+            largest_batch = largest_batch.max(n);
+        },
+    );
+    progress.finish();
     let mut contaminated = 0;
     for r in results {
         let rec: RaceRecord = r?;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::SCRIPTED_PREFIX;
@@ -169,15 +169,8 @@ pub fn run_cells(
             "note: {incomplete} cell folder(s) hold an incomplete run (no COMPLETE marker): cleared and rerun"
         );
     }
-    let bar = if quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(todo.len() as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} cells {pos}/{len} {bar:30} {elapsed} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar =
+        crate::progress::calls::Tracker::cells(crate::progress::Mode::unless_quiet(quiet), ran);
     let jobs = jobs.max(1);
     let (scripted, model_backed): (Vec<Cell>, Vec<Cell>) =
         todo.into_iter().partition(|c| scripted_only(&c.config));
@@ -196,6 +189,8 @@ pub fn run_cells(
                 let Some(c) = scripted.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     break;
                 };
+                bar.unit_started();
+                let started = std::time::Instant::now();
                 match backend_for(&c.config) {
                     Ok(mut backend) => {
                         let r = run_many(
@@ -212,7 +207,7 @@ pub fn run_cells(
                     }
                     Err(e) => fail(&c.dir, e),
                 }
-                bar.inc(1);
+                bar.unit_done(Some(&c.dir.display().to_string()), Some(started.elapsed()));
             });
         }
     });
@@ -233,34 +228,36 @@ pub fn run_cells(
             Err(e) => {
                 for c in &group {
                     fail(&c.dir, anyhow::anyhow!("{e:#}"));
-                    bar.inc(1);
+                    bar.unit_started();
+                    bar.unit_done(Some(&c.dir.display().to_string()), None);
                 }
                 continue;
             }
         };
         for chunk in group.chunks(jobs) {
             let dirs: Vec<PathBuf> = chunk.iter().map(|c| c.dir.clone()).collect();
+            chunk.iter().for_each(|_| bar.unit_started());
             let results = run_many(
                 chunk
                     .iter()
                     .map(|c| (c.config.clone(), c.dir.clone()))
                     .collect(),
-                backend.as_mut(),
+                &mut crate::progress::calls::Watched::new(backend.as_mut(), bar.clone()),
                 make_jobs,
-                |_| bar.tick(),
+                |_| {},
             );
             for (dir, r) in dirs.iter().zip(results) {
-                bar.inc(1);
+                bar.unit_done(Some(&dir.display().to_string()), None);
                 if let Err(e) = r {
                     fail(dir, e);
                 }
             }
         }
         if let Some(status) = backend.metering() {
-            bar.println(status.summary());
+            bar.note(&status.summary());
         }
     }
-    bar.finish_and_clear();
+    bar.finish();
     let failures = failures.into_inner().unwrap_or_default();
     if !failures.is_empty() {
         anyhow::bail!(

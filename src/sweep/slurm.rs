@@ -320,7 +320,7 @@ pub fn run_tracked(out: &Path, index: usize, cell: Cell) -> anyhow::Result<()> {
             }
         })
     };
-    let result = run_cells(vec![cell], 1, true, &job_source);
+    let result = run_cells(vec![cell], 1, false, &job_source);
     let _ = stop.send(());
     let _ = beat.join();
     state.heartbeat_unix = now_unix();

@@ -629,7 +629,7 @@ pub fn extract_from_wheel(
             bar.inc(chunk.len() as u64);
             Ok(())
         })?;
-        bar.finish_and_clear();
+        bar.finish();
         out.sync_all()?;
         Ok(hex::encode(hasher.finalize()))
     })();
@@ -686,22 +686,18 @@ pub fn sha256_file(path: &Path, progress: bool) -> std::io::Result<String> {
         hasher.update(&buf[..n]);
         bar.inc(n as u64);
     }
-    bar.finish_and_clear();
+    bar.finish();
     Ok(hex::encode(hasher.finalize()))
 }
 
-fn progress_bar(len: u64, message: &str, show: bool) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(len);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{msg} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(message.to_string());
-    bar
+/// Byte progress on standard error when `show` (`crate::progress`: a bar on a
+/// terminal, plain lines otherwise, as `JOULE_PROGRESS` says).
+fn progress_bar(len: u64, message: &str, show: bool) -> crate::progress::Progress {
+    let mode = match show {
+        true => crate::progress::Mode::from_env(),
+        false => crate::progress::Mode::Off,
+    };
+    crate::progress::Progress::bytes_in(mode, message, len)
 }
 
 /// A verification stamp: the file (canonical path), its size and modification time.
