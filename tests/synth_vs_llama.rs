@@ -250,8 +250,16 @@ fn logits_check(vocab_rows: Option<u64>) {
                     "{name} {ft:?} ({} layers {}), {how}: mean KL {kl:.5}, top-1 {top1:.3}",
                     s.block_count, s.kinds
                 );
+                let line = format!("{name} {ft:?} {how}: mean KL {kl:.5}, top-1 {top1:.3}");
+                let known = KNOWN_GAPS.iter().any(|&(n, f, h)| n == name && f == format!("{ft:?}") && h == how);
                 if !(kl <= 0.01 && top1 >= 0.9) {
-                    failures.push(format!("{name} {ft:?} {how}: mean KL {kl:.5}, top-1 {top1:.3}"));
+                    if known {
+                        eprintln!("known gap (issue #26, see KNOWN_GAPS): {line}");
+                    } else {
+                        failures.push(line);
+                    }
+                } else if known {
+                    eprintln!("known gap now passes: remove it from KNOWN_GAPS: {line}");
                 }
             }
             drop(model);
@@ -261,14 +269,16 @@ fn logits_check(vocab_rows: Option<u64>) {
     assert!(failures.is_empty(), "against llama.cpp:\n{}", failures.join("\n"));
 }
 
-// Ignored until the finding below is resolved (thresholds kept as issue #26 sets them).
-// Measured 2026-12-02 (llama.cpp de3ff81, vocabulary cut to 32,768): every model and type passes
-// (mean KL <= 0.0011, top-1 >= 0.94) except nemotron-3-nano-4b Q8_0 prefill+decode (mean KL
-// 0.0012, top-1 0.875: 2 of 16 positions); qwen3.5-4b Q8_0 passes narrowly (mean KL 0.0090 in
-// both modes, top-1 0.938) while its f16 file matches llama.cpp to a logit diff std of 0.0014,
-// so the Q8_0 path of the delta-net layers differs more than the other architectures' do.
+/// Cases below the thresholds, still open in issue #26, reported but not failed on (every other
+/// case fails the test). Measured 2026-12-02 (llama.cpp de3ff81, vocabulary cut to 32,768):
+/// every model and type passes (mean KL <= 0.0011, top-1 >= 0.94) except nemotron-3-nano-4b
+/// Q8_0 prefill+decode (mean KL 0.0012, top-1 0.875: 2 of 16 positions, near-ties);
+/// qwen3.5-4b Q8_0 passes narrowly (mean KL 0.0090 in both modes, top-1 0.938) while its f16
+/// file matches llama.cpp to a logit diff std of 0.0014, so the Q8_0 path of the delta-net
+/// layers differs more than the other architectures' do.
+const KNOWN_GAPS: &[(&str, &str, &str)] = &[("nemotron-3-nano-4b", "Q8_0", "prefill+decode")];
+
 #[test]
-#[ignore = "fails on nemotron-3-nano-4b Q8_0 decode (top-1 0.875): see the comment above"]
 fn logits_match_llama_cpp() {
     logits_check(Some(32_768));
 }

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::SCRIPTED_PREFIX;
