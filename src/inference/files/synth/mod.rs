@@ -25,7 +25,6 @@ use recipe::FileType;
 use serde::Deserialize;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 /// A model's real configuration, the `[synth]` table of its manifest. Widths are counts of
 /// elements; which keys an architecture needs is checked when a file is planned.
@@ -265,7 +264,11 @@ fn write_all(
 ) -> Result<u64> {
     let mut w = BufWriter::with_capacity(8 << 20, file);
     let total = gguf_writer::write_header(&mut w, metadata, entries)?;
-    let mut progress = Progress::new(total, opts.quiet);
+    let progress = crate::progress::Progress::bytes_in(
+        crate::progress::Mode::unless_quiet(opts.quiet),
+        format!("synthesizing {}", opts.out.display()),
+        total,
+    );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     for (entry, init) in entries.iter().zip(inits) {
         let key = weights::tensor_key(opts.seed, &entry.name);
@@ -286,12 +289,12 @@ fn write_all(
             r0 = r1;
         }
         sink.finish(entry.bytes())?;
-        progress.advance(entry.bytes(), &entry.name);
+        progress.inc(entry.bytes());
     }
     w.flush()?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
-    progress.done();
+    progress.finish();
     Ok(total)
 }
 
@@ -345,36 +348,3 @@ fn encode(dtype: GgmlDType, xs: Vec<f32>, row: usize) -> Result<Vec<u8>> {
     })
 }
 
-/// Byte progress on stderr: a line every 5 % (kept small so a shared progress module can
-/// replace it).
-struct Progress {
-    total: u64,
-    done: u64,
-    next_pct: u64,
-    quiet: bool,
-    start: Instant,
-}
-
-impl Progress {
-    fn new(total: u64, quiet: bool) -> Self {
-        Progress { total, done: 0, next_pct: 5, quiet, start: Instant::now() }
-    }
-    fn advance(&mut self, bytes: u64, name: &str) {
-        self.done += bytes;
-        let pct = self.done * 100 / self.total.max(1);
-        if !self.quiet && pct >= self.next_pct {
-            eprintln!(
-                "synth: {pct:3}%  {:.1}/{:.1} GiB  {:.0} s  ({name})",
-                self.done as f64 / (1u64 << 30) as f64,
-                self.total as f64 / (1u64 << 30) as f64,
-                self.start.elapsed().as_secs_f64()
-            );
-            self.next_pct = pct / 5 * 5 + 5;
-        }
-    }
-    fn done(&self) {
-        if !self.quiet {
-            eprintln!("synth: done in {:.1} s", self.start.elapsed().as_secs_f64());
-        }
-    }
-}
