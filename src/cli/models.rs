@@ -186,7 +186,10 @@ fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result
     use crate::inference::files::synth::{recipe::FileType, synthesize, SynthOptions};
     let m = catalog.get(&a.name)?;
     let cfg = m.synth.as_ref().ok_or_else(|| {
-        anyhow::anyhow!("{}: no [synth] table, so its real layout is not known", m.origin)
+        anyhow::anyhow!(
+            "{}: no [synth] table, so its real layout is not known",
+            m.origin
+        )
     })?;
     let file_type = FileType::parse(&a.quant).ok_or_else(|| {
         anyhow::anyhow!(

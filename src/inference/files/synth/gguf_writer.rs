@@ -220,7 +220,10 @@ impl<'a, W: Write> TensorSink<'a, W> {
     }
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() as u64 > self.left {
-            bail!("tensor {}: more data than its shape and type hold", self.name);
+            bail!(
+                "tensor {}: more data than its shape and type hold",
+                self.name
+            );
         }
         self.w.write_all(bytes)?;
         self.left -= bytes.len() as u64;

@@ -63,7 +63,11 @@ impl Builder {
     /// writes into the residual stream.
     fn mat(&mut self, name: &str, fan_in: u64, out: u64, residual: bool) {
         let gain = if residual { BRANCH } else { 1.0 };
-        self.t(name, &[fan_in, out], Init::Std(gain / (fan_in as f32).sqrt()));
+        self.t(
+            name,
+            &[fan_in, out],
+            Init::Std(gain / (fan_in as f32).sqrt()),
+        );
     }
     fn norm(&mut self, name: &str, n: u64) {
         self.t(name, &[n], Init::Uniform(0.8, 1.2));
@@ -77,7 +81,9 @@ const FREQUENT: u64 = 1000;
 const BRANCH: f32 = 0.5;
 
 fn need(v: Option<u64>, model: &str, key: &str) -> Result<u64> {
-    v.ok_or_else(|| anyhow::anyhow!("models/{model}.toml: [synth] needs `{key}` for this architecture"))
+    v.ok_or_else(|| {
+        anyhow::anyhow!("models/{model}.toml: [synth] needs `{key}` for this architecture")
+    })
 }
 
 /// Evenly samples `n` of the real layer kinds, then puts back any kind the sample missed.
@@ -130,7 +136,9 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
         "qwen35" => qwen35(&mut b, model, cfg, layers)?,
         "nemotron_h" => nemotron_h(&mut b, model, cfg, layers)?,
         "gemma4" => gemma4(&mut b, model, cfg, layers)?,
-        other => bail!("models/{model}.toml: `joule models synth` cannot write architecture {other:?}"),
+        other => {
+            bail!("models/{model}.toml: `joule models synth` cannot write architecture {other:?}")
+        }
     };
     // embeddings and head; tied models reuse token_embd as the output matrix, so it is
     // scaled for logits (the first op on it is an RMS norm, so its input scale is free). One
@@ -142,7 +150,11 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
         every: FREQUENT,
         boost: 4.0,
     };
-    let embd = if cfg.tied { head.clone() } else { Init::Std(1.0) };
+    let embd = if cfg.tied {
+        head.clone()
+    } else {
+        Init::Std(1.0)
+    };
     b.tensors.insert(
         0,
         PlannedTensor {
@@ -176,7 +188,13 @@ fn rope_theta(model: &str, cfg: &SynthConfig) -> Result<f32> {
 }
 
 /// llama (SmolLM2), qwen2 (Qwen2.5), qwen3: every layer attention + gated FFN.
-fn dense(b: &mut Builder, model: &str, arch: &str, cfg: &SynthConfig, n: u64) -> Result<(Vec<char>, u64)> {
+fn dense(
+    b: &mut Builder,
+    model: &str,
+    arch: &str,
+    cfg: &SynthConfig,
+    n: u64,
+) -> Result<(Vec<char>, u64)> {
     let (h, hd, nh, nkv, ff) = (cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn);
     b.u32("block_count", n);
     b.u32("context_length", cfg.context);
@@ -230,7 +248,11 @@ fn dense(b: &mut Builder, model: &str, arch: &str, cfg: &SynthConfig, n: u64) ->
 /// Qwen3.5: gated delta-net layers (`D`) and full-attention layers (`A`), then the MTP block.
 fn qwen35(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Vec<char>, u64)> {
     let (h, hd, nh, nkv, ff) = (cfg.hidden, cfg.head_dim, cfg.heads, cfg.kv_heads, cfg.ffn);
-    let interval = need(cfg.full_attention_interval, model, "full_attention_interval")?;
+    let interval = need(
+        cfg.full_attention_interval,
+        model,
+        "full_attention_interval",
+    )?;
     let conv = need(cfg.ssm_conv, model, "ssm_conv")?;
     let dk = need(cfg.ssm_state, model, "ssm_state")?; // key (and value) head dim
     let nk = need(cfg.ssm_groups, model, "ssm_groups")?; // key heads
@@ -291,7 +313,11 @@ fn qwen35(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
         b.norm(&format!("{p}attn_norm.weight"), h);
         if k == 'D' {
             b.t(&format!("{p}ssm_a"), &[nv], Init::NegUniform(0.02, 4.0));
-            b.t(&format!("{p}ssm_conv1d.weight"), &[conv, conv_dim], Init::Std(0.4));
+            b.t(
+                &format!("{p}ssm_conv1d.weight"),
+                &[conv, conv_dim],
+                Init::Std(0.4),
+            );
             b.t(&format!("{p}ssm_dt.bias"), &[nv], Init::Uniform(-1.0, 1.0));
             b.mat(&format!("{p}ssm_alpha.weight"), h, nv, false);
             b.mat(&format!("{p}ssm_beta.weight"), h, nv, false);
@@ -344,12 +370,22 @@ fn nemotron_h(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result
     b.u32("embedding_length", h);
     b.kv(
         "feed_forward_length",
-        Value::Array(kinds.iter().map(|&k| Value::I32(if k == '-' { ff as i32 } else { 0 })).collect()),
+        Value::Array(
+            kinds
+                .iter()
+                .map(|&k| Value::I32(if k == '-' { ff as i32 } else { 0 }))
+                .collect(),
+        ),
     );
     b.u32("attention.head_count", nh);
     b.kv(
         "attention.head_count_kv",
-        Value::Array(kinds.iter().map(|&k| Value::I32(if k == '*' { nkv as i32 } else { 0 })).collect()),
+        Value::Array(
+            kinds
+                .iter()
+                .map(|&k| Value::I32(if k == '*' { nkv as i32 } else { 0 }))
+                .collect(),
+        ),
     );
     b.f32("attention.layer_norm_epsilon", cfg.norm_eps);
     b.u32("vocab_size", cfg.vocab);
@@ -366,13 +402,34 @@ fn nemotron_h(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result
         let p = format!("blk.{l}.");
         match k {
             'M' => {
-                b.t(&format!("{p}ssm_a"), &[1, mheads], Init::NegUniform(1.0, 8.0));
+                b.t(
+                    &format!("{p}ssm_a"),
+                    &[1, mheads],
+                    Init::NegUniform(1.0, 8.0),
+                );
                 b.t(&format!("{p}ssm_d"), &[1, mheads], Init::Uniform(0.5, 1.5));
                 b.t(&format!("{p}ssm_conv1d.bias"), &[conv_dim], Init::Std(0.1));
-                b.t(&format!("{p}ssm_conv1d.weight"), &[conv, conv_dim], Init::Std(0.4));
-                b.t(&format!("{p}ssm_dt.bias"), &[mheads], Init::InvSoftplusLogUniform(0.01, 0.2));
-                b.mat(&format!("{p}ssm_in.weight"), h, 2 * inner + 2 * groups * state + mheads, false);
-                b.t(&format!("{p}ssm_norm.weight"), &[inner / groups, groups], Init::Uniform(0.8, 1.2));
+                b.t(
+                    &format!("{p}ssm_conv1d.weight"),
+                    &[conv, conv_dim],
+                    Init::Std(0.4),
+                );
+                b.t(
+                    &format!("{p}ssm_dt.bias"),
+                    &[mheads],
+                    Init::InvSoftplusLogUniform(0.01, 0.2),
+                );
+                b.mat(
+                    &format!("{p}ssm_in.weight"),
+                    h,
+                    2 * inner + 2 * groups * state + mheads,
+                    false,
+                );
+                b.t(
+                    &format!("{p}ssm_norm.weight"),
+                    &[inner / groups, groups],
+                    Init::Uniform(0.8, 1.2),
+                );
                 b.mat(&format!("{p}ssm_out.weight"), inner, h, true);
             }
             '*' => {
@@ -452,7 +509,12 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
     b.u32("embedding_length_per_layer_input", ple);
     b.kv(
         "attention.sliding_window_pattern",
-        Value::Array(kinds.iter().map(|c| Value::Bool(c.eq_ignore_ascii_case(&'s'))).collect()),
+        Value::Array(
+            kinds
+                .iter()
+                .map(|c| Value::Bool(c.eq_ignore_ascii_case(&'s')))
+                .collect(),
+        ),
     );
     b.u32("attention.key_length_swa", hd_swa);
     b.u32("attention.value_length_swa", hd_swa);
@@ -460,12 +522,24 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
     b.u32("rope.dimension_count_swa", hd_swa);
     let n_rot = (hd as f32 * rotary / 2.0) as u64;
     b.t("rope_freqs.weight", &[hd / 2], Init::RopeFreqs { n_rot });
-    b.t("per_layer_token_embd.weight", &[n * ple, cfg.vocab], Init::Std(0.1));
+    b.t(
+        "per_layer_token_embd.weight",
+        &[n * ple, cfg.vocab],
+        Init::Std(0.1),
+    );
     for (l, &k) in kinds.iter().enumerate() {
         let p = format!("blk.{l}.");
-        let d = if k.eq_ignore_ascii_case(&'s') { hd_swa } else { hd };
+        let d = if k.eq_ignore_ascii_case(&'s') {
+            hd_swa
+        } else {
+            hd
+        };
         b.norm(&format!("{p}attn_norm.weight"), h);
-        b.t(&format!("{p}layer_output_scale.weight"), &[1], Init::Uniform(0.6, 1.2));
+        b.t(
+            &format!("{p}layer_output_scale.weight"),
+            &[1],
+            Init::Uniform(0.6, 1.2),
+        );
         b.mat(&format!("{p}ffn_down.weight"), ff, h, true);
         b.mat(&format!("{p}ffn_gate.weight"), h, ff, false);
         b.mat(&format!("{p}ffn_up.weight"), h, ff, false);
@@ -476,11 +550,19 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
         }
         b.norm(&format!("{p}ffn_norm.weight"), h);
         if k.is_lowercase() {
-            b.t(&format!("{p}attn_k_norm.weight"), &[d], Init::Uniform(0.3, 0.5));
+            b.t(
+                &format!("{p}attn_k_norm.weight"),
+                &[d],
+                Init::Uniform(0.3, 0.5),
+            );
             b.mat(&format!("{p}attn_k.weight"), h, nkv * d, false);
         }
         b.mat(&format!("{p}attn_output.weight"), nh * d, h, true);
-        b.t(&format!("{p}attn_q_norm.weight"), &[d], Init::Uniform(0.3, 0.5));
+        b.t(
+            &format!("{p}attn_q_norm.weight"),
+            &[d],
+            Init::Uniform(0.3, 0.5),
+        );
         b.mat(&format!("{p}attn_q.weight"), h, nh * d, false);
         if k.is_lowercase() {
             b.mat(&format!("{p}attn_v.weight"), h, nkv * d, false);
@@ -498,7 +580,9 @@ mod tests {
 
     #[test]
     fn scaling_keeps_every_kind() {
-        let full: Vec<char> = "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-".chars().collect();
+        let full: Vec<char> = "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-"
+            .chars()
+            .collect();
         for n in 3..=full.len() {
             let k = scale_kinds(&full, n);
             assert_eq!(k.len(), n);
@@ -507,7 +591,9 @@ mod tests {
             }
         }
         assert_eq!(scale_kinds(&full, 42), full);
-        let q: Vec<char> = (0..32).map(|i| if (i + 1) % 4 == 0 { 'A' } else { 'D' }).collect();
+        let q: Vec<char> = (0..32)
+            .map(|i| if (i + 1) % 4 == 0 { 'A' } else { 'D' })
+            .collect();
         assert_eq!(scale_kinds(&q, 2), vec!['D', 'A']);
     }
 }

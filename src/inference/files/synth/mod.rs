@@ -133,24 +133,39 @@ pub fn plan_file(
     arch: &str,
     cfg: &SynthConfig,
     opts: &SynthOptions,
-) -> Result<(Vec<(String, Value)>, Vec<TensorEntry>, Vec<weights::Init>, layout::Plan)> {
+) -> Result<(
+    Vec<(String, Value)>,
+    Vec<TensorEntry>,
+    Vec<weights::Init>,
+    layout::Plan,
+)> {
     let layers = opts.layers.unwrap_or(cfg.layers);
     let mut plan = layout::plan(model, arch, cfg, layers)?;
     let shapes: Vec<recipe::Shape<'_>> = plan
         .tensors
         .iter()
-        .map(|t| recipe::Shape { name: &t.name, ne: &t.ne })
+        .map(|t| recipe::Shape {
+            name: &t.name,
+            ne: &t.ne,
+        })
         .collect();
     let types = recipe::assign(opts.file_type, &shapes, plan.block_count);
     let entries: Vec<TensorEntry> = plan
         .tensors
         .iter()
         .zip(&types)
-        .map(|(t, &dtype)| TensorEntry { name: t.name.clone(), ne: t.ne.clone(), dtype })
+        .map(|(t, &dtype)| TensorEntry {
+            name: t.name.clone(),
+            ne: t.ne.clone(),
+            dtype,
+        })
         .collect();
     let inits = plan.tensors.iter().map(|t| t.init.clone()).collect();
     let mut metadata = std::mem::take(&mut plan.metadata);
-    metadata.push(("general.file_type".into(), Value::U32(opts.file_type.ftype())));
+    metadata.push((
+        "general.file_type".into(),
+        Value::U32(opts.file_type.ftype()),
+    ));
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     match &opts.vocab {
         Some(path) => metadata.extend(vocab_metadata(path, cfg.vocab)?),
@@ -237,7 +252,11 @@ pub fn synthesize(
         }
     };
     std::fs::rename(&partial, &opts.out).with_context(|| {
-        format!("cannot rename {} to {}", partial.display(), opts.out.display())
+        format!(
+            "cannot rename {} to {}",
+            partial.display(),
+            opts.out.display()
+        )
     })?;
     Ok(SynthSummary {
         path: opts.out.clone(),
@@ -323,7 +342,10 @@ fn encode_rows(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().map_err(|_| anyhow::anyhow!("an encoding thread panicked"))?)
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("an encoding thread panicked"))?
+            })
             .collect()
     })
 }
@@ -347,4 +369,3 @@ fn encode(dtype: GgmlDType, xs: Vec<f32>, row: usize) -> Result<Vec<u8>> {
         }
     })
 }
-

@@ -172,7 +172,10 @@ pub fn converter_type(ft: FileType, t: &Shape<'_>) -> GgmlDType {
 /// converter gave them ([`converter_type`]).
 pub fn assign(ft: FileType, tensors: &[Shape<'_>], n_layer_all: u64) -> Vec<GgmlDType> {
     let tied = !tensors.iter().any(|t| t.name == "output.weight");
-    let n_attn_v = tensors.iter().filter(|t| category(t.name) == Category::AttnV).count() as i64;
+    let n_attn_v = tensors
+        .iter()
+        .filter(|t| category(t.name) == Category::AttnV)
+        .count() as i64;
     let n_layer = n_layer_all as i64;
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| quantize_order(tensors[a].name, tensors[b].name));
@@ -221,22 +224,65 @@ mod tests {
     #[test]
     fn output_and_fallbacks() {
         let shapes = [
-            Shape { name: "token_embd.weight", ne: &[576, 1000] },
-            Shape { name: "blk.0.attn_q.weight", ne: &[576, 576] },
-            Shape { name: "blk.0.attn_norm.weight", ne: &[576] },
-            Shape { name: "blk.0.ffn_down.weight", ne: &[1536, 576] },
+            Shape {
+                name: "token_embd.weight",
+                ne: &[576, 1000],
+            },
+            Shape {
+                name: "blk.0.attn_q.weight",
+                ne: &[576, 576],
+            },
+            Shape {
+                name: "blk.0.attn_norm.weight",
+                ne: &[576],
+            },
+            Shape {
+                name: "blk.0.ffn_down.weight",
+                ne: &[1536, 576],
+            },
         ];
         let t = assign(FileType::Q4KM, &shapes, 1);
         // tied, 576 % 256 != 0: Q8_0; Q4_K falls back to Q5_0; norms F32; first ffn_down Q6_K.
-        assert_eq!(t, vec![GgmlDType::Q8_0, GgmlDType::Q5_0, GgmlDType::F32, GgmlDType::Q6K]);
+        assert_eq!(
+            t,
+            vec![
+                GgmlDType::Q8_0,
+                GgmlDType::Q5_0,
+                GgmlDType::F32,
+                GgmlDType::Q6K
+            ]
+        );
         let t = assign(FileType::Q8_0, &shapes, 1);
-        assert_eq!(t, vec![GgmlDType::Q8_0, GgmlDType::Q8_0, GgmlDType::F32, GgmlDType::Q8_0]);
+        assert_eq!(
+            t,
+            vec![
+                GgmlDType::Q8_0,
+                GgmlDType::Q8_0,
+                GgmlDType::F32,
+                GgmlDType::Q8_0
+            ]
+        );
     }
 
     #[test]
     fn order_is_by_layer_then_name() {
-        let mut names = vec!["blk.10.a", "blk.2.b", "output.weight", "blk.2.a", "token_embd.weight"];
+        let mut names = vec![
+            "blk.10.a",
+            "blk.2.b",
+            "output.weight",
+            "blk.2.a",
+            "token_embd.weight",
+        ];
         names.sort_by(|a, b| quantize_order(a, b));
-        assert_eq!(names, vec!["output.weight", "token_embd.weight", "blk.2.a", "blk.2.b", "blk.10.a"]);
+        assert_eq!(
+            names,
+            vec![
+                "output.weight",
+                "token_embd.weight",
+                "blk.2.a",
+                "blk.2.b",
+                "blk.10.a"
+            ]
+        );
     }
 }

@@ -17,7 +17,12 @@ pub enum Init {
     /// Like `Std`, but every `every`-th row (of `row` elements) is `boost` times larger: an
     /// output matrix with a few "frequent" tokens, so the next-token distribution is peaked as
     /// a trained model's is, rather than flat over the whole vocabulary.
-    StdBoostRows { std: f32, row: u64, every: u64, boost: f32 },
+    StdBoostRows {
+        std: f32,
+        row: u64,
+        every: u64,
+        boost: f32,
+    },
     /// `n_rot` ones then 1e30 (Gemma 4's `rope_freqs` for proportional RoPE).
     RopeFreqs { n_rot: u64 },
 }
@@ -52,11 +57,20 @@ pub fn fill(init: &Init, key: u64, start: u64, out: &mut [f32]) {
                 *o = (2.0 * unit(start + j as u64) - 1.0) * a;
             }
         }
-        Init::StdBoostRows { std, row, every, boost } => {
+        Init::StdBoostRows {
+            std,
+            row,
+            every,
+            boost,
+        } => {
             let a = std * 3f32.sqrt();
             for (j, o) in out.iter_mut().enumerate() {
                 let i = start + j as u64;
-                let g = if (i / row.max(1)) % every.max(1) == 0 { boost } else { 1.0 };
+                let g = if (i / row.max(1)) % every.max(1) == 0 {
+                    boost
+                } else {
+                    1.0
+                };
                 *o = (2.0 * unit(i) - 1.0) * a * g;
             }
         }
@@ -79,7 +93,11 @@ pub fn fill(init: &Init, key: u64, start: u64, out: &mut [f32]) {
         }
         Init::RopeFreqs { n_rot } => {
             for (j, o) in out.iter_mut().enumerate() {
-                *o = if start + (j as u64) < n_rot { 1.0 } else { 1e30 };
+                *o = if start + (j as u64) < n_rot {
+                    1.0
+                } else {
+                    1e30
+                };
             }
         }
     }
