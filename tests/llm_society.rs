@@ -14,55 +14,12 @@ use joule::energy_society::runner::{backend_for, run_society};
 
 mod default_model;
 
-const CONFIG: &str = r#"
-name = "e2e-smollm2"
-mode = "faithful"
-objective = "comp"
-use_votes = false
-max_rounds = 1
-seed = 7
-max_calls = 1
-
-[difficulty]
-easy = 1
-medium = 1
-hard = 0
-
-[jobs]
-source = "procedural"
-
-[generation]
-max_tokens = 120
-temperature = 0.0
-thinking = false
-
-[llm]
-device = "cpu"
-structured = "constrained"
-stand_in = "__MODEL__"
-max_string_chars = 60
-
-[[roster]]
-agent_id = "agent_1"
-model = "qwen3-8b"
-model_name = "qwen3:8b"
-size = 8
-init_energy = 1500.0
-
-[[roster]]
-agent_id = "agent_2"
-model = "scripted:easiest"
-model_name = "scripted"
-size = 4
-init_energy = 1500.0
-"#;
-
 #[test]
 fn smollm2_society_round_charges_exactly_the_counted_tokens() {
     let Some(model) = default_model::cached() else {
         return;
     };
-    let text = CONFIG.replace("__MODEL__", &model.display().to_string());
+    let text = default_model::one_round_society("e2e-smollm2", &model);
     let cfg = SocietyConfig::from_toml_str(&text, "e2e.toml").expect("config");
     let mut backend = backend_for(&cfg).expect("backend");
     let dir = tempfile::tempdir().unwrap();

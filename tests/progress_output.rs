@@ -194,51 +194,6 @@ fn a_scripted_sweep_prints_a_line_per_cell_on_stderr_only() {
     assert_eq!(files(&on), files(&off));
 }
 
-/// tests/llm_society.rs's one-round society: one agent on the default model
-/// (as a stand-in), one scripted.
-const MODEL_CONFIG: &str = r#"
-name = "progress-smollm2"
-mode = "faithful"
-objective = "comp"
-use_votes = false
-max_rounds = 1
-seed = 7
-max_calls = 1
-
-[difficulty]
-easy = 1
-medium = 1
-hard = 0
-
-[jobs]
-source = "procedural"
-
-[generation]
-max_tokens = 120
-temperature = 0.0
-thinking = false
-
-[llm]
-device = "cpu"
-structured = "constrained"
-stand_in = "__MODEL__"
-max_string_chars = 60
-
-[[roster]]
-agent_id = "agent_1"
-model = "qwen3-8b"
-model_name = "qwen3:8b"
-size = 8
-init_energy = 1500.0
-
-[[roster]]
-agent_id = "agent_2"
-model = "scripted:easiest"
-model_name = "scripted"
-size = 4
-init_energy = 1500.0
-"#;
-
 #[test]
 fn a_model_backed_run_says_it_loads_the_model_and_each_round() {
     let Some(model) = default_model::cached() else {
@@ -248,7 +203,7 @@ fn a_model_backed_run_says_it_loads_the_model_and_each_round() {
     let cfg = t.path().join("smollm2.toml");
     std::fs::write(
         &cfg,
-        MODEL_CONFIG.replace("__MODEL__", &model.display().to_string()),
+        default_model::one_round_society("progress-smollm2", &model),
     )
     .unwrap();
     let cfg = cfg.to_str().unwrap();

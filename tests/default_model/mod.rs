@@ -3,7 +3,7 @@
 //! which `.ci/run` calls first. Under CI a missing model fails the test;
 //! elsewhere the test says it was skipped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use joule::inference::files::manifest::{Catalog, DEFAULT_MODEL};
 use joule::inference::files::sources::Sources;
@@ -24,3 +24,57 @@ pub fn cached() -> Option<PathBuf> {
         }
     }
 }
+
+/// A one-round society config: `agent_1` on the default model (`model`, as the stand-in for
+/// `qwen3-8b`), `agent_2` scripted (`easiest`), one call each, 120 tokens at temperature 0
+/// (tests/llm_society.rs and tests/progress_output.rs).
+#[allow(dead_code)] // not every test that includes this module runs a society
+pub fn one_round_society(name: &str, model: &Path) -> String {
+    ONE_ROUND_SOCIETY
+        .replace("__NAME__", name)
+        .replace("__MODEL__", &model.display().to_string())
+}
+
+#[allow(dead_code)]
+const ONE_ROUND_SOCIETY: &str = r#"
+name = "__NAME__"
+mode = "faithful"
+objective = "comp"
+use_votes = false
+max_rounds = 1
+seed = 7
+max_calls = 1
+
+[difficulty]
+easy = 1
+medium = 1
+hard = 0
+
+[jobs]
+source = "procedural"
+
+[generation]
+max_tokens = 120
+temperature = 0.0
+thinking = false
+
+[llm]
+device = "cpu"
+structured = "constrained"
+stand_in = "__MODEL__"
+max_string_chars = 60
+
+[[roster]]
+agent_id = "agent_1"
+model = "qwen3-8b"
+model_name = "qwen3:8b"
+size = 8
+init_energy = 1500.0
+
+[[roster]]
+agent_id = "agent_2"
+model = "scripted:easiest"
+model_name = "scripted"
+size = 4
+init_energy = 1500.0
+"#;
