@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --release --quiet
-joule=$PWD/target/release/joule
+joule=$(realpath "${CARGO_TARGET_DIR:-target}")/release/joule
 work=$(mktemp -d "${TMPDIR:-/tmp}/joule-slurm-test.XXXXXX")
 cluster=$work/cluster
 cleanup() {
