@@ -378,7 +378,34 @@ fn takes_follows_the_named_types_or_the_default_rule() {
     assert!(takes(Some("all"), GgmlDType::Q6K, 16, 256).unwrap());
     // Unset: the defaults, less what candle repacks.
     assert!(takes(None, GgmlDType::Q4_1, 16, 256).unwrap());
-    assert!(!takes(Some(""), GgmlDType::Q4K, 1, 256).unwrap());
+    // Q4_K/Q6_K: split by rows where candle repacks them, Joule's elsewhere.
+    assert_eq!(
+        choose(Some(""), GgmlDType::Q4K, 4096, 4096).unwrap(),
+        Choice::Split
+    );
+    assert_eq!(
+        choose(None, GgmlDType::Q6K, 151936, 4096).unwrap(),
+        Choice::Split
+    );
+    assert_eq!(choose(None, GgmlDType::Q4K, 1, 256).unwrap(), Choice::Joule);
+    assert!(!takes(None, GgmlDType::Q6K, 16, 256).unwrap());
+    // Named or left out, the variable overrides the row rule.
+    assert_eq!(
+        choose(Some("Q4_K"), GgmlDType::Q4K, 4096, 4096).unwrap(),
+        Choice::Joule
+    );
+    assert_eq!(
+        choose(Some("Q4_K"), GgmlDType::Q6K, 4096, 4096).unwrap(),
+        Choice::Candle
+    );
+    assert_eq!(
+        choose(Some("Q4_1"), GgmlDType::Q5K, 4096, 4096).unwrap(),
+        Choice::Candle
+    );
+    assert_eq!(
+        choose(None, GgmlDType::F16, 16, 256).unwrap(),
+        Choice::Candle
+    );
     assert_eq!(
         takes(None, GgmlDType::Q8_0, 16, 256).unwrap(),
         !candle_repacks(GgmlDType::Q8_0, 16, 256)
