@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 f=${1:-$HOME/.cache/joule/models/bench/qwen3-8b-4L.Q4_K_M.gguf}
 joule=${JOULE:-${CARGO_TARGET_DIR:-target}/release/joule}
 reps=${REPS:-2}
+p=${P:-512}   # P, N: smaller only to try the script (FORCE=1 P=16 N=2 REPS=1)
+n=${N:-128}
 [ -f "$f" ] || { echo "no benchmark file $f (see the comment at the top)" >&2; exit 2; }
 [ -x "$joule" ] || { echo "no joule binary at $joule (cargo build --release, or set JOULE)" >&2; exit 2; }
 bin=$(scripts/fetch-llama-cpp.sh | tail -1)
@@ -27,10 +29,10 @@ fi
 run() {
   flock /work/notes/bench.lock "$@"
 }
-run "$bin/llama-bench" -m "$f" -p 512 -n 128 -r "$reps" -t 2 -fa 0,1
-run "$joule" bench --gguf "$f" -p 512 -n 128 -r "$reps" -t 2
-run env JOULE_CPU_KERNEL_TYPES=all "$joule" bench --gguf "$f" -p 512 -n 128 -r "$reps" -t 2
-run "$bin/llama-bench" -m "$f" -p 512 -n 128 -r "$reps" -t 2 -fa 0,1
+run "$bin/llama-bench" -m "$f" -p "$p" -n "$n" -r "$reps" -t 2 -fa 0,1
+run "$joule" bench --gguf "$f" -p "$p" -n "$n" -r "$reps" -t 2
+run env JOULE_CPU_KERNEL_TYPES=all "$joule" bench --gguf "$f" -p "$p" -n "$n" -r "$reps" -t 2
+run "$bin/llama-bench" -m "$f" -p "$p" -n "$n" -r "$reps" -t 2 -fa 0,1
 if [ "${CROSSOVER:-0}" = 1 ]; then
   run cargo bench --bench quant_matmul -- 2 rows
 fi
