@@ -96,7 +96,7 @@ fn msg(e: anyhow::Error) -> candle_core::Error {
 pub fn split_forward_many(ws: &[&SplitMatmul], x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
     let dims = x.dims().to_vec();
     let k = dims.last().copied().unwrap_or(0);
-    let m = if k == 0 { 0 } else { x.elem_count() / k };
+    let m = x.elem_count().checked_div(k).unwrap_or(0);
     let long = long_rows(m, SPLIT_ROWS);
     let out_dims = |n: usize| {
         let mut d = dims.clone();
