@@ -509,7 +509,7 @@ fn check_k_type<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
         let old = QuantMatrix::<Old>::from_gguf_bytes(&bytes, n, k).unwrap();
         assert_eq!(old.dequantize(), wf, "{}: 32-value view", B::NAME);
         let wmax = wf.iter().fold(0f32, |a, v| a.max(v.abs()));
-        for m in [1usize, 3, 4, 5, 9, 16] {
+        for m in [1usize, 3, 4, 5, 9, 16, 21] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let want = reference(&wf, &x, n, k);
             for simd in Simd::available() {
@@ -544,10 +544,12 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let (n, k) = (20, 512);
     let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
         .unwrap();
-    let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+    // 37 rows: two 16-row prompt tiles (AVX-512 VNNI) and 5 rows of 2×4 tiles.
+    let rows_in = 37;
+    let x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
     let acts = Acts::quantize_for(&x, k, false, true);
     let batch = matmul(&w, &x).unwrap();
-    for r in 0..6 {
+    for r in 0..rows_in {
         let alone = matmul(&w, &x[r * k..(r + 1) * k]).unwrap();
         assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
     }
