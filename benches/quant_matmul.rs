@@ -6,7 +6,14 @@
 //! and 64 rows (prefill: reported in GMAC/s), at SmolLM2's output head, a
 //! matrix that fits in L2/L3, and a 4B model's FFN projection.
 //! Run: `cargo bench --bench quant_matmul [-- THREADS [TYPE]]` (prints timings;
-//! asserts nothing about speed). THREADS sets candle's worker pool
+//! asserts nothing about speed).
+//!
+//! `cargo bench --bench quant_matmul -- THREADS rows [TYPE] [REPS]` instead prints the
+//! crossover table of issue #27 item 1: Q4_K and Q6_K (or TYPE) at Qwen3-8B's real
+//! widths (`[n, k]` = 4096×4096 q/o, 12288×4096 gate/up, 4096×12288 down, 151936×4096
+//! output head), Joule's k-quant kernel against candle's repacked one for 1 to 64
+//! activation rows, as µs per call and Joule's speed over candle's (the row count from
+//! which candle wins is where `quant_matmul::SPLIT_ROWS` should sit). THREADS sets candle's worker pool
 //! (`RAYON_NUM_THREADS`), default all cores; `JOULE_SIMD` picks Joule's
 //! kernel (`portable`, `avx2`, `avxvnni`, `avx512vnni`).
 
@@ -62,6 +69,9 @@ fn main() -> anyhow::Result<()> {
         std::env::set_var("RAYON_NUM_THREADS", t);
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    if args.get(1).map(String::as_str) == Some("rows") {
+        return rows(&mut rng, args.get(2), args.get(3));
+    }
     // SmolLM2's output head (larger than the caches), a matrix that fits in
     // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
     let shapes = [
@@ -111,6 +121,57 @@ fn main() -> anyhow::Result<()> {
                 "| {dtype:?} | {name} | {:.1} | {dec:.2} | {pre:.1} | {cdec:.2} | {cpre:.1} |",
                 bytes.len() as f64 / 1e6
             );
+        }
+    }
+    Ok(())
+}
+
+/// The crossover table (see the file's doc comment): for each type and real-width
+/// shape, µs per call of Joule's kernel and candle's at each row count.
+fn rows(rng: &mut impl Rng, only: Option<&String>, reps: Option<&String>) -> anyhow::Result<()> {
+    let reps: usize = reps.and_then(|r| r.parse().ok()).unwrap_or(5);
+    let shapes = [
+        ("4096x4096 (q, o)", 4096, 4096),
+        ("12288x4096 (gate, up)", 12288, 4096),
+        ("4096x12288 (down)", 4096, 12288),
+        ("151936x4096 (output)", 151936, 4096),
+    ];
+    let counts = [1usize, 2, 4, 8, 12, 16, 24, 32, 64];
+    let cpu = candle_core::Device::Cpu;
+    println!("µs per call, joule / candle (joule's speed over candle's in brackets)");
+    println!();
+    let head: Vec<String> = counts.iter().map(|m| format!("m={m}")).collect();
+    println!("| type | matrix | {} |", head.join(" | "));
+    println!("| --- | --- |{}", " ---: |".repeat(counts.len()));
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
+            continue;
+        }
+        for (name, n, k) in shapes {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let Some(w) = cpu_matrix_of(dtype, &bytes, n, k) else {
+                continue;
+            };
+            let w = w?;
+            let storage = QStorage::from_data(Cow::Borrowed(&bytes), &cpu, dtype)?;
+            let q = QMatMul::from_qtensor(QTensor::new(storage, (n, k))?)?;
+            let mut cells = Vec::new();
+            for &m in &counts {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let t = Tensor::from_slice(&x, (m, k), &cpu)?;
+                let r = if m <= 8 { reps * 2 } else { reps };
+                let ours = time(r, || {
+                    Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x)?)))
+                })?;
+                let theirs = time(r, || Ok(drop(std::hint::black_box(q.forward(&t)?))))?;
+                cells.push(format!(
+                    "{:.0} / {:.0} ({:.2}×)",
+                    ours * 1e6,
+                    theirs * 1e6,
+                    theirs / ours
+                ));
+            }
+            println!("| {dtype:?} | {name} | {} |", cells.join(" | "));
         }
     }
     Ok(())

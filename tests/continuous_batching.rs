@@ -1,8 +1,9 @@
 //! Continuous batching (`generate::DecodeBatch`) is exact: a sequence's
 //! logits do not depend on which sequences share its forward steps (checked
 //! bit for bit on quantised weights: the roster's q8_0 fixtures, recurrent
-//! and sliding-window ones included, and SmolLM2's Q4_1 kernel when the model
-//! is cached; dense f32 weights agree to 1e-5 only), so its tokens do not
+//! and sliding-window ones included, SmolLM2's Q4_1 kernel when the model is
+//! cached, and a synthesized Q4_K_M whose Q4_K/Q6_K are split by rows between
+//! Joule's and candle's kernels; dense f32 weights agree to 1e-5 only), so its tokens do not
 //! depend on when it joins the running batch or on the prefill budget; and a
 //! finished sequence's place is taken at the next step, before the longest
 //! sequence ends.
@@ -152,6 +153,53 @@ fn batched_rows_are_computed_independently_on_smollm2() {
         let m = joule::inference::models::load_model(&p, &roster_common::test_device()).unwrap();
         rows_are_independent(m.as_ref(), "SmolLM2 Q4_1", true);
     }
+}
+
+/// Q4_K and Q6_K split by each sequence's rows (`quant_matmul::split`:
+/// Joule's kernels for pieces of up to 16 rows, candle's for longer ones) on
+/// a synthesized SmolLM2 Q4_K_M, whose `ffn_down` is Q4_K and Q6_K in shapes
+/// candle repacks: the plan mixes 64-, 39- and 21-row pieces with 8- and
+/// 1-row ones in shared steps, and every piece is the same bits as alone.
+#[test]
+fn batched_rows_are_computed_independently_with_split_k_quants() {
+    use joule::inference::files::gguf_weights::GgufFile;
+    use joule::inference::files::manifest::Catalog;
+    use joule::inference::files::synth::{recipe::FileType, synthesize, SynthOptions};
+    let catalog = Catalog::load(None).expect("manifests");
+    let m = catalog
+        .get("smollm2-135m-instruct")
+        .expect("SmolLM2 manifest");
+    let cfg = m.synth.clone().expect("SmolLM2's [synth] table");
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("smollm2.Q4_K_M.gguf");
+    let opts = SynthOptions {
+        out: gguf.clone(),
+        file_type: FileType::Q4KM,
+        // Three layers: llama-quantize's mix gives layer 2's ffn_down Q6_K, the others Q4_K.
+        layers: Some(3),
+        seed: 1,
+        vocab: None,
+        quiet: true,
+    };
+    synthesize(&m.name, &m.architecture, &cfg, &opts).expect("synthesize");
+    let mut file = GgufFile::open(&gguf).unwrap();
+    let model =
+        joule::inference::models::load_model_from(&mut file, &candle_core::Device::Cpu).unwrap();
+    let defaults = std::env::var_os("JOULE_CPU_KERNEL_TYPES").is_none()
+        && std::env::var_os("JOULE_CANDLE_KERNELS_ONLY").is_none();
+    if defaults {
+        for t in [
+            candle_core::quantized::GgmlDType::Q4K,
+            candle_core::quantized::GgmlDType::Q6K,
+        ] {
+            assert!(
+                file.matmuls().iter().any(|u| u.dtype == t && u.split),
+                "no split {t:?} matrix: {:?}",
+                file.matmuls()
+            );
+        }
+    }
+    rows_are_independent(model.as_ref(), "SmolLM2 Q4_K_M, split Q4_K/Q6_K", true);
 }
 
 fn params(max_tokens: u32, seed: u64) -> GenParams {

@@ -395,6 +395,7 @@ mod tests {
             n,
             k,
             joule: true,
+            split: false,
         };
         // Q4_K: 144 bytes per 256 values; Q8_0: 34 per 32.
         let uses = [m(GgmlDType::Q4K, 512, 1024), m(GgmlDType::Q8_0, 3, 64)];

@@ -80,13 +80,17 @@ pub struct GgufFile {
 
 /// One weight matrix a model load put behind a matrix product: its GGUF
 /// type, its shape `[n, k]`, and whether Joule's CPU kernels multiply it
-/// (`quant_matmul`), else candle's quantised matmul.
+/// (`quant_matmul`), else candle's quantised matmul, or both split by the rows
+/// of each sequence (`quant_matmul::split`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MatmulUse {
     pub dtype: candle_core::quantized::GgmlDType,
     pub n: usize,
     pub k: usize,
     pub joule: bool,
+    /// Joule's kernels for segments of up to `quant_matmul::SPLIT_ROWS` rows,
+    /// candle's for longer ones (then `joule` is false).
+    pub split: bool,
 }
 
 impl std::fmt::Debug for GgufFile {

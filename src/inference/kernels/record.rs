@@ -37,6 +37,16 @@ fn cpu_repacks(t: GgmlDType) -> bool {
     quant_matmul::candle_repacks(t, 16, 256)
 }
 
+/// A split type's rule, by the rows one sequence feeds in a step.
+fn split_rule() -> String {
+    format!(
+        "joule for 1-{n} rows per sequence, candle for {m}+ (joule where candle does not \
+         repack)",
+        n = quant_matmul::SPLIT_ROWS,
+        m = quant_matmul::SPLIT_ROWS + 1
+    )
+}
+
 impl KernelRecord {
     /// The record of a local backend on `device` with caches of `kv_cache`,
     /// for `models`: each model's name and the weight matrices its load put
@@ -97,7 +107,7 @@ impl KernelRecord {
         match quant_matmul::kernel_types(spec.as_deref()) {
             Ok(Some(types)) => {
                 r.matmul = format!(
-                    "joule for the types {} names, whatever the shape; candle for the others",
+                    "joule for the types {} names, whatever the shape and at every row count; candle for the others",
                     crate::knobs::CPU_KERNEL_TYPES.name
                 );
                 for t in quant_matmul::ALL_TYPES {
@@ -110,30 +120,39 @@ impl KernelRecord {
                 }
             }
             Ok(None) => {
-                r.matmul = "joule for its default types (quant_matmul::DEFAULT_TYPES) unless \
-                            candle repacks the matrix; candle for the others"
-                    .into();
+                r.matmul = format!(
+                    "joule for its default types (quant_matmul::DEFAULT_TYPES) unless candle \
+                     repacks the matrix; for {} where candle repacks the matrix, joule for each \
+                     sequence's rows of a step when they are 1 to {} (decode, small batches) \
+                     and candle for longer ones (prompts); candle for the others",
+                    quant_matmul::SPLIT_TYPES.map(type_name).join(", "),
+                    quant_matmul::SPLIT_ROWS
+                );
                 let repacked: Vec<String> = quant_matmul::DEFAULT_TYPES
                     .into_iter()
-                    .chain([GgmlDType::Q4K, GgmlDType::Q6K])
+                    .chain(quant_matmul::SPLIT_TYPES)
                     .filter(|&t| cpu_repacks(t))
                     .map(type_name)
                     .collect();
                 r.candle_repacks = Some(format!(
                     "candle 0.11 repacks a [n, k] matrix with n a multiple of 16 and k of 256 \
                      for {} on this CPU (Q8_0 only with AVX-512 VNNI or AVX-VNNI); such a \
-                     matrix of a default type goes to candle",
-                    repacked.join(", ")
+                     matrix of a default type goes to candle, one of {} is split by rows",
+                    repacked.join(", "),
+                    quant_matmul::SPLIT_TYPES.map(type_name).join(", "),
                 ));
+                let split = split_rule();
                 for t in quant_matmul::ALL_TYPES {
-                    let who = if !quant_matmul::DEFAULT_TYPES.contains(&t) {
-                        "candle"
+                    let who = if quant_matmul::SPLIT_TYPES.contains(&t) {
+                        split.clone()
+                    } else if !quant_matmul::DEFAULT_TYPES.contains(&t) {
+                        "candle".into()
                     } else if cpu_repacks(t) {
-                        "joule unless candle repacks"
+                        "joule unless candle repacks".into()
                     } else {
-                        "joule"
+                        "joule".into()
                     };
-                    r.types.insert(type_name(t), who.into());
+                    r.types.insert(type_name(t), who);
                 }
             }
             Err(e) => {
@@ -197,26 +216,32 @@ impl KernelRecord {
 
 /// Per GGUF type: whose kernel multiplies how many of these matrices.
 fn per_type(uses: &[MatmulUse]) -> BTreeMap<String, String> {
-    let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut counts: BTreeMap<String, [usize; 3]> = BTreeMap::new();
     for u in uses {
         let c = counts.entry(type_name(u.dtype)).or_default();
-        if u.joule {
-            c.0 += 1;
+        c[if u.split {
+            2
+        } else if u.joule {
+            0
         } else {
-            c.1 += 1;
-        }
+            1
+        }] += 1;
     }
     let count =
         |who: &str, n: usize| format!("{who} ({n} {})", if n == 1 { "matrix" } else { "matrices" });
+    let split = format!(
+        "joule for 1-{} rows per sequence, candle for more",
+        quant_matmul::SPLIT_ROWS
+    );
     counts
         .into_iter()
-        .map(|(t, (joule, candle))| {
-            let v = match (joule, candle) {
-                (j, 0) => count("joule", j),
-                (0, c) => count("candle", c),
-                (j, c) => format!("{}, {}", count("joule", j), count("candle", c)),
-            };
-            (t, v)
+        .map(|(t, c)| {
+            let parts: Vec<String> = [("joule", c[0]), ("candle", c[1]), (split.as_str(), c[2])]
+                .into_iter()
+                .filter(|&(_, n)| n > 0)
+                .map(|(who, n)| count(who, n))
+                .collect();
+            (t, parts.join(", "))
         })
         .collect()
 }
@@ -232,6 +257,7 @@ mod tests {
             n: 16,
             k: 256,
             joule,
+            split: false,
         };
         let t = per_type(&[
             u(GgmlDType::Q4_1, true),
@@ -243,6 +269,20 @@ mod tests {
         assert_eq!(t["Q4_1"], "joule (2 matrices)");
         assert_eq!(t["Q8_0"], "candle (1 matrix)");
         assert_eq!(t["Q6_K"], "joule (1 matrix), candle (1 matrix)");
+        let split = per_type(&[MatmulUse {
+            dtype: GgmlDType::Q4K,
+            n: 4096,
+            k: 4096,
+            joule: false,
+            split: true,
+        }]);
+        assert_eq!(
+            split["Q4_K"],
+            format!(
+                "joule for 1-{} rows per sequence, candle for more (1 matrix)",
+                quant_matmul::SPLIT_ROWS
+            )
+        );
     }
 
     #[test]
@@ -252,6 +292,7 @@ mod tests {
             n: 576,
             k: 576,
             joule: true,
+            split: false,
         }];
         let r = KernelRecord::local(&Device::Cpu, KvCache::F16, &[("m".into(), &uses[..])]);
         assert_eq!(r.backend, "candle");
@@ -260,7 +301,9 @@ mod tests {
         assert!(r.simd.is_some());
         if !crate::knobs::candle_kernels_only() && crate::knobs::cpu_kernel_types().is_none() {
             assert_eq!(r.types["Q4_1"], "joule");
-            assert_eq!(r.types["Q4_K"], "candle");
+            assert_eq!(r.types["Q4_K"], split_rule());
+            assert_eq!(r.types["Q6_K"], split_rule());
+            assert_eq!(r.types["Q5_K"], "joule");
             assert!(r.types["Q8_0"].starts_with("joule"));
         }
         #[derive(serde::Serialize, serde::Deserialize)]

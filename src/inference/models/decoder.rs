@@ -466,6 +466,7 @@ impl DecoderModel {
     /// same as when its sequence runs alone.
     fn forward_batch(&self, batch: &mut [SeqStep<'_>]) -> Result<Vec<Tensor>> {
         check_steps(&self.info, batch)?;
+        let _segments = super::nn::step_segments(batch);
         // Per-sequence row ranges and rotary tables.
         let mut rows = Vec::with_capacity(batch.len());
         let mut tables = Vec::with_capacity(batch.len());
@@ -539,6 +540,7 @@ impl DecoderModel {
         for step in batch.iter_mut() {
             step.state.commit(step.tokens);
         }
+        let _head = super::nn::picked_segments(&rows);
         let x = self.out_norm.forward(&pick_rows(&x, &rows)?)?;
         let mut logits = self.output.forward(&x)?;
         if let Some(cap) = self.spec.final_softcap {

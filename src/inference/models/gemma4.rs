@@ -719,6 +719,7 @@ impl CausalLm for Gemma4 {
             return Ok(Vec::new());
         }
         check_steps(&self.info, batch)?;
+        let _segments = super::nn::step_segments(batch);
         if batch.iter().any(|s| s.state.kinds() != self.state_layout()) {
             bail!(
                 "model `{}`: a sequence state was made for another model",
@@ -797,6 +798,7 @@ impl CausalLm for Gemma4 {
             .zip(&wants_all)
             .map(|(s, &all)| (s.rows, all))
             .collect();
+        let _head = super::nn::picked_segments(&rows);
         let x = self.out_norm.forward(&pick_rows(&x, &rows)?)?;
         let mut logits = self.output.forward(&x)?;
         if let Some(cap) = self.final_softcap {

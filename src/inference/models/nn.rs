@@ -4,9 +4,9 @@
 //! ([`attention`]), the [`Loader`] that reads tensors with their shapes
 //! checked, and the [`ModelInfo`] facts common to every file.
 
-use crate::inference::engine::model::ModelInfo;
+use crate::inference::engine::model::{ModelInfo, SeqStep};
 use crate::inference::files::gguf_weights::{GgufFile, LoadError};
-use crate::inference::kernels::quant_matmul::{self, cpu_matrix, CpuMatmul};
+use crate::inference::kernels::quant_matmul::{self, Choice, CpuMatmul, SplitMatmul};
 use crate::inference::kernels::AttnParams;
 use candle_core::quantized::{QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
@@ -134,22 +134,34 @@ pub fn rms_norm_plain(x: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
 
 /// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
 /// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q4_K,
-/// Q6_K, ...), or on the CPU for the types Joule's own SIMD kernels compute
-/// faster (`quant_matmul::DEFAULT_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q5_K;
-/// `JOULE_CPU_KERNEL_TYPES` names others) those kernels.
+/// Q6_K, ...), on the CPU Joule's own SIMD kernels for the types they compute
+/// faster (`quant_matmul::DEFAULT_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q5_K),
+/// or both for Q4_K/Q6_K (`quant_matmul::split`: Joule's for decode-sized
+/// segments of the rows, candle's for prompts); `JOULE_CPU_KERNEL_TYPES`
+/// names others (`quant_matmul::choose`).
 #[derive(Debug, Clone)]
 pub enum Proj {
     Candle(QMatMul),
     Cpu(Arc<dyn CpuMatmul>),
+    Split(Arc<SplitMatmul>),
 }
 
 impl Proj {
     pub fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
         let dims = q.shape().dims().to_vec();
         if device.is_cpu() && dims.len() == 2 && !crate::knobs::candle_kernels_only() {
-            if let Some(m) = cpu_matrix(q.dtype(), &q.data()?, dims[0], dims[1]) {
-                let m = m.map_err(|e| candle_core::Error::Msg(format!("{e:#}")))?;
-                return Ok(Proj::Cpu(Arc::from(m)));
+            let err = |e: anyhow::Error| candle_core::Error::Msg(format!("{e:#}"));
+            let (dtype, n, k) = (q.dtype(), dims[0], dims[1]);
+            let choice = quant_matmul::choice(dtype, n, k).map_err(err)?;
+            if choice != Choice::Candle {
+                if let Some(m) = quant_matmul::cpu_matrix_of(dtype, &q.data()?, n, k) {
+                    let joule: Arc<dyn CpuMatmul> = Arc::from(m.map_err(err)?);
+                    if choice == Choice::Joule {
+                        return Ok(Proj::Cpu(joule));
+                    }
+                    let candle = QMatMul::from_arc(q)?;
+                    return Ok(Proj::Split(Arc::new(SplitMatmul { joule, candle })));
+                }
             }
         }
         QMatMul::from_arc(q).map(Proj::Candle)
@@ -158,22 +170,40 @@ impl Proj {
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Proj::Candle(m) => m.forward(&x.contiguous()?),
-            Proj::Cpu(_) => Ok(Self::forward_many(&[self], x)?.remove(0)),
+            Proj::Cpu(_) | Proj::Split(_) => Ok(Self::forward_many(&[self], x)?.remove(0)),
         }
     }
 
     /// `[p.forward(x) for p in ps]`; when every projection runs on Joule's
     /// CPU kernels (and they share `k`), `x` is quantised once and all of
-    /// them run in one pass of the worker pool (a layer's q/k/v, gate/up).
+    /// them run in one pass of the worker pool (a layer's q/k/v, gate/up);
+    /// when every one is split, the same for the rows Joule's kernels take.
     pub fn forward_many(ps: &[&Proj], x: &Tensor) -> candle_core::Result<Vec<Tensor>> {
+        let same_k = |ks: &[usize]| ks.windows(2).all(|p| p[0] == p[1]);
+        let split: Option<Vec<&SplitMatmul>> = ps
+            .iter()
+            .map(|p| match p {
+                Proj::Split(s) => Some(s.as_ref()),
+                _ => None,
+            })
+            .collect();
+        if let Some(ws) = split.filter(|ws| {
+            let ks: Vec<usize> = ws.iter().map(|w| w.joule.k()).collect();
+            same_k(&ks)
+        }) {
+            return quant_matmul::split_forward_many(&ws, x);
+        }
         let cpu: Option<Vec<&dyn CpuMatmul>> = ps
             .iter()
             .map(|p| match p {
                 Proj::Cpu(w) => Some(w.as_ref()),
-                Proj::Candle(_) => None,
+                _ => None,
             })
             .collect();
-        let Some(ws) = cpu.filter(|ws| ws.windows(2).all(|p| p[0].k() == p[1].k())) else {
+        let Some(ws) = cpu.filter(|ws| {
+            let ks: Vec<usize> = ws.iter().map(|w| w.k()).collect();
+            same_k(&ks)
+        }) else {
             return ps.iter().map(|p| p.forward(x)).collect();
         };
         let dims = x.dims().to_vec();
@@ -341,6 +371,7 @@ impl Loader<'_> {
                     n,
                     k,
                     joule: matches!(p, Proj::Cpu(_)),
+                    split: matches!(p, Proj::Split(_)),
                 });
         }
     }
@@ -619,6 +650,19 @@ pub fn pick_rows(x: &Tensor, rows: &[(Rows, bool)]) -> candle_core::Result<Tenso
         return Ok(x.clone());
     }
     x.index_select(&Tensor::new(pick.as_slice(), x.device())?, 0)
+}
+
+/// Declare the rows of a step's stacked products as one segment per sequence
+/// (its new tokens), for the kernels that choose by a sequence's rows
+/// (`quant_matmul::split`); held until the guard drops.
+pub fn step_segments(batch: &[SeqStep<'_>]) -> quant_matmul::split::Segments {
+    quant_matmul::segments(batch.iter().map(|s| s.tokens.len()))
+}
+
+/// Declare the rows [`pick_rows`] keeps as one segment per sequence (its
+/// last row, or all its rows), for the output head's product.
+pub fn picked_segments(rows: &[(Rows, bool)]) -> quant_matmul::split::Segments {
+    quant_matmul::segments(rows.iter().map(|(r, all)| if *all { r.t } else { 1 }))
 }
 
 /// Split `[Σ picked, vocab]` logits (from [`pick_rows`]) per sequence:

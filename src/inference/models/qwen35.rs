@@ -644,6 +644,7 @@ impl CausalLm for Qwen35 {
             return Ok(Vec::new());
         }
         check_steps(&self.info, batch)?;
+        let _segments = super::nn::step_segments(batch);
         if batch.iter().any(|s| s.state.kinds() != self.state_layout()) {
             anyhow::bail!(
                 "model `{}`: a sequence state was made for another model",
@@ -674,6 +675,7 @@ impl CausalLm for Qwen35 {
         for step in batch.iter_mut() {
             step.state.commit(step.tokens);
         }
+        let _head = super::nn::picked_segments(&rows);
         let x = self.out_norm.forward(&pick_rows(&x, &rows)?)?;
         let logits = self.output.forward(&x)?;
         Ok(split_logits(&logits, &rows)?)

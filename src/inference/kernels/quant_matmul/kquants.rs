@@ -595,7 +595,30 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
 
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
         debug_assert!(acts.kbs == self.kbs && rows.end <= acts.rows());
+        #[allow(unused_mut)]
+        let mut rest = rows.start;
+        // Prompts on AVX-512 VNNI: whole blocks of 16 activation rows through the prompt
+        // tile (each weight super-block unpacked once for 16 rows), the rest through the
+        // 2×4 tiles; a row's result is the same bits in either.
+        #[cfg(target_arch = "x86_64")]
+        if self.simd == Simd::Avx512Vnni {
+            use x86::kquants512::{dot_rows16_k512, PROMPT_ROWS};
+            while rest + PROMPT_ROWS <= rows.end {
+                let block: [usize; PROMPT_ROWS] = std::array::from_fn(|i| rest + i);
+                for j in js.clone() {
+                    // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI;
+                    // the caller guarantees the rows exist and owns y[r, j] for them.
+                    unsafe {
+                        let out = dot_rows16_k512(self, j, acts, block);
+                        for (i, v) in out.into_iter().enumerate() {
+                            *y.add((rest + i) * self.n + j) = v;
+                        }
+                    }
+                }
+                rest += PROMPT_ROWS;
+            }
+        }
         // SAFETY: as the caller guarantees.
-        unsafe { run_tiles(self, self.n, rows, js, acts, y) }
+        unsafe { run_tiles(self, self.n, rest..rows.end, js, acts, y) }
     }
 }

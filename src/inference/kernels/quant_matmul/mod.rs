@@ -7,8 +7,10 @@
 //! dot products with scalar loops, which made prefill three times and decode
 //! 1.4 times slower than llama.cpp here. Which types these kernels take is
 //! [`DEFAULT_TYPES`] (those where they beat candle in
-//! `benches/quant_matmul.rs`; candle's repacked Q4_K and Q6_K kernels are
-//! faster on an AVX-512 CPU) unless `JOULE_CPU_KERNEL_TYPES` names others.
+//! `benches/quant_matmul.rs`), and for [`SPLIT_TYPES`] (Q4_K, Q6_K) the
+//! decode-sized segments of the rows while candle's repacked kernels take
+//! prompts ([`split`], [`choose`]), unless `JOULE_CPU_KERNEL_TYPES` names the
+//! types (then Joule's at every row count, the others candle's).
 //!
 //! The k-quants have their own matrix, [`kquants::KMatrix`]: a whole
 //! 256-value super-block at a time against 256-value activation blocks with
@@ -162,16 +164,14 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
 /// [`DEFAULT_TYPES`] (`crate::knobs::CPU_KERNEL_TYPES`).
 pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 
-/// The types this module takes by default, unless candle repacks the
-/// matrix ([`candle_repacks`]): those whose products it computes faster than
-/// candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K stay
-/// on candle's repacked 16-row kernels unless [`TYPES_ENV`] names them: with
-/// the super-block kernels of `kquants.rs` (session 10, AVX-512 Xeon, heavily
-/// loaded machine) Joule's decode was ahead (Q6_K 1.3× in the kernel bench;
-/// a real-width Q4_K_M file 1.3×, at 82 % of the read bandwidth), but
-/// candle's prefill stayed about 2× ahead for both (its tile reuses each
-/// activation load across 16 weight rows, ours across 2), and one choice
-/// serves both; see benches/README.md, "k-quant super-block kernels".
+/// The types this module takes by default at every row count, unless candle
+/// repacks the matrix ([`candle_repacks`]): those whose products it computes
+/// faster than candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and
+/// Q6_K are [`SPLIT_TYPES`] instead: Joule's super-block kernels decode faster
+/// (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M file) but
+/// candle's repacked 16-row tiles (and AMX) multiply prompts about 2× faster than
+/// Joule's 2×4 tile; see benches/README.md, "k-quant super-block kernels" and
+/// "session 11".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -247,35 +247,69 @@ pub fn kernel_types(spec: Option<&str>) -> Result<Option<Vec<GgmlDType>>> {
         .map(Some)
 }
 
-/// This module's matrix for a GGUF tensor of `dtype`, or `None` for a matrix
-/// it leaves to candle: a type not among [`kernel_types`] of [`TYPES_ENV`],
-/// or with [`TYPES_ENV`] unset one that [`candle_repacks`].
+/// Whose kernel multiplies a loaded matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Joule's, at every row count.
+    Joule,
+    /// candle's, at every row count.
+    Candle,
+    /// Joule's for segments (the rows one sequence feeds in a step) of up to
+    /// [`split::SPLIT_ROWS`] rows, candle's for longer ones ([`split`]).
+    Split,
+}
+
+/// The types that are [`Choice::Split`] by default where candle repacks them: Joule's
+/// super-block kernels decode them faster, candle's repacked (and AMX) tiles multiply
+/// prompts faster (benches/README.md, "session 11").
+pub const SPLIT_TYPES: [GgmlDType; 2] = [GgmlDType::Q4K, GgmlDType::Q6K];
+
+/// The kernel of a `[n, k]` matrix of `dtype` when [`TYPES_ENV`] is `spec`: a type it
+/// names is Joule's at every row count and one it leaves out candle's (the variable
+/// overrides the row rule); unset, a type of [`DEFAULT_TYPES`] that candle does not
+/// repack is Joule's, a type of [`SPLIT_TYPES`] that candle repacks is split by rows
+/// (a [`SPLIT_TYPES`] shape candle does not repack is Joule's), anything else candle's.
+pub fn choose(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<Choice> {
+    Ok(match kernel_types(spec)? {
+        Some(types) if types.contains(&dtype) => Choice::Joule,
+        Some(_) => Choice::Candle,
+        None if SPLIT_TYPES.contains(&dtype) => {
+            if candle_repacks(dtype, n, k) {
+                Choice::Split
+            } else {
+                Choice::Joule
+            }
+        }
+        None if DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k) => Choice::Joule,
+        None => Choice::Candle,
+    })
+}
+
+/// [`choose`] with [`TYPES_ENV`] as it is set now.
+pub fn choice(dtype: GgmlDType, n: usize, k: usize) -> Result<Choice> {
+    choose(crate::knobs::cpu_kernel_types().as_deref(), dtype, n, k)
+}
+
+/// This module's matrix for a GGUF tensor of `dtype` when [`choice`] gives it to
+/// Joule's kernel at every row count, or `None` (a matrix it leaves to candle, or
+/// splits with candle: [`choice`]).
 pub fn cpu_matrix(
     dtype: GgmlDType,
     bytes: &[u8],
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    let taken = match takes(crate::knobs::cpu_kernel_types().as_deref(), dtype, n, k) {
-        Ok(taken) => taken,
-        Err(e) => return Some(Err(e)),
-    };
-    if taken {
-        cpu_matrix_of(dtype, bytes, n, k)
-    } else {
-        None
+    match choice(dtype, n, k) {
+        Ok(Choice::Joule) => cpu_matrix_of(dtype, bytes, n, k),
+        Ok(_) => None,
+        Err(e) => Some(Err(e)),
     }
 }
 
-/// Whether [`cpu_matrix`] takes a `[n, k]` matrix of `dtype` when
-/// [`TYPES_ENV`] is `spec`: named explicitly, a type is taken whatever its
-/// shape; with none named, a type of [`DEFAULT_TYPES`] that candle does not
-/// repack ([`candle_repacks`]).
+/// Whether [`choose`] gives a `[n, k]` matrix of `dtype` to Joule's kernel at every
+/// row count when [`TYPES_ENV`] is `spec`.
 pub fn takes(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<bool> {
-    Ok(match kernel_types(spec)? {
-        Some(types) => types.contains(&dtype),
-        None => DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k),
-    })
+    Ok(choose(spec, dtype, n, k)? == Choice::Joule)
 }
 
 /// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.
@@ -309,6 +343,7 @@ pub fn cpu_matrix_of(
 mod acts;
 mod blocks;
 pub(crate) mod kquants;
+pub mod split;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]
@@ -317,6 +352,7 @@ mod x86;
 use acts::padded;
 pub use acts::Acts;
 pub(crate) use blocks::*;
+pub use split::{segments, split_forward_many, SplitMatmul, SPLIT_ROWS};
 
 /// A `[n, k]` weight of block type `B` ready for [`CpuMatmul::matmul`].
 #[derive(Clone)]

@@ -378,7 +378,34 @@ fn takes_follows_the_named_types_or_the_default_rule() {
     assert!(takes(Some("all"), GgmlDType::Q6K, 16, 256).unwrap());
     // Unset: the defaults, less what candle repacks.
     assert!(takes(None, GgmlDType::Q4_1, 16, 256).unwrap());
-    assert!(!takes(Some(""), GgmlDType::Q4K, 1, 256).unwrap());
+    // Q4_K/Q6_K: split by rows where candle repacks them, Joule's elsewhere.
+    assert_eq!(
+        choose(Some(""), GgmlDType::Q4K, 4096, 4096).unwrap(),
+        Choice::Split
+    );
+    assert_eq!(
+        choose(None, GgmlDType::Q6K, 151936, 4096).unwrap(),
+        Choice::Split
+    );
+    assert_eq!(choose(None, GgmlDType::Q4K, 1, 256).unwrap(), Choice::Joule);
+    assert!(!takes(None, GgmlDType::Q6K, 16, 256).unwrap());
+    // Named or left out, the variable overrides the row rule.
+    assert_eq!(
+        choose(Some("Q4_K"), GgmlDType::Q4K, 4096, 4096).unwrap(),
+        Choice::Joule
+    );
+    assert_eq!(
+        choose(Some("Q4_K"), GgmlDType::Q6K, 4096, 4096).unwrap(),
+        Choice::Candle
+    );
+    assert_eq!(
+        choose(Some("Q4_1"), GgmlDType::Q5K, 4096, 4096).unwrap(),
+        Choice::Candle
+    );
+    assert_eq!(
+        choose(None, GgmlDType::F16, 16, 256).unwrap(),
+        Choice::Candle
+    );
     assert_eq!(
         takes(None, GgmlDType::Q8_0, 16, 256).unwrap(),
         !candle_repacks(GgmlDType::Q8_0, 16, 256)
@@ -482,7 +509,7 @@ fn check_k_type<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
         let old = QuantMatrix::<Old>::from_gguf_bytes(&bytes, n, k).unwrap();
         assert_eq!(old.dequantize(), wf, "{}: 32-value view", B::NAME);
         let wmax = wf.iter().fold(0f32, |a, v| a.max(v.abs()));
-        for m in [1usize, 3, 4, 5, 9, 16] {
+        for m in [1usize, 3, 4, 5, 9, 16, 21] {
             let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let want = reference(&wf, &x, n, k);
             for simd in Simd::available() {
@@ -517,10 +544,12 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let (n, k) = (20, 512);
     let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
         .unwrap();
-    let x: Vec<f32> = (0..6 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+    // 37 rows: two 16-row prompt tiles (AVX-512 VNNI) and 5 rows of 2×4 tiles.
+    let rows_in = 37;
+    let x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
     let acts = Acts::quantize_for(&x, k, false, true);
     let batch = matmul(&w, &x).unwrap();
-    for r in 0..6 {
+    for r in 0..rows_in {
         let alone = matmul(&w, &x[r * k..(r + 1) * k]).unwrap();
         assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
     }
