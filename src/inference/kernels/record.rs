@@ -120,14 +120,26 @@ impl KernelRecord {
                 }
             }
             Ok(None) => {
-                r.matmul = format!(
-                    "joule for its default types (quant_matmul::DEFAULT_TYPES) unless candle \
-                     repacks the matrix; for {} where candle repacks the matrix, joule for each \
-                     sequence's rows of a step when they are 1 to {} (decode, small batches) \
-                     and candle for longer ones (prompts); candle for the others",
-                    quant_matmul::SPLIT_TYPES.map(type_name).join(", "),
-                    quant_matmul::SPLIT_ROWS
-                );
+                let split = quant_matmul::split_requested(spec.as_deref());
+                let split_types = quant_matmul::SPLIT_TYPES.map(type_name).join(", ");
+                r.matmul = if split {
+                    format!(
+                        "{}=split: joule for its default types (quant_matmul::DEFAULT_TYPES) \
+                         unless candle repacks the matrix; for {split_types} where candle \
+                         repacks the matrix (held twice), joule for each sequence's rows of a \
+                         step when they are 1 to {} (decode, small batches) and candle for \
+                         longer ones (prompts), joule where candle does not repack it; candle \
+                         for the others",
+                        crate::knobs::CPU_KERNEL_TYPES.name,
+                        quant_matmul::SPLIT_ROWS
+                    )
+                } else {
+                    format!(
+                        "joule for its default types (quant_matmul::DEFAULT_TYPES) unless candle \
+                         repacks the matrix; {split_types} candle where it repacks the matrix, \
+                         joule where it does not; candle for the others"
+                    )
+                };
                 let repacked: Vec<String> = quant_matmul::DEFAULT_TYPES
                     .into_iter()
                     .chain(quant_matmul::SPLIT_TYPES)
@@ -137,14 +149,20 @@ impl KernelRecord {
                 r.candle_repacks = Some(format!(
                     "candle 0.11 repacks a [n, k] matrix with n a multiple of 16 and k of 256 \
                      for {} on this CPU (Q8_0 only with AVX-512 VNNI or AVX-VNNI); such a \
-                     matrix of a default type goes to candle, one of {} is split by rows",
+                     matrix of a default type goes to candle, one of {split_types} {}",
                     repacked.join(", "),
-                    quant_matmul::SPLIT_TYPES.map(type_name).join(", "),
+                    if split { "is split by rows" } else { "too" },
                 ));
-                let split = split_rule();
+                let split_rule = split_rule();
                 for t in quant_matmul::ALL_TYPES {
                     let who = if quant_matmul::SPLIT_TYPES.contains(&t) {
-                        split.clone()
+                        if split {
+                            split_rule.clone()
+                        } else if cpu_repacks(t) {
+                            "candle where it repacks, else joule".into()
+                        } else {
+                            "joule".into()
+                        }
                     } else if !quant_matmul::DEFAULT_TYPES.contains(&t) {
                         "candle".into()
                     } else if cpu_repacks(t) {
@@ -301,8 +319,14 @@ mod tests {
         assert!(r.simd.is_some());
         if !crate::knobs::candle_kernels_only() && crate::knobs::cpu_kernel_types().is_none() {
             assert_eq!(r.types["Q4_1"], "joule");
-            assert_eq!(r.types["Q4_K"], split_rule());
-            assert_eq!(r.types["Q6_K"], split_rule());
+            for t in ["Q4_K", "Q6_K"] {
+                let want = if cpu_repacks(GgmlDType::Q4K) {
+                    "candle where it repacks, else joule"
+                } else {
+                    "joule"
+                };
+                assert_eq!(r.types[t], want);
+            }
             assert_eq!(r.types["Q5_K"], "joule");
             assert!(r.types["Q8_0"].starts_with("joule"));
         }

@@ -219,11 +219,14 @@ pub const ALL_TYPES: [GgmlDType; 8] = [
 ];
 
 /// The types a [`TYPES_ENV`] value names, or `None` when it names none
-/// (unset or empty: [`DEFAULT_TYPES`], less what [`candle_repacks`]).
+/// (unset, empty or [`SPLIT_SPEC`]: the default rule of [`choose`]).
 pub fn kernel_types(spec: Option<&str>) -> Result<Option<Vec<GgmlDType>>> {
     let Some(spec) = spec.map(str::trim).filter(|s| !s.is_empty()) else {
         return Ok(None);
     };
+    if split_requested(Some(spec)) {
+        return Ok(None);
+    }
     if spec.eq_ignore_ascii_case("all") {
         return Ok(Some(ALL_TYPES.to_vec()));
     }
@@ -238,7 +241,7 @@ pub fn kernel_types(spec: Option<&str>) -> Result<Option<Vec<GgmlDType>>> {
                     let names: Vec<&str> = ALL_TYPES.iter().filter_map(|&d| ggml_name(d)).collect();
                     anyhow::anyhow!(
                         "{TYPES_ENV}={spec:?}: {t:?} is not a type Joule's CPU kernels have \
-                         (expected `all` or a comma-separated list of {})",
+                         (expected `all`, `{SPLIT_SPEC}` or a comma-separated list of {})",
                         names.join(", ")
                     )
                 })
@@ -259,27 +262,38 @@ pub enum Choice {
     Split,
 }
 
-/// The types that are [`Choice::Split`] by default where candle repacks them: Joule's
-/// super-block kernels decode them faster, candle's repacked (and AMX) tiles multiply
-/// prompts faster (benches/README.md, "session 11").
+/// The types that are [`Choice::Split`] where candle repacks them and [`TYPES_ENV`] is
+/// [`SPLIT_SPEC`]: Joule's super-block kernels decode them faster, candle's repacked (and
+/// AMX) tiles multiply prompts faster (benches/README.md, "session 11"). Not the default:
+/// a split matrix is held twice (candle's repacked copy and Joule's), which for a Q4_K_M
+/// file is nearly twice its weights' memory, too much for a roster of five models.
 pub const SPLIT_TYPES: [GgmlDType; 2] = [GgmlDType::Q4K, GgmlDType::Q6K];
 
+/// The [`TYPES_ENV`] value that asks for the split of [`SPLIT_TYPES`] (the default for
+/// every other type).
+pub const SPLIT_SPEC: &str = "split";
+
+/// Whether a [`TYPES_ENV`] value asks for [`SPLIT_SPEC`].
+pub fn split_requested(spec: Option<&str>) -> bool {
+    spec.is_some_and(|s| s.trim().eq_ignore_ascii_case(SPLIT_SPEC))
+}
+
 /// The kernel of a `[n, k]` matrix of `dtype` when [`TYPES_ENV`] is `spec`: a type it
-/// names is Joule's at every row count and one it leaves out candle's (the variable
-/// overrides the row rule); unset, a type of [`DEFAULT_TYPES`] that candle does not
-/// repack is Joule's, a type of [`SPLIT_TYPES`] that candle repacks is split by rows
-/// (a [`SPLIT_TYPES`] shape candle does not repack is Joule's), anything else candle's.
+/// names is Joule's at every row count and one it leaves out candle's; unset, a type of
+/// [`DEFAULT_TYPES`] that candle does not repack is Joule's, a type of [`SPLIT_TYPES`]
+/// is candle's where candle repacks it (one copy of the weights) and Joule's where it
+/// does not, anything else candle's. [`SPLIT_SPEC`] is the default except that a
+/// [`SPLIT_TYPES`] matrix candle repacks is split by rows (held twice).
 pub fn choose(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<Choice> {
+    let split = split_requested(spec);
     Ok(match kernel_types(spec)? {
         Some(types) if types.contains(&dtype) => Choice::Joule,
         Some(_) => Choice::Candle,
-        None if SPLIT_TYPES.contains(&dtype) => {
-            if candle_repacks(dtype, n, k) {
-                Choice::Split
-            } else {
-                Choice::Joule
-            }
-        }
+        None if SPLIT_TYPES.contains(&dtype) => match (candle_repacks(dtype, n, k), split) {
+            (true, true) => Choice::Split,
+            (true, false) => Choice::Candle,
+            (false, _) => Choice::Joule,
+        },
         None if DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k) => Choice::Joule,
         None => Choice::Candle,
     })

@@ -378,16 +378,41 @@ fn takes_follows_the_named_types_or_the_default_rule() {
     assert!(takes(Some("all"), GgmlDType::Q6K, 16, 256).unwrap());
     // Unset: the defaults, less what candle repacks.
     assert!(takes(None, GgmlDType::Q4_1, 16, 256).unwrap());
-    // Q4_K/Q6_K: split by rows where candle repacks them, Joule's elsewhere.
-    assert_eq!(
-        choose(Some(""), GgmlDType::Q4K, 4096, 4096).unwrap(),
-        Choice::Split
-    );
-    assert_eq!(
-        choose(None, GgmlDType::Q6K, 151936, 4096).unwrap(),
-        Choice::Split
-    );
+    // Q4_K/Q6_K: candle's where candle repacks them (one copy of the weights), Joule's elsewhere;
+    // `split`: split by rows where candle repacks them.
+    let repacked = |spec, t| {
+        (
+            choose(spec, t, 4096, 4096).unwrap(),
+            choose(spec, t, 151936, 4096).unwrap(),
+        )
+    };
+    if candle_repacks(GgmlDType::Q4K, 4096, 4096) {
+        assert_eq!(
+            repacked(Some(""), GgmlDType::Q4K),
+            (Choice::Candle, Choice::Candle)
+        );
+        assert_eq!(
+            repacked(None, GgmlDType::Q6K),
+            (Choice::Candle, Choice::Candle)
+        );
+        assert_eq!(
+            repacked(Some("split"), GgmlDType::Q4K),
+            (Choice::Split, Choice::Split)
+        );
+        assert_eq!(
+            repacked(Some(" Split "), GgmlDType::Q6K),
+            (Choice::Split, Choice::Split)
+        );
+    }
     assert_eq!(choose(None, GgmlDType::Q4K, 1, 256).unwrap(), Choice::Joule);
+    assert_eq!(
+        choose(Some("split"), GgmlDType::Q4K, 1, 256).unwrap(),
+        Choice::Joule
+    );
+    assert_eq!(
+        choose(Some("split"), GgmlDType::Q4_1, 16, 256).unwrap(),
+        choose(None, GgmlDType::Q4_1, 16, 256).unwrap()
+    );
     assert!(!takes(None, GgmlDType::Q6K, 16, 256).unwrap());
     // Named or left out, the variable overrides the row rule.
     assert_eq!(
