@@ -149,9 +149,15 @@ impl KernelRecord {
                 r.candle_repacks = Some(format!(
                     "candle 0.11 repacks a [n, k] matrix with n a multiple of 16 and k of 256 \
                      for {} on this CPU (Q8_0 only with AVX-512 VNNI or AVX-VNNI); such a \
-                     matrix of a default type goes to candle, one of {split_types} {}",
+                     matrix of a default type goes to candle unless candle rounds its \
+                     activations otherwise than llama.cpp (Q8_0: 256-value blocks, not 32), \
+                     which stays with joule; one of {split_types} {}",
                     repacked.join(", "),
-                    if split { "is split by rows" } else { "too" },
+                    if split {
+                        "is split by rows"
+                    } else {
+                        "goes to candle"
+                    },
                 ));
                 let split_rule = split_rule();
                 for t in quant_matmul::ALL_TYPES {
@@ -165,7 +171,7 @@ impl KernelRecord {
                         }
                     } else if !quant_matmul::DEFAULT_TYPES.contains(&t) {
                         "candle".into()
-                    } else if cpu_repacks(t) {
+                    } else if quant_matmul::leaves_to_candle(t, 16, 256) {
                         "joule unless candle repacks".into()
                     } else {
                         "joule".into()

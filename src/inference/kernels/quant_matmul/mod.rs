@@ -165,9 +165,10 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
 pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 
 /// The types this module takes by default at every row count, unless candle
-/// repacks the matrix ([`candle_repacks`]): those whose products it computes
-/// faster than candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and
-/// Q6_K are [`SPLIT_TYPES`] instead: Joule's super-block kernels decode faster
+/// repacks the matrix and rounds as llama.cpp does ([`leaves_to_candle`]; for
+/// none of these types at present): those whose products it computes faster
+/// than candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K
+/// are [`SPLIT_TYPES`] instead: Joule's super-block kernels decode faster
 /// (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M file) but
 /// candle's repacked 16-row tiles (and AMX) multiply prompts about 2× faster than
 /// Joule's 2×4 tile; see benches/README.md, "k-quant super-block kernels" and
@@ -184,11 +185,11 @@ pub const DEFAULT_TYPES: [GgmlDType; 6] = [
 /// Whether candle 0.11.1 multiplies a `[n, k]` matrix of `dtype` with its
 /// repacked x86 kernels (its `repack_x86::select`: `k` whole 256-value
 /// super-blocks, `n` whole tiles of 16 rows, and for Q8_0 a CPU with
-/// AVX-512 VNNI or AVX-VNNI). A default Q8_0 matrix of that shape goes to
-/// candle: its repacked Q8_0 was 2× faster than this module's at the 4B FFN
-/// and 1536-wide shapes (prefill and decode), while at SmolLM2's 576-wide
-/// output head, which candle does not repack, this module's prefill was 2.3×
-/// candle's.
+/// AVX-512 VNNI or AVX-VNNI). Its repacked Q8_0 was 2× faster than this
+/// module's at the 4B FFN and 1536-wide shapes (prefill and decode), while
+/// at SmolLM2's 576-wide output head, which candle does not repack, this
+/// module's prefill was 2.3× candle's; a default Q8_0 matrix still stays
+/// with this module, for its rounding ([`candle_repack_rounds_as_llama`]).
 pub fn candle_repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
     const TILE_N: usize = 16;
     const QK_K: usize = 256;
@@ -294,7 +295,7 @@ pub fn choose(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Resul
             (true, false) => Choice::Candle,
             (false, _) => Choice::Joule,
         },
-        None if DEFAULT_TYPES.contains(&dtype) && !candle_repacks(dtype, n, k) => Choice::Joule,
+        None if DEFAULT_TYPES.contains(&dtype) && !leaves_to_candle(dtype, n, k) => Choice::Joule,
         None => Choice::Candle,
     })
 }
@@ -324,6 +325,30 @@ pub fn cpu_matrix(
 /// row count when [`TYPES_ENV`] is `spec`.
 pub fn takes(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<bool> {
     Ok(choose(spec, dtype, n, k)? == Choice::Joule)
+}
+
+/// Whether a matrix of a default type is left to candle: candle repacks it
+/// ([`candle_repacks`]) and its repacked kernel rounds the activations as
+/// llama.cpp does for that type ([`candle_repack_rounds_as_llama`]).
+pub fn leaves_to_candle(dtype: GgmlDType, n: usize, k: usize) -> bool {
+    candle_repacks(dtype, n, k) && candle_repack_rounds_as_llama(dtype)
+}
+
+/// Whether candle 0.11.1's repacked x86 kernel for `dtype` quantises the
+/// activations the way llama.cpp's CPU backend does for that weight type.
+/// For Q4_K and Q6_K it does (both: 256-value q8_K blocks). For Q8_0 it does
+/// not: candle quantises the activations of its repacked Q8_0 in 256-value
+/// q8_K blocks (one scale per 256 values), llama.cpp in 32-value q8_0 blocks
+/// (one scale per 32, as [`Acts`] does), so an activation block with one
+/// large value loses the precision of the other 255. On a synthesized
+/// real-width Qwen3.5-4B Q8_0 file (issue #26, `tests/synth_vs_llama.rs`)
+/// that rounding alone made the mean KL against llama.cpp 0.009 instead of
+/// 0.0007. So Q8_0 stays with this module whatever its shape, although
+/// candle's repacked Q8_0 was about 2× faster at 4B shapes (see
+/// [`candle_repacks`]); naming types in [`TYPES_ENV`] without Q8_0 gives
+/// Q8_0 back to candle.
+pub fn candle_repack_rounds_as_llama(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K)
 }
 
 /// [`cpu_matrix`] for any type this module has, whatever [`TYPES_ENV`] says.

@@ -359,13 +359,16 @@ fn repacked_shapes_are_left_to_candle() {
     assert!(candle_repacks(GgmlDType::Q6K, 32, 512));
     assert!(!candle_repacks(GgmlDType::Q4_1, 9728, 2560));
     assert!(!candle_repacks(GgmlDType::Q5K, 9728, 2560));
+    // Candle's repacked k-quants round the activations as llama.cpp does (q8_K); its
+    // repacked Q8_0 does not (q8_K where llama.cpp uses q8_0 blocks of 32).
+    assert!(candle_repack_rounds_as_llama(GgmlDType::Q4K));
+    assert!(candle_repack_rounds_as_llama(GgmlDType::Q6K));
+    assert!(!candle_repack_rounds_as_llama(GgmlDType::Q8_0));
+    assert!(!leaves_to_candle(GgmlDType::Q8_0, 9728, 2560));
     if crate::knobs::cpu_kernel_types().is_none() {
+        // So a Q8_0 matrix stays with this module even where candle would repack it.
         let bytes = vec![0u8; 16 * 8 * 34];
-        let repacked = candle_repacks(GgmlDType::Q8_0, 16, 256);
-        assert_eq!(
-            cpu_matrix(GgmlDType::Q8_0, &bytes, 16, 256).is_none(),
-            repacked
-        );
+        assert!(cpu_matrix(GgmlDType::Q8_0, &bytes, 16, 256).is_some());
         assert!(cpu_matrix(GgmlDType::Q8_0, &bytes[..8 * 34], 1, 256).is_some());
     }
 }
@@ -431,11 +434,12 @@ fn takes_follows_the_named_types_or_the_default_rule() {
         choose(None, GgmlDType::F16, 16, 256).unwrap(),
         Choice::Candle
     );
-    assert_eq!(
-        takes(None, GgmlDType::Q8_0, 16, 256).unwrap(),
-        !candle_repacks(GgmlDType::Q8_0, 16, 256)
-    );
+    // Q8_0 whatever the shape and CPU (see `candle_repack_rounds_as_llama`).
+    assert!(takes(None, GgmlDType::Q8_0, 16, 256).unwrap());
+    assert!(takes(None, GgmlDType::Q8_0, 9728, 2560).unwrap());
     assert!(takes(None, GgmlDType::Q8_0, 1, 256).unwrap());
+    // Named types without Q8_0 give it back to candle.
+    assert!(!takes(Some("Q4_1,Q5_K"), GgmlDType::Q8_0, 9728, 2560).unwrap());
     let err = takes(Some("Q9"), GgmlDType::Q4_1, 16, 256)
         .unwrap_err()
         .to_string();
@@ -693,5 +697,80 @@ fn k_quant_and_32_value_matrices_share_one_input() {
         assert_eq!(ys[0], matmul(&a, &x).unwrap());
         assert_eq!(ys[1], matmul(&b, &x).unwrap());
         assert_eq!(ys[2], matmul(&c, &x).unwrap());
+    }
+}
+
+/// Why Q8_0 stays with this module ([`candle_repack_rounds_as_llama`]): activations whose
+/// 256-value blocks each hold one large value. Rounded in blocks of 32, as llama.cpp does and
+/// [`Acts`] does, only the 32 values beside the large one lose precision; rounded in blocks of
+/// 256 (candle's repacked Q8_0, on a CPU where candle repacks it), all 256 do.
+#[test]
+fn q8_0_activations_are_rounded_in_blocks_of_32() {
+    use candle_core::quantized::{QMatMul, QTensor};
+    use candle_core::{Device, Module, Tensor};
+    let dev = Device::Cpu;
+    let (n, k) = (16, 1024);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(26);
+    let wf: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+    let q = QTensor::quantize(
+        &Tensor::from_vec(wf, (n, k), &dev).unwrap(),
+        GgmlDType::Q8_0,
+    )
+    .unwrap();
+    let ours_w = cpu_matrix_of(GgmlDType::Q8_0, &q.data().unwrap(), n, k)
+        .unwrap()
+        .unwrap();
+    let wd = ours_w.dequantize();
+    let x: Vec<f32> = (0..k)
+        .map(|i| {
+            if i % 256 == 7 {
+                50.0
+            } else {
+                rng.gen_range(-0.5f32..0.5)
+            }
+        })
+        .collect();
+    let exact = reference(&wd, &x, n, k);
+    let err = |y: &[f32]| {
+        y.iter()
+            .zip(&exact)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max)
+    };
+    // The bound of rounding each value to the nearest step of its 32-value block.
+    let bound = (0..n)
+        .map(|j| {
+            x.chunks_exact(BLOCK)
+                .zip(wd[j * k..(j + 1) * k].chunks_exact(BLOCK))
+                .map(|(xb, wb)| {
+                    let step = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                    wb.iter().map(|w| w.abs()).sum::<f32>() * step / 2.0
+                })
+                .sum::<f32>()
+        })
+        .fold(0f32, f32::max);
+    let ours = matmul(ours_w.as_ref(), &x).unwrap();
+    assert!(
+        err(&ours) <= bound * 1.01,
+        "joule's Q8_0 error {} exceeds rounding in blocks of 32 ({bound})",
+        err(&ours)
+    );
+    if candle_repacks(GgmlDType::Q8_0, n, k) {
+        let mm = QMatMul::from_qtensor(q).unwrap();
+        let xt = Tensor::from_vec(x.clone(), (1, k), &dev).unwrap();
+        let theirs: Vec<f32> = mm
+            .forward(&xt)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert!(
+            err(&theirs) > 4.0 * err(&ours),
+            "candle's repacked Q8_0 (error {}) now rounds like blocks of 32 (joule {}): \
+             candle_repack_rounds_as_llama may be true for Q8_0 again",
+            err(&theirs),
+            err(&ours)
+        );
     }
 }
