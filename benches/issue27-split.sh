@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue #27 item 1/4 (session 11): Joule's split Q4_K/Q6_K kernels against llama.cpp de3ff81 on
+# Issue #27 item 1/4 (session 11): Joule's default, split (JOULE_CPU_KERNEL_TYPES=split) and
+# all-Joule Q4_K/Q6_K kernels against llama.cpp de3ff81 on
 # a synthesized real-width file, back to back, 2 threads, under the shared benchmark lock, and
 # the kernel crossover table. Prints the load before and after; refuses to time above LOAD_MAX
 # (default 2.5) unless FORCE=1. Results go to benches/README.md by hand ("session 11").
@@ -26,11 +27,13 @@ if [ "${FORCE:-0}" != 1 ] && awk -v l="$load" -v m="${LOAD_MAX:-2.5}" 'BEGIN{exi
   echo "load $load is not below ${LOAD_MAX:-2.5}: not timing (FORCE=1 to time anyway)" >&2
   exit 3
 fi
+# One benchmark at a time on this machine (a lock file shared by whoever runs this script).
 run() {
-  flock /work/notes/bench.lock "$@"
+  flock "${TMPDIR:-/tmp}/joule-bench.lock" "$@"
 }
 run "$bin/llama-bench" -m "$f" -p "$p" -n "$n" -r "$reps" -t 2 -fa 0,1
 run "$joule" bench --gguf "$f" -p "$p" -n "$n" -r "$reps" -t 2
+run env JOULE_CPU_KERNEL_TYPES=split "$joule" bench --gguf "$f" -p "$p" -n "$n" -r "$reps" -t 2
 run env JOULE_CPU_KERNEL_TYPES=all "$joule" bench --gguf "$f" -p "$p" -n "$n" -r "$reps" -t 2
 run "$bin/llama-bench" -m "$f" -p "$p" -n "$n" -r "$reps" -t 2 -fa 0,1
 if [ "${CROSSOVER:-0}" = 1 ]; then
