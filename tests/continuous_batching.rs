@@ -11,13 +11,13 @@
 mod batch_rows;
 mod roster_common;
 
-use batch_rows::rows_are_independent;
+use batch_rows::{ids, rows_are_independent};
 
 use joule::backend::GenParams;
 use joule::inference::engine::generate::{
     generate, BatchSeq, DecodeBatch, GenOptions, GenSeq, Generation,
 };
-use joule::inference::engine::model::{logits_to_vec, CausalLm, Logits, SeqStep, SharedModel};
+use joule::inference::engine::model::{CausalLm, SharedModel};
 use joule::meter::attribution::NoObserver;
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use crate::roster_common;
-use joule::inference::engine::model::{logits_to_vec, CausalLm, Logits, SeqStep, SharedModel};
+use joule::inference::engine::model::{logits_to_vec, CausalLm, Logits, SeqStep};
 
 /// Deterministic pseudo-random ids below `vocab`.
 pub fn ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
