@@ -61,16 +61,16 @@ fi
 llama=$(./scripts/fetch-llama-cpp.sh | tail -1)
 # A private copy: another checkout's fetch-llama-cpp.sh rebuilds llama-logits from its own source.
 cp "$llama/llama-logits" "$dir/llama-logits"
-"$dir/llama-logits" x.gguf --load-only 2>&1 | grep -q "cannot load" || {
+if ! { "$dir/llama-logits" "$dir/none.gguf" --load-only 2>&1 || true; } | grep -q "cannot load"; then
     echo "real-size.sh: $llama/llama-logits has no --load-only (rebuild it: scripts/fetch-llama-cpp.sh)" >&2
     exit 1
-}
+fi
 
 log=$dir/real-size.log
 echo "== $(date -u +%FT%TZ) real-size.sh tokens=$tokens seqs=$seqs reps=$reps threads=$threads load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$log"
 if [[ ! -s $out ]]; then
     {
-        echo "| model | file (Q4_K_M) | Joule load | llama.cpp load (mmap / read) | plan | measured VmHWM (plan vs) | seqs × tokens | Joule pp512 / tg128 | llama.cpp pp512 / tg128 fa0 | fa1 | logits Q4_K_M KL / top-1 | Q8_0 KL / top-1 | load avg |"
+        echo "| model | file (Q4_K_M) | Joule load | llama.cpp load (mmap / read) | plan | measured RssAnon (plan vs), VmHWM | seqs × tokens | Joule pp512 / tg128 | llama.cpp pp512 / tg128 fa0 | fa1 | logits Q4_K_M KL / top-1 | Q8_0 KL / top-1 | load avg |"
         echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     } >"$out"
 fi
@@ -123,8 +123,8 @@ for m in $models; do
     echo "$plan_out" | grep -E "^(load|memory plan|  |measure)" >>"$log"
     jload=$(sed -n 's/^load: \([0-9.]*\) s.*/\1/p' <<<"$plan_out")
     planned=$(grep -o 'with margin [0-9.]* [GMK]iB' <<<"$plan_out" | head -1)
-    plan_total=$(grep -o '= [0-9.]* [GMK]iB, with margin' <<<"$plan_out" | awk '{print $2, $3}')
-    avail=$(awk '/MemAvailable/ {print $2 * 1024}' /proc/meminfo)
+    plan_total=$(grep -o '= [0-9.]* [GMK]iB, with margin' <<<"$plan_out" | awk '{print $2, $3}' | tr -d ,)
+    avail=$(awk '/MemAvailable/ {printf "%d", $2 * 1024}' /proc/meminfo)
     need=$(bytes "$plan_total")
     fits=1
     (( need < avail * 9 / 10 )) || fits=0
@@ -135,7 +135,7 @@ for m in $models; do
         mo=$("$JOULE" models inspect "$f" --memory --measure --tokens "$tokens" --seqs "$seqs" 2>>"$log")
         echo "$mo" | grep -E "^(load|measure|  VmHWM|  process)" >>"$log"
         line=$(grep '^measure:' <<<"$mo")
-        meas="$(gib "$(field hwm_bytes <<<"$line")") ($(field diff_hwm_pct <<<"$line") %)"
+        meas="$(gib "$(field anon_bytes <<<"$line")") ($(field diff_pct <<<"$line") %), VmHWM $(gib "$(field hwm_bytes <<<"$line")")"
         jload=$(field load_s <<<"$line")
     elif (( measure )); then
         meas="not run: plan $plan_total > 90 % of $(gib "$avail") available"
@@ -172,7 +172,7 @@ for l in sys.stdin:
     if (( logits )); then
         f8=$dir/$m.Q8_0.gguf
         [[ -s $f8 ]] || "$JOULE" models synth "$m" --out "$f8" --quant q8_0 --quiet >>"$log" 2>&1
-        p8=$("$JOULE" models inspect "$f8" --memory --tokens 64 --seqs 1 2>>"$log" | grep -o '= [0-9.]* [GMK]iB, with margin' | awk '{print $2, $3}')
+        p8=$("$JOULE" models inspect "$f8" --memory --tokens 64 --seqs 1 2>>"$log" | grep -o '= [0-9.]* [GMK]iB, with margin' | awk '{print $2, $3}' | tr -d ,)
         if (( $(bytes "$p8") < avail * 9 / 10 )); then
             lq8=$(logit_check "$f8")
         else

@@ -11,21 +11,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// names; it does not name this one).
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// How long freed memory stays committed before mimalloc hands it back.
-const PURGE_DELAY_MS: std::ffi::c_long = 1000;
-
 fn main() -> std::process::ExitCode {
-    // Keep freed memory committed for a second instead of mimalloc's default
-    // 10 ms: inference allocates and frees the same large activation buffers
-    // every forward step, and handing them back made each step fault in (and
-    // the kernel zero) fresh huge pages again — about 30,000 page faults and
-    // 7 % of a `joule bench -p 512` run's time. Never handing memory back
-    // (the setting until session 11) kept every buffer a sequence's keys and
-    // values had outgrown (doubling from 64 positions: as much again as the
-    // cache) and every one-off buffer for the life of the process: the
-    // resident memory of 5 SmolLM2 sequences of 1,024 tokens was 25 % above
-    // what they hold (`joule models inspect --memory --measure`).
+    // Keep freed memory committed instead of handing it back to the system
+    // after mimalloc's default 10 ms: inference allocates and frees the same
+    // large activation buffers every forward step, and handing them back made
+    // each step fault in (and the kernel zero) fresh huge pages again — about
+    // 30,000 page faults and 7 % of a `joule bench -p 512` run's time.
     // SAFETY: sets a process-wide allocator option; called before any thread starts.
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     joule::cli::main()
 }
