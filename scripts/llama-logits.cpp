@@ -4,14 +4,19 @@
 // the same llama.cpp tree (de3ff81).
 //
 // usage: llama-logits MODEL.gguf --ids "1 2 3" --out FILE.npy [--prefill K] [--threads N]
+//        llama-logits MODEL.gguf --load-only [--no-mmap] [--threads N]
 //   without --prefill: all ids in one decode call (one micro-batch);
-//   with --prefill K:  the first K in one call, then one id per call through the cache/state.
+//   with --prefill K:  the first K in one call, then one id per call through the cache/state;
+//   --load-only: time llama_model_load_from_file and llama_init_from_model (a 4,096-token
+//   context) and print `load_ms=… context_ms=…` (scripts/real-size.sh's load time; --no-mmap
+//   reads the weights into memory instead of mapping the file, as Joule does).
 // The KV cache is kept in F32 and the sliding-window cache at full size, so the comparison
 // measures the model's arithmetic, not cache rounding.
 #include "llama.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -63,6 +68,7 @@ static bool decode(llama_context * ctx, const std::vector<llama_token> & ids, si
 int main(int argc, char ** argv) {
     std::string model_path, ids_arg, out;
     long prefill = -1;
+    bool load_only = false, no_mmap = false;
     int threads = (int) std::thread::hardware_concurrency();
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -77,11 +83,48 @@ int main(int argc, char ** argv) {
         else if (a == "--out") out = next("--out");
         else if (a == "--prefill") prefill = std::strtol(next("--prefill").c_str(), nullptr, 10);
         else if (a == "--threads") threads = std::atoi(next("--threads").c_str());
+        else if (a == "--load-only") load_only = true;
+        else if (a == "--no-mmap") no_mmap = true;
         else if (model_path.empty() && a[0] != '-') model_path = a;
         else {
             std::fprintf(stderr, "llama-logits: unknown argument %s\n", a.c_str());
             return 2;
         }
+    }
+    if (load_only) {
+        if (model_path.empty()) {
+            std::fprintf(stderr, "usage: llama-logits MODEL.gguf --load-only [--no-mmap] [--threads N]\n");
+            return 2;
+        }
+        using clock = std::chrono::steady_clock;
+        llama_log_set(quiet_log, nullptr);
+        llama_backend_init();
+        llama_model_params mp = llama_model_default_params();
+        mp.n_gpu_layers = 0;
+        mp.load_mode    = no_mmap ? LLAMA_LOAD_MODE_NONE : LLAMA_LOAD_MODE_MMAP;
+        const auto t0 = clock::now();
+        llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
+        const auto t1 = clock::now();
+        if (!model) {
+            std::fprintf(stderr, "llama-logits: cannot load %s\n", model_path.c_str());
+            return 1;
+        }
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx           = 4096;
+        cp.n_threads       = threads;
+        cp.n_threads_batch = threads;
+        llama_context * ctx = llama_init_from_model(model, cp);
+        const auto t2 = clock::now();
+        if (!ctx) {
+            std::fprintf(stderr, "llama-logits: cannot create a context for %s\n", model_path.c_str());
+            return 1;
+        }
+        const auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+        std::printf("load_ms=%.1f context_ms=%.1f mmap=%d\n", ms(t1 - t0), ms(t2 - t1), no_mmap ? 0 : 1);
+        llama_free(ctx);
+        llama_model_free(model);
+        llama_backend_free();
+        return 0;
     }
     std::vector<llama_token> ids;
     for (char * p = ids_arg.data(); *p;) {

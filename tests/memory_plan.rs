@@ -178,6 +178,7 @@ impl joule::backend::Backend for FullGpu {
                 },
                 sequences: demand.sequences.values().sum(),
                 prefix_cache: 0,
+                scratch: 0,
             }],
             memory: Some(DeviceMemory {
                 free: GIB,

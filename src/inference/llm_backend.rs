@@ -207,7 +207,7 @@ struct Loaded {
     vocab: Arc<TokenVocab>,
     mask_len: usize,
     options: GenOptions,
-    /// The weights as the header describes them (for memory plans).
+    /// The weights as the load holds them (for memory plans).
     weights: WeightEstimate,
     /// One sequence's state, measured on first use by a memory plan.
     footprint: Option<StateFootprint>,
@@ -404,8 +404,8 @@ impl LlmBackend {
         };
         // One parse of the header for the weights, the tokenizer and the template.
         let mut gguf = GgufFile::open(&path)?;
-        let weights = WeightEstimate::from_content(gguf.content());
         let model = load_model_from(&mut gguf, &self.device)?;
+        let weights = WeightEstimate::loaded(&gguf);
         let tokenizer = Tokenizer::for_gguf(&gguf)?;
         let template =
             ChatTemplate::from_gguf_content(gguf.content(), &tokenizer)?.ok_or_else(|| {
@@ -512,12 +512,24 @@ impl LlmBackend {
                     f
                 }
             };
+            let info = loaded.model.info();
+            let shapes: Vec<(usize, usize)> = loaded.matmuls.iter().map(|m| (m.n, m.k)).collect();
             models.push(ModelNeed {
                 model: key.strip_prefix("stand-in:").unwrap_or(&key).to_string(),
                 weights: loaded.weights,
                 state,
                 sequences,
                 prefix_cache: self.options.prefix_cache_bytes as u64,
+                scratch: crate::inference::engine::memory_plan::step_scratch(
+                    &shapes,
+                    info.n_embd,
+                    info.vocab_size,
+                    match self.options.prefill_step_tokens {
+                        0 => self.options.plan_context,
+                        n => n,
+                    },
+                    sequences,
+                ),
             });
         }
         Ok(MemoryPlan {

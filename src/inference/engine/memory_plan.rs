@@ -4,11 +4,19 @@
 //! played.
 //!
 //! The rules, so a reader can check a plan by hand:
-//! - **Weights** (from the GGUF header, no weights read): quantised tensors stay
-//!   as stored (candle's quantised matmul and Joule's Q4_1 kernel read them in
-//!   place); float *matrices* (F32, F16, BF16, rank ≥ 2) become f32, because
-//!   candle's matmul dequantises float weights; vectors (norms, biases) become
-//!   f32 too. So an F16 file needs about twice its size, a Q4_K_M file its size.
+//! - **Weights**, as the model load holds them ([`WeightEstimate::loaded`],
+//!   tensor by tensor as the loader read them: `GgufFile::held_bytes`):
+//!   quantised tensors stay as stored; float tensors (F32, F16, BF16) become
+//!   f32 (candle's matmul dequantises float weights; norms and biases are
+//!   read as f32); a matrix that Joule's CPU kernels multiply is held as
+//!   their regrouped copy instead (about its stored size); a quantised matrix
+//!   that candle multiplies on the CPU is held *with* candle's repacked
+//!   copies (`quant_matmul::candle_repack_bytes`: Q4_K 144 bytes per
+//!   super-block in the file + 192 (decode tiles) + 320 (AMX prefill tiles,
+//!   on CPUs with AMX); Q6_K 210 + 320; Q8_0 twice its size). So on an
+//!   AMX CPU a Q4_K_M file needs about 4.5 times its size, on a GPU its
+//!   size. [`WeightEstimate::from_info`] is the header-only estimate
+//!   (without the kernels' copies) for files not loaded.
 //! - **Sequence state** (measured on the loaded model, one token through a fresh
 //!   [`SeqState`]): keys and values cost `kv_per_token` bytes per position of the
 //!   cache's capacity, which grows in powers of two from 64
@@ -19,8 +27,13 @@
 //!   before the last prompt token).
 //! - **Sequences**: one per model-backed agent of every concurrent run (each
 //!   agent keeps its state between calls for prefix reuse).
-//! - **Margin** for activations, logits and the allocator: 10 % of the total
-//!   plus 512 MiB on a GPU, 10 % plus 256 MiB on the CPU.
+//! - **Scratch** ([`step_scratch`]): the activations of one forward step of
+//!   `[llm] prefill_step_tokens` rows (hidden states, q/k/v, the MLP's gate,
+//!   up and product, quantised copies for the kernels) and the logits rows.
+//! - **Margin** for the allocator and the runtime: 10 % of the total
+//!   plus 512 MiB on a GPU, 10 % plus 256 MiB on the CPU. [`MemoryPlan::planned`]
+//!   is the total without it: what `joule models inspect --memory --measure`
+//!   compares with the process's resident memory.
 //!
 //! On a GPU a plan that does not fit stops the run before round 1 and says how
 //! many concurrent runs would fit; on the CPU it is a warning (the OS can page).
@@ -70,6 +83,16 @@ impl WeightEstimate {
             );
         }
         w
+    }
+
+    /// What a model load really holds: the file's tensor bytes and what the
+    /// loader kept of each tensor it read, kernels' copies included (call
+    /// after the model of `gguf` was loaded).
+    pub fn loaded(gguf: &crate::inference::files::gguf_weights::GgufFile) -> Self {
+        WeightEstimate {
+            file_bytes: Self::from_content(gguf.content()).file_bytes,
+            resident_bytes: gguf.held_bytes(),
+        }
     }
 
     /// From the header candle's loader holds (the same numbers as [`Self::from_info`]).
@@ -148,6 +171,36 @@ pub struct ModelNeed {
     /// Bytes the model's prefix cache may hold (its budget, reached as
     /// prompts are cached; 0: no prefix cache). Shared by every run.
     pub prefix_cache: u64,
+    /// Activations of one forward step ([`step_scratch`]).
+    pub scratch: u64,
+}
+
+/// The activations of one forward step of `rows` token rows of a model whose
+/// hidden size is `n_embd` and whose matrices (`[n, k]` pairs, the output
+/// head excluded by `vocab`) are `matmuls`, with `sequences` rows of logits
+/// of `vocab` values: the hidden state, its norm and the residual, the
+/// attention's output (two hidden-sized rows), and for the widest matrix
+/// (the MLP's gate and up, `n_ff`) three rows of its width (the two outputs
+/// and the activation, the product replacing one), all f32, plus each
+/// kernel's 8-bit copy of its input; logits, their f32 copy and the
+/// sampler's, per sequence. (Checked against the process: a one-layer
+/// real-width Qwen3-8B held 80 MiB above its weights and states after
+/// 512-token steps; this gives 88 MiB.)
+pub fn step_scratch(
+    matmuls: &[(usize, usize)],
+    n_embd: usize,
+    vocab: usize,
+    rows: usize,
+    sequences: usize,
+) -> u64 {
+    let widest = matmuls
+        .iter()
+        .filter(|&&(n, _)| n != vocab)
+        .map(|&(n, k)| n.max(k))
+        .max()
+        .unwrap_or(n_embd);
+    let per_row = 2 * n_embd + 3 * widest;
+    (rows * per_row * 4 + rows * (n_embd + widest) + sequences * vocab * 4 * 3) as u64
 }
 
 /// Where the free memory came from.
@@ -195,6 +248,17 @@ impl MemoryPlan {
         self.models.iter().map(|m| m.prefix_cache).sum()
     }
 
+    /// The scratch of one forward step, the largest model's (one step runs at a time).
+    pub fn scratch(&self) -> u64 {
+        self.models.iter().map(|m| m.scratch).max().unwrap_or(0)
+    }
+
+    /// Weights + prefix caches + states + scratch: what the plan expects the
+    /// process to hold for its models, before the margin.
+    pub fn planned(&self) -> u64 {
+        self.weights() + self.caches() + self.states() + self.scratch()
+    }
+
     pub fn states(&self) -> u64 {
         self.models
             .iter()
@@ -214,16 +278,16 @@ impl MemoryPlan {
         }
     }
 
-    /// Weights + states + margin (module doc).
+    /// Weights + caches + states + scratch + margin (module doc).
     pub fn required(&self) -> u64 {
-        let sub = self.weights() + self.caches() + self.states();
+        let sub = self.planned();
         sub + sub / 10 + self.headroom()
     }
 
     /// How many runs of this plan's shape fit in the free memory (`None` when it is unknown).
     pub fn runs_that_fit(&self) -> Option<usize> {
         let free = self.memory.as_ref()?.free;
-        let w = self.weights() + self.caches();
+        let w = self.weights() + self.caches() + self.scratch();
         let fixed = w + w / 10 + self.headroom();
         if free <= fixed {
             return Some(0);
@@ -303,10 +367,12 @@ impl MemoryPlan {
             ));
         }
         s.push_str(&format!(
-            "  total: weights {} + prefix caches {} + states {} + margin = {}",
+            "  total: weights {} + prefix caches {} + states {} + scratch {} = {}, with margin {}",
             human(self.weights()),
             human(self.caches()),
             human(self.states()),
+            human(self.scratch()),
+            human(self.planned()),
             human(self.required())
         ));
         match &self.memory {
@@ -414,6 +480,7 @@ mod tests {
                 state: fp(1024, 0),
                 sequences: 5 * runs,
                 prefix_cache: 0,
+                scratch: 0,
             }],
             memory: free.map(|f| DeviceMemory {
                 free: f,

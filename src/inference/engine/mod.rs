@@ -7,12 +7,14 @@
 //! - [`prefix_cache`]: computed prompt blocks shared by every call, agent and run.
 //! - [`sampler`], [`generate`]: seeded sampling; batched and continuous generation with exact counts.
 //! - [`memory_plan`]: measuring what models and states need against a device.
+//! - [`memory_measure`]: what the process really holds (`VmRSS`/`VmHWM`) after a plan's workload.
 //! - [`device`]: choosing a device (`cpu`, `cuda[:N]`, `metal[:N]`).
 //! - [`logits`]: the logits of a token sequence (`joule logits`, the roster tests).
 
 pub mod device;
 pub mod generate;
 pub mod logits;
+pub mod memory_measure;
 pub mod memory_plan;
 pub mod model;
 pub mod prefix_cache;

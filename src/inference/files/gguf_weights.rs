@@ -76,6 +76,9 @@ pub struct GgufFile {
     /// The weight matrices a model load put behind a matrix product, in load
     /// order (`models::nn::Loader` notes each one).
     matmuls: Vec<MatmulUse>,
+    /// What the model load keeps of each tensor it read, in bytes (the
+    /// weights of the memory plan: [`Self::held_bytes`]).
+    held: Vec<(String, u64)>,
 }
 
 /// One weight matrix a model load put behind a matrix product: its GGUF
@@ -117,7 +120,28 @@ impl GgufFile {
             reader: BufReader::new(file),
             file_len,
             matmuls: Vec::new(),
+            held: Vec::new(),
         })
+    }
+
+    /// Bytes the loaded model holds for the tensors read from this file: each
+    /// tensor as [`Self::tensor`] read it (quantised as stored, float as f32)
+    /// unless the loader said otherwise ([`Self::set_held`], [`Self::add_held`]:
+    /// a matrix dequantised, repacked for a kernel, or held twice).
+    pub fn held_bytes(&self) -> u64 {
+        self.held.iter().map(|(_, b)| b).sum()
+    }
+
+    /// Set what the model keeps of tensor `name` (its latest read).
+    pub fn set_held(&mut self, name: &str, bytes: u64) {
+        if let Some(h) = self.held.iter_mut().rev().find(|(n, _)| n == name) {
+            h.1 = bytes;
+        }
+    }
+
+    /// Add `bytes` held on account of tensor `name` (a kernel's copy of it).
+    pub fn add_held(&mut self, name: &str, bytes: u64) {
+        self.held.push((name.to_string(), bytes));
     }
 
     /// Note a weight matrix the model being loaded multiplies, and by whose kernel.
@@ -263,13 +287,37 @@ impl GgufFile {
                 expected: expected.to_vec(),
             });
         }
-        self.content
-            .tensor(&mut self.reader, name, device)
-            .map_err(|e| LoadError::BadTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-                message: e.to_string(),
-            })
+        let info = &self.content.tensor_infos[name];
+        let elements = info.shape.elem_count() as u64;
+        let float = matches!(
+            info.ggml_dtype,
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        let stored =
+            elements / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
+        let bad = |e: &dyn std::fmt::Display| LoadError::BadTensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+            message: e.to_string(),
+        };
+        let q = if device.is_cpu() {
+            read_cpu_tensor(
+                &mut self.reader,
+                info,
+                self.content.tensor_data_offset,
+                self.file_len,
+            )
+            .map_err(|e| bad(&e))?
+        } else {
+            self.content
+                .tensor(&mut self.reader, name, device)
+                .map_err(|e| bad(&e))?
+        };
+        self.held.push((
+            name.to_string(),
+            crate::inference::engine::memory_plan::resident_tensor_bytes(elements, stored, float),
+        ));
+        Ok(q)
     }
 
     /// Like [`Self::tensor`] but `Ok(None)` when the tensor is absent.
@@ -293,6 +341,83 @@ impl GgufFile {
             message: message.into(),
         }
     }
+}
+
+/// Read a tensor for the CPU straight into the storage candle keeps: one
+/// read from the file into the final allocation. (candle's own reader reads
+/// into a byte buffer and then copies it into a typed vector: every weight
+/// byte copied twice and, for a moment, held twice.)
+fn read_cpu_tensor(
+    reader: &mut BufReader<File>,
+    info: &gguf_file::TensorInfo,
+    data_offset: u64,
+    file_len: u64,
+) -> anyhow::Result<QTensor> {
+    use candle_core::quantized::k_quants::*;
+    use candle_core::quantized::{GgmlType, QStorage};
+    use std::io::{Read, Seek, SeekFrom};
+
+    fn read_blocks<T: GgmlType + Send + Sync + 'static>(
+        reader: &mut BufReader<File>,
+        blocks: usize,
+        type_size: usize,
+    ) -> anyhow::Result<QStorage> {
+        if std::mem::size_of::<T>() != type_size {
+            anyhow::bail!(
+                "candle's block of {} bytes is not ggml's {type_size}",
+                std::mem::size_of::<T>()
+            );
+        }
+        let mut v: Vec<T> = Vec::with_capacity(blocks);
+        let bytes = blocks * std::mem::size_of::<T>();
+        // SAFETY: the capacity holds `bytes` bytes; `read_exact` fills every
+        // one of them before `set_len` exposes them, and every bit pattern is
+        // a valid block (they are plain integers and halves, `#[repr(C)]`
+        // like ggml's, which is how candle reads them too).
+        unsafe {
+            let buf = std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, bytes);
+            reader.read_exact(buf)?;
+            v.set_len(blocks);
+        }
+        Ok(QStorage::Cpu(Box::new(v)))
+    }
+
+    let dtype = info.ggml_dtype;
+    let elements = info.shape.elem_count();
+    let block = dtype.block_size();
+    if !elements.is_multiple_of(block) {
+        anyhow::bail!("{elements} values are not whole blocks of {block} ({dtype:?})");
+    }
+    let blocks = elements / block;
+    let size = blocks as u64 * dtype.type_size() as u64;
+    let start = data_offset.saturating_add(info.offset);
+    if start.saturating_add(size) > file_len {
+        anyhow::bail!(
+            "tensor data of {size} bytes at offset {start} runs past the end of the file ({file_len} bytes)"
+        );
+    }
+    reader.seek(SeekFrom::Start(start))?;
+    let ts = dtype.type_size();
+    let storage = match dtype {
+        GgmlDType::F32 => read_blocks::<f32>(reader, blocks, ts)?,
+        GgmlDType::F16 => read_blocks::<half::f16>(reader, blocks, ts)?,
+        GgmlDType::BF16 => read_blocks::<half::bf16>(reader, blocks, ts)?,
+        GgmlDType::Q4_0 => read_blocks::<BlockQ4_0>(reader, blocks, ts)?,
+        GgmlDType::Q4_1 => read_blocks::<BlockQ4_1>(reader, blocks, ts)?,
+        GgmlDType::Q5_0 => read_blocks::<BlockQ5_0>(reader, blocks, ts)?,
+        GgmlDType::Q5_1 => read_blocks::<BlockQ5_1>(reader, blocks, ts)?,
+        GgmlDType::Q8_0 => read_blocks::<BlockQ8_0>(reader, blocks, ts)?,
+        GgmlDType::Q8_1 => read_blocks::<BlockQ8_1>(reader, blocks, ts)?,
+        GgmlDType::Q2K => read_blocks::<BlockQ2K>(reader, blocks, ts)?,
+        GgmlDType::Q3K => read_blocks::<BlockQ3K>(reader, blocks, ts)?,
+        GgmlDType::Q4K => read_blocks::<BlockQ4K>(reader, blocks, ts)?,
+        GgmlDType::Q5K => read_blocks::<BlockQ5K>(reader, blocks, ts)?,
+        GgmlDType::Q6K => read_blocks::<BlockQ6K>(reader, blocks, ts)?,
+        GgmlDType::Q8K => read_blocks::<BlockQ8K>(reader, blocks, ts)?,
+        #[allow(unreachable_patterns)]
+        other => anyhow::bail!("ggml type {other:?} cannot be read by this loader"),
+    };
+    Ok(QTensor::new(storage, info.shape.clone())?)
 }
 
 /// The header of `path` as candle's `Content` (every metadata array whole),

@@ -337,9 +337,12 @@ impl Loader<'_> {
     /// A tensor dequantised to f32.
     pub fn dense(&mut self, name: &str, shape: &[usize]) -> Result<Tensor, LoadError> {
         let q = self.q(name, shape)?;
-        q.dequantize(self.device)
+        let t = q
+            .dequantize(self.device)
             .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| self.bad(name, e))
+            .map_err(|e| self.bad(name, e))?;
+        self.g.set_held(name, t.elem_count() as u64 * 4);
+        Ok(t)
     }
 
     /// A tensor dequantised to f32 and copied to the host.
@@ -353,17 +356,32 @@ impl Loader<'_> {
     pub fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
         let q = self.q(name, shape)?;
         let p = Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))?;
-        self.note(&p, name);
+        self.note(&p, name, false);
         Ok(p)
     }
 
     /// Note in the file which kernel multiplies the matrix `name` (for the
     /// run's record of kernels, `kernels::record`).
-    fn note(&mut self, p: &Proj, name: &str) {
+    /// What the model holds for it: Joule's matrix instead of the tensor
+    /// (besides it when `shared`, the tied embedding), or the tensor plus
+    /// candle's repacked copies on the CPU
+    /// ([`quant_matmul::candle_repack_bytes`]).
+    fn note(&mut self, p: &Proj, name: &str, shared: bool) {
         let (n, k) = match self.g.tensor_shape(name).as_deref() {
             Some(&[n, k]) => (n, k),
             _ => (0, 0),
         };
+        match p {
+            Proj::Cpu(m) if shared => self.g.add_held(name, m.resident_bytes()),
+            Proj::Cpu(m) => self.g.set_held(name, m.resident_bytes()),
+            Proj::Candle(QMatMul::QTensor(_)) if self.device.is_cpu() => {
+                if let Some(dtype) = self.g.tensor_dtype(name) {
+                    self.g
+                        .add_held(name, quant_matmul::candle_repack_bytes(dtype, n, k));
+                }
+            }
+            Proj::Candle(_) => {}
+        }
         if let Some(dtype) = self.g.tensor_dtype(name) {
             self.g
                 .note_matmul(crate::inference::files::gguf_weights::MatmulUse {
@@ -436,7 +454,7 @@ impl Loader<'_> {
         } else {
             let p = Proj::new(embed.clone(), self.device)
                 .map_err(|e| self.bad("token_embd.weight (tied output)", e))?;
-            self.note(&p, "token_embd.weight");
+            self.note(&p, "token_embd.weight", true);
             Ok(p)
         }
     }

@@ -569,6 +569,11 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
         self.n
     }
 
+    fn resident_bytes(&self) -> u64 {
+        (self.qs.capacity() * std::mem::size_of::<B::Qs>()
+            + self.meta.capacity() * std::mem::size_of::<B::Meta>()) as u64
+    }
+
     fn k(&self) -> usize {
         self.k
     }

@@ -87,6 +87,8 @@ pub trait CpuMatmul: Debug + Send + Sync {
     fn super_blocks(&self) -> bool {
         false
     }
+    /// Bytes the matrix holds (its payloads and scales; the memory plan).
+    fn resident_bytes(&self) -> u64;
     /// `y[r·n + j]` for activation rows `rows` of `acts` and weight rows `js`.
     ///
     /// # Safety
@@ -205,6 +207,70 @@ pub fn candle_repacks(dtype: GgmlDType, n: usize, k: usize) -> bool {
         }
         _ => false,
     }
+}
+
+/// Bytes candle 0.11.1 adds to a `[n, k]` CPU matrix of `dtype` that it
+/// multiplies itself: its x86 kernels keep the file's blocks *and* build
+/// repacked copies, lazily, on the first product that takes them
+/// (`repack_x86::select` and `repack::try_matmul_f32`), and never free
+/// either. Q4_K: a 16-row tile copy for products of fewer than 32 rows
+/// (decode; 3,072 bytes per 16 rows × 256 values, 192 per super-block,
+/// against the file's 144) and, on a CPU with AMX, an AMX tile copy for 32
+/// rows and more (prefill; 5,120 per tile, 320 per super-block). Q6_K: a
+/// tile copy for products of more than one row (5,120 per tile, 320 per
+/// super-block, against 210). Q8_0 on an AVX-VNNI or AVX-512 VNNI CPU: a
+/// tile copy of the same size as the blocks (544 bytes per 16 blocks).
+/// These are the copies a society run makes (prompts of ≥ 32 tokens,
+/// batched decode); a workload that never triggers one holds less.
+pub fn candle_repack_bytes(dtype: GgmlDType, n: usize, k: usize) -> u64 {
+    const TILE_N: usize = 16;
+    const QK_K: usize = 256;
+    if k == 0 || n % TILE_N != 0 || k % QK_K != 0 {
+        return 0;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let avx512 = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni");
+        let vnni =
+            avx512 || (is_x86_feature_detected!("avxvnni") && is_x86_feature_detected!("avx2"));
+        let avx2 = vnni || (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"));
+        if !avx2 {
+            return 0;
+        }
+        let tiles = (n / TILE_N) as u64;
+        let supers = (k / QK_K) as u64;
+        match dtype {
+            GgmlDType::Q4K => {
+                let amx = if avx512 && cpu_has_amx_int8() {
+                    5120
+                } else {
+                    0
+                };
+                tiles * supers * (3072 + amx)
+            }
+            GgmlDType::Q6K => tiles * supers * 5120,
+            GgmlDType::Q8_0 if vnni => tiles * (k / BLOCK) as u64 * 544,
+            _ => 0,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = dtype;
+        0
+    }
+}
+
+/// Whether the CPU has AMX tiles and int8 (CPUID leaf 7, EDX bits 24, 25),
+/// which candle's Q4_K prefill path uses on Linux.
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_amx_int8() -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
+    // SAFETY: CPUID is available on every x86_64 CPU.
+    #[allow(unused_unsafe)]
+    let info = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
+    info.edx & (1 << 25) != 0 && info.edx & (1 << 24) != 0
 }
 
 /// Every type this module can multiply.
@@ -542,6 +608,11 @@ impl<B: WeightBlock> QuantMatrix<B> {
 impl<B: WeightBlock> CpuMatmul for QuantMatrix<B> {
     fn n(&self) -> usize {
         self.n
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        (self.ints.capacity() * std::mem::size_of::<B::Ints>()
+            + self.scales.capacity() * std::mem::size_of::<B::Scales>()) as u64
     }
 
     fn k(&self) -> usize {
