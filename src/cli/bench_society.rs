@@ -75,6 +75,10 @@ pub struct SocietyBenchArgs {
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Stop the societies after this many seconds (models already loaded) and report what
+    /// was answered by then (`complete: false`): a measurement that always ends in time.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -113,6 +117,11 @@ pub struct SocietyBench {
     pub largest_batch: usize,
     /// The kernels that computed the logits (`inference::kernels::record`).
     pub kernels: Option<crate::backend::KernelRecord>,
+    /// Whether every society ran to its end (false: stopped by `--time-limit`; the counts
+    /// are those of the calls answered by then).
+    pub complete: bool,
+    /// Societies that ran to their end.
+    pub finished: usize,
 }
 
 /// Counts what goes through a backend.
@@ -127,6 +136,9 @@ struct Meter<'a> {
     largest: usize,
     /// Calls submitted and not yet answered (continuous batching).
     in_flight: usize,
+    /// `--time-limit`: past this instant the meter reports the backend unavailable, so the
+    /// driver stops every society.
+    deadline: Option<Instant>,
 }
 
 impl Backend for Meter<'_> {
@@ -137,7 +149,11 @@ impl Backend for Meter<'_> {
         self.inner.batch_key(model)
     }
     fn unavailable(&self) -> Option<String> {
-        self.inner.unavailable()
+        self.inner.unavailable().or_else(|| {
+            self.deadline
+                .filter(|d| Instant::now() >= *d)
+                .map(|_| "the time limit (--time-limit) passed".to_string())
+        })
     }
     fn end_session(&mut self, session: u64) {
         self.inner.end_session(session)
@@ -382,8 +398,12 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         batches: 0,
         largest: 0,
         in_flight: 0,
+        deadline: None,
     };
     let t0 = Instant::now();
+    meter.deadline = args
+        .time_limit
+        .map(|s| t0 + std::time::Duration::from_secs_f64(s.max(0.0)));
     let progress = crate::progress::calls::Tracker::sessions(
         crate::progress::Mode::from_env(),
         "society",
@@ -396,9 +416,13 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
     );
     progress.finish();
     let wall = t0.elapsed().as_secs_f64();
-    for (i, r) in results.iter().enumerate() {
-        if let Err(e) = r {
-            anyhow::bail!("society {i} failed: {e:#}");
+    let limited = meter.deadline.is_some_and(|d| Instant::now() >= d);
+    let finished = results.iter().filter(|r| r.is_ok()).count();
+    if !limited {
+        for (i, r) in results.iter().enumerate() {
+            if let Err(e) = r {
+                anyhow::bail!("society {i} failed: {e:#}");
+            }
         }
     }
     let Meter {
@@ -454,6 +478,8 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         batches,
         largest_batch: largest,
         kernels,
+        complete: finished == sims,
+        finished,
     })
 }
 
@@ -486,6 +512,13 @@ pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
         let r = measure(&args, n)?;
         if !args.json {
             print_row(&r, out.is_empty());
+            if !r.complete {
+                println!(
+                    "(stopped by --time-limit: {} of {} societies finished; the counts are the \
+                     calls answered by then)",
+                    r.finished, r.sims
+                );
+            }
         }
         out.push(r);
     }
@@ -574,6 +607,31 @@ mod tests {
         // Manifest names pass through unchecked (resolved when the backend loads them).
         let m = roster_models(&["x".into(), "y".into(), "z".into()], &roster()).unwrap();
         assert_eq!(m["b"], "y");
+    }
+
+    #[test]
+    fn the_meter_reports_the_backend_unavailable_past_the_time_limit() {
+        use crate::backend::Backend;
+        let mut inner =
+            crate::scripted::ScriptedBackend::new(crate::scripted::TokenDist::Fixed { tokens: 3 });
+        let mut meter = super::Meter {
+            inner: &mut inner,
+            calls: 0,
+            failed: 0,
+            prompt: 0,
+            generated: 0,
+            secs: 0.0,
+            batches: 0,
+            largest: 0,
+            in_flight: 0,
+            deadline: None,
+        };
+        assert_eq!(meter.unavailable(), None);
+        meter.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs(3600));
+        assert_eq!(meter.unavailable(), None);
+        meter.deadline = Some(std::time::Instant::now());
+        let why = meter.unavailable().expect("past the deadline");
+        assert!(why.contains("--time-limit"), "{why}");
     }
 
     #[test]
