@@ -415,9 +415,19 @@ if ((${#pairs[@]} == ${#roster[@]})); then
   # and before the steps 6 when there is time for them.
   limit=$(( $(left) - 25 ))
   ((!dry && limit > 240)) && limit=240
-  step bench-society-roster bench-society-roster.json "$bin_joule" bench society \
-    --models "$(IFS=,; echo "${pairs[*]}")" --sims "$sims" --rounds 1 --device "$dev" \
-    --plan-context 2048 --time-limit "$limit" --json
+  society() {
+    step "$1" "$1.json" "$bin_joule" bench society --models "$(IFS=,; echo "${pairs[*]}")" \
+      --sims "$2" --rounds 1 --device "$dev" --plan-context 2048 --time-limit "$limit" --json
+  }
+  if ! society bench-society-roster "$sims"; then
+    # A memory plan that does not fit on the GPU says how many runs would: measure those.
+    fit=$(grep -o 'at most [0-9]* concurrent run' "$L/bench-society-roster.json.err" 2>/dev/null | grep -o '[0-9][0-9]*' | head -n1)
+    if [[ -n $fit ]] && ((fit > 0 && fit < sims)); then
+      limit=$(( $(left) - 25 ))
+      ((limit > 240)) && limit=240
+      society bench-society-roster-fit "$fit"
+    fi
+  fi
 else
   record bench-society-roster skip 0 "not every roster model was synthesized (${#pairs[@]} of ${#roster[@]})" ""
 fi
