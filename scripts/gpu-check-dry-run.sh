@@ -38,7 +38,7 @@ bad = [f"{n}: {status.get(n, 'missing')}" for n in need if status.get(n) != "pas
 real = doc.get("real_size", {})
 for m in models:
     cmp = ((real.get(m) or {}).get("logits") or {}).get("comparison") or {}
-    # The dry run compares the CPU with itself (one pass against prompt-then-decode).
+    # The dry run compares the CPU with itself on the same path (prompt then decode steps).
     if not cmp.get("pass"):
         bad.append(f"logits-{m}: comparison {cmp or 'missing'}")
     seqs = {r.get("seqs") for r in ((real.get(m) or {}).get("bench") or []) if isinstance(r, dict)}

@@ -122,7 +122,7 @@ def main():
     doc["real_size"] = real
     if rows:
         md += ["", f"## The roster's models at full size (synthesized Q4_K_M) on `{env.get('device', '?')}`", "",
-               "Logits: this device (prompt in one pass, then decode steps) against the CPU in one pass, "
+               "Logits: this device against the CPU, both a prompt of 16 in one pass then 16 decode steps, "
                "`max |diff| / mean KL / top-1`; bench: tokens/s of all sequences together "
                "(`joule bench`, sizes in the step logs).", "",
                "| model | file | logits, prompt | logits, decode | logits | pp t/s ×1 | pp ×16 | pp ×64 | tg t/s ×1 | tg ×16 | tg ×64 |",

@@ -7,7 +7,8 @@
 #     embedding rows);
 #  3. tokens/s per quant type on the GPU (`joule bench matmul`);
 #  4. per model, as soon as its file is written (order: JOULE_GPU_CHECK_MODELS): its logits on
-#     CUDA (a prompt, then decode steps) against the CPU's (`joule logits --against`), and
+#     CUDA against the CPU's, both a prompt of 16 then 16 decode steps (`joule logits
+#     --against`; the same path on both, so only the device differs), and
 #     `joule bench` at 1, 16 and 64 sequences;
 #  5. one round of 60 concurrent societies with every agent on its own real-size model (`joule
 #     bench society --models`), and from its generated tokens/s the estimated time of the
@@ -398,7 +399,7 @@ for m in "${models[@]}"; do
     record "bench-$m" skip 0 "time kept for the society step" ""
     continue
   fi
-  CAP=90 RESERVE=$society_reserve step "logits-cpu-$m" "logits-cpu-$m.log" "$bin_joule" logits --gguf "$f" --ids "$ids" --device cpu --out "$work/ref-$m.npy" &&
+  CAP=90 RESERVE=$society_reserve step "logits-cpu-$m" "logits-cpu-$m.log" "$bin_joule" logits --gguf "$f" --ids "$ids" --prefill 16 --device cpu --out "$work/ref-$m.npy" &&
     CAP=60 RESERVE=$society_reserve step "logits-$m" "logits-$m.json" "$bin_joule" logits --gguf "$f" --ids "$ids" --prefill 16 --device "$dev" --against "$work/ref-$m.npy" --json
   rm -f "$work/ref-$m.npy"
   CAP=120 RESERVE=$society_reserve step "bench-$m" "bench-$m.json" "$bin_joule" bench --gguf "$f" --device "$dev" "${bench_args[@]}" -s 1,16,64 --json
