@@ -412,10 +412,11 @@ for m in "${roster[@]}"; do
 done
 if ((${#pairs[@]} == ${#roster[@]})); then
   sims=${JOULE_GPU_CHECK_SIMS:-$( ((dry)) && echo 1 || echo 60)}
-  # --time-limit ends the societies (keeping what was answered) before the step's own limit,
-  # and before the steps 6 when there is time for them.
+  # --time-limit (counted from the command's start, loading included) ends the societies,
+  # keeping what was answered, before the step's own limit, and before the steps 6 when there
+  # is time for them.
   limit=$(( $(left) - 25 ))
-  ((!dry && limit > 240)) && limit=240
+  ((!dry && limit > 270)) && limit=270
   society() {
     step "$1" "$1.json" "$bin_joule" bench society --models "$(IFS=,; echo "${pairs[*]}")" \
       --sims "$2" --rounds 1 --device "$dev" --plan-context 2048 --time-limit "$limit" --json
@@ -425,7 +426,7 @@ if ((${#pairs[@]} == ${#roster[@]})); then
     fit=$(grep -o 'at most [0-9]* concurrent run' "$L/bench-society-roster.json.err" 2>/dev/null | grep -o '[0-9][0-9]*' | head -n1)
     if [[ -n $fit ]] && ((fit > 0 && fit < sims)); then
       limit=$(( $(left) - 25 ))
-      ((limit > 240)) && limit=240
+      ((limit > 270)) && limit=270
       society bench-society-roster-fit "$fit"
     fi
   fi

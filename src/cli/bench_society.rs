@@ -75,8 +75,9 @@ pub struct SocietyBenchArgs {
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Stop the societies after this many seconds (models already loaded) and report what
-    /// was answered by then (`complete: false`): a measurement that always ends in time.
+    /// Stop each measurement this many seconds after it starts (loading the models included)
+    /// and report what was answered by then (`complete: false`): a measurement that always
+    /// ends in time.
     #[arg(long)]
     pub time_limit: Option<f64>,
     /// Print the results as JSON instead of a table.
@@ -336,6 +337,9 @@ fn roster_models(
 }
 
 fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench> {
+    let deadline = args
+        .time_limit
+        .map(|s| Instant::now() + std::time::Duration::from_secs_f64(s.max(0.0)));
     let seed0 = args.seed.unwrap_or(12345);
     let cfgs: Vec<SocietyConfig> = (0..sims)
         .map(|i| config(args, seed0 + i as u64))
@@ -398,12 +402,9 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         batches: 0,
         largest: 0,
         in_flight: 0,
-        deadline: None,
+        deadline,
     };
     let t0 = Instant::now();
-    meter.deadline = args
-        .time_limit
-        .map(|s| t0 + std::time::Duration::from_secs_f64(s.max(0.0)));
     let progress = crate::progress::calls::Tracker::sessions(
         crate::progress::Mode::from_env(),
         "society",
