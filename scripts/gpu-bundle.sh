@@ -7,8 +7,18 @@
 #   lib/                          system libraries joule links that a GPU image may lack
 #   manifest-dir                  the folder they were built in (the tests read fixtures there;
 #                                 gpu-check links it to the working tree)
+#   vocab/*.gguf.xz, *.jinja      the vocabularies gpu-check's synthesized roster models copy in
+#                                 (gemma-4, llama-bpe, qwen2, qwen35 from ../shared/data/tokenizers:
+#                                 36 MB, 7.2 MB after xz) and Nemotron's chat template
 #   model/smollm2.part-*, sha256  the default model in parts of at most $JOULE_GPU_PART_MB MiB
-# CUDA_COMPUTE_CAP (default 90: H100/H200) is the one target candle's own kernels are built for.
+#                                 (94 MiB; JOULE_GPU_BUNDLE_SMOLLM2=0 leaves it out: only
+#                                 gpu-check's last, optional steps use it)
+# JOULE_GPU_BUNDLE_TESTS (default "lib golden_logits roster_*") picks the test executables: "lib"
+# alone is enough for the kernel tests. Where the bundle must be small (a copy limited to 64 MiB):
+# JOULE_GPU_BUNDLE_SMOLLM2=0 JOULE_GPU_BUNDLE_TESTS=lib keeps joule, the lib's tests and the
+# vocabularies (the CPU build's joule is 7 MB after strip and xz; the CUDA build adds candle's
+# kernels). CUDA_COMPUTE_CAP (default 90: H100/H200) is the one
+# target candle's own kernels are built for.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -20,17 +30,21 @@ export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 target=${JOULE_CUDA_TARGET:-$cache/target-cuda-$CUDA_COMPUTE_CAP}
 out=${JOULE_GPU_BUNDLE:-$repo/.gpu-bundle}
 part_mb=${JOULE_GPU_PART_MB:-40}
+tests=${JOULE_GPU_BUNDLE_TESTS:-lib golden_logits roster_*}
+shared=$repo/../shared/data
 
-model=$(./scripts/fetch-default-model.sh | tail -n1)
+model=""
+[[ ${JOULE_GPU_BUNDLE_SMOLLM2:-1} == 1 ]] && model=$(./scripts/fetch-default-model.sh | tail -n1)
 cargo build --release --features cuda --target-dir "$target" --bin joule
 cargo test --release --features cuda --target-dir "$target" --no-run --message-format=json \
   >"$target/gpu-bundle-tests.json"
 
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/model"
+mkdir -p "$out/bin" "$out/model" "$out/vocab"
 cp "$target/release/joule" "$out/bin/joule"
-python3 - "$target/gpu-bundle-tests.json" <<'EOF' | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bin/$name"; done
-import json, sys
+python3 - "$target/gpu-bundle-tests.json" "$tests" <<'EOF' | while IFS=$'\t' read -r name exe; do cp "$exe" "$out/bin/$name"; done
+import fnmatch, json, sys
+wanted = sys.argv[2].split()
 for line in open(sys.argv[1]):
     try:
         m = json.loads(line)
@@ -40,8 +54,10 @@ for line in open(sys.argv[1]):
         continue
     kind, name = m["target"]["kind"][0], m["target"]["name"]
     if kind == "lib":
-        print(f"lib\t{m['executable']}")
-    elif name == "golden_logits" or (name.startswith("roster_") and name != "roster_society"):
+        name = "lib"
+    elif kind != "test" or name == "roster_society":
+        continue
+    if any(fnmatch.fnmatch(name, w) for w in wanted):
         print(f"{name}\t{m['executable']}")
 EOF
 # System libraries joule links besides glibc, the C++ runtime and CUDA's (fontconfig and
@@ -59,8 +75,15 @@ for f in "$out"/bin/*; do
   strip --strip-debug "$f" 2>/dev/null || true
   xz -T0 -6 "$f"
 done
+# The vocabularies and the chat template of gpu-check's synthesis (--vocab, --chat-template).
+for v in gemma-4 llama-bpe qwen2 qwen35; do
+  xz -T0 -6 -c "$shared/tokenizers/ggml-vocab-$v.gguf" >"$out/vocab/ggml-vocab-$v.gguf.xz"
+done
+cp "$shared/chat-templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja" "$out/vocab/"
 echo "$repo" >"$out/manifest-dir"
-split -b "${part_mb}M" -d "$model" "$out/model/smollm2.part-"
-sha256sum "$model" | cut -d' ' -f1 >"$out/model/sha256"
+if [[ -n $model ]]; then
+  split -b "${part_mb}M" -d "$model" "$out/model/smollm2.part-"
+  sha256sum "$model" | cut -d' ' -f1 >"$out/model/sha256"
+fi
 du -ah "$out" | sort -k2 >&2
 echo "$out"

@@ -4,7 +4,7 @@
 # llama.cpp's llama-server the way a user builds it (scripts/fetch-llama-cpp.sh,
 # cached outside the repo, so a machine builds it once) for the served-backend
 # tests, then build and run every test in release mode (the SmolLM2 end-to-end
-# tests need it), then compile the CUDA build (no GPU needed: scripts/build-cuda.sh,
+# tests need it) and the GPU check's CPU dry run, then compile the CUDA build (no GPU needed: scripts/build-cuda.sh,
 # cached outside the repository); Debian's chromium is installed for the HTML report's browser
 # test. Last, the Slurm test (scripts/slurm-test.sh: a real single-node cluster on this machine,
 # about a minute once Debian's slurm-wlm and munge are installed): it runs as root (as on CI;
@@ -40,6 +40,13 @@ fi
 llama_bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
 export JOULE_LLAMA_SERVER=$llama_bin/llama-server
 cargo test --release 2>&1
+
+# The GPU check's logic on the CPU (scripts/gpu-check-dry-run.sh: tiny models with the real
+# vocabularies, every step of the real-size part; about 2.5 minutes on 2 loaded cores), so the
+# script cannot rot where no GPU is. JOULE_GPU_DRY_RUN=0 skips it.
+if [[ "${JOULE_GPU_DRY_RUN:-1}" != 0 ]]; then
+  ./scripts/gpu-check-dry-run.sh 2>&1
+fi
 
 # The CUDA build, compiled and linked with no GPU (scripts/build-cuda.sh: a 1.2 GB toolkit from
 # PyPI and its own target folder, both cached outside the repository), so the GPU path cannot

@@ -99,6 +99,7 @@ fn options(out: PathBuf, file_type: FileType, layers: Option<u64>) -> SynthOptio
         layers,
         seed: 1,
         vocab: None,
+        chat_template: None,
         quiet: true,
     }
 }

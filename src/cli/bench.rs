@@ -50,9 +50,10 @@ pub struct BenchArgs {
     /// Tokens of context already in each sequence's cache before a test (llama-bench's -d).
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     pub n_depth: usize,
-    /// Sequences processed together, each with its own cache.
-    #[arg(short = 's', long = "seqs", default_value_t = 1)]
-    pub seqs: usize,
+    /// Sequences processed together, each with its own cache; a list (`1,16,64`) runs the
+    /// tests at each count on one loaded model.
+    #[arg(short = 's', long = "seqs", value_delimiter = ',', default_value = "1")]
+    pub seqs: Vec<usize>,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -75,6 +76,8 @@ pub struct BenchArgs {
 pub enum BenchWorkload {
     /// N concurrent default Energy Societies (see `joule bench society --help`).
     Society(super::bench_society::SocietyBenchArgs),
+    /// Tokens/s of one real-shape matrix per GGUF type (see `joule bench matmul --help`).
+    Matmul(super::bench_matmul::MatmulBenchArgs),
 }
 
 /// One test's result.
@@ -185,8 +188,10 @@ fn time_tg(
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
-    if let Some(BenchWorkload::Society(a)) = args.workload {
-        return super::bench_society::run(a);
+    match args.workload {
+        Some(BenchWorkload::Society(a)) => return super::bench_society::run(a),
+        Some(BenchWorkload::Matmul(a)) => return super::bench_matmul::run(a),
+        None => {}
     }
     let Some(gguf) = args.gguf.as_ref() else {
         anyhow::bail!("joule bench: --gguf FILE is required");
@@ -219,9 +224,16 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.n_gen > 0 {
         tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
     }
-    let seqs = args.seqs.max(1);
+    if args.seqs.is_empty() || args.seqs.contains(&0) {
+        anyhow::bail!("--seqs: give one or more counts of at least 1 (e.g. 1,16,64)");
+    }
     let depth = args.n_depth;
-    for (mut name, p, n) in tests {
+    let runs: Vec<(usize, (String, usize, usize))> = args
+        .seqs
+        .iter()
+        .flat_map(|&s| tests.iter().map(move |t| (s, t.clone())))
+        .collect();
+    for (seqs, (mut name, p, n)) in runs {
         if depth > 0 {
             name = format!("{name} @ d{depth}");
         }

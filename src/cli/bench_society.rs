@@ -1,7 +1,8 @@
 //! `joule bench society`: the real workload's speed. N default Energy
 //! Societies (the embedded `joule run` config, seeds s … s+N−1, every agent
-//! on one GGUF) run concurrently on one driver for R rounds, with records in
-//! memory; reports wall time, generated tokens/s, prompt tokens/s split into
+//! on one GGUF, or with `--models` each agent on its own) run concurrently on one driver for R rounds, with records in
+//! memory; loads the models (timed apart) and checks the memory plan first, then
+//! reports wall time, generated tokens/s, prompt tokens/s split into
 //! computed and reused (the agent's own state, the prefix cache), and the
 //! backend's time split into prefill, decode and engine (templates,
 //! tokenising, constraint masks, sampling, cache copies); the rest of the
@@ -27,8 +28,16 @@ use crate::served::openai::OpenAiBackend;
 #[derive(Args, Debug)]
 pub struct SocietyBenchArgs {
     /// The GGUF model every agent runs (with `--via`: only named in the report).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "models")]
     pub gguf: Option<PathBuf>,
+    /// Each agent on its own model: GGUF paths (or manifest names) in roster order, one per
+    /// agent of the default roster (gemma4-e4b, nemotron-3-nano-4b, qwen3.5-4b, qwen3-8b,
+    /// qwen3.5-9b), or `MODEL=PATH` entries naming roster models; comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub models: Vec<String>,
+    /// Local: cpu, cuda or metal (`[llm] device`).
+    #[arg(long)]
+    pub device: Option<String>,
     /// Concurrent societies; a list runs one measurement per entry (`1,4,16`).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub sims: Vec<usize>,
@@ -60,9 +69,17 @@ pub struct SocietyBenchArgs {
     /// Local: how sequence states store keys and values, f32 or f16 (`[llm] kv_cache`).
     #[arg(long = "kv-cache")]
     pub kv_cache: Option<crate::inference::engine::state::KvCache>,
+    /// Local: tokens per sequence the memory plan assumes (`[llm] plan_context`).
+    #[arg(long)]
+    pub plan_context: Option<usize>,
     /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Stop each measurement this many seconds after it starts (loading the models included)
+    /// and report what was answered by then (`complete: false`): a measurement that always
+    /// ends in time.
+    #[arg(long)]
+    pub time_limit: Option<f64>,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -77,6 +94,9 @@ pub struct SocietyBench {
     pub rounds: u32,
     pub seed: u64,
     pub threads: usize,
+    /// Local: seconds to load every model and plan memory (before `wall_s` starts).
+    pub load_s: Option<f64>,
+    /// The societies' wall time, models already loaded.
     pub wall_s: f64,
     pub calls: u64,
     pub failed_calls: u64,
@@ -98,6 +118,11 @@ pub struct SocietyBench {
     pub largest_batch: usize,
     /// The kernels that computed the logits (`inference::kernels::record`).
     pub kernels: Option<crate::backend::KernelRecord>,
+    /// Whether every society ran to its end (false: stopped by `--time-limit`; the counts
+    /// are those of the calls answered by then).
+    pub complete: bool,
+    /// Societies that ran to their end.
+    pub finished: usize,
 }
 
 /// Counts what goes through a backend.
@@ -112,6 +137,9 @@ struct Meter<'a> {
     largest: usize,
     /// Calls submitted and not yet answered (continuous batching).
     in_flight: usize,
+    /// `--time-limit`: past this instant the meter reports the backend unavailable, so the
+    /// driver stops every society.
+    deadline: Option<Instant>,
 }
 
 impl Backend for Meter<'_> {
@@ -122,7 +150,11 @@ impl Backend for Meter<'_> {
         self.inner.batch_key(model)
     }
     fn unavailable(&self) -> Option<String> {
-        self.inner.unavailable()
+        self.inner.unavailable().or_else(|| {
+            self.deadline
+                .filter(|d| Instant::now() >= *d)
+                .map(|_| "the time limit (--time-limit) passed".to_string())
+        })
     }
     fn end_session(&mut self, session: u64) {
         self.inner.end_session(session)
@@ -205,16 +237,23 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
             cfg.llm.model = Some(args.served_model.clone());
             cfg.llm.stand_in = None;
         }
+        None if !args.models.is_empty() => {
+            let roster: Vec<String> = cfg.roster.iter().map(|a| a.model.clone()).collect();
+            cfg.llm.stand_in = None;
+            cfg.llm.stand_ins = roster_models(&args.models, &roster)?;
+        }
         None => {
-            let gguf = args
-                .gguf
-                .as_ref()
-                .context("joule bench society: --gguf FILE is needed without --via")?;
+            let gguf = args.gguf.as_ref().context(
+                "joule bench society: --gguf FILE or --models A,B,... is needed without --via",
+            )?;
             if !gguf.is_file() {
                 anyhow::bail!("--gguf {}: no such file", gguf.display());
             }
             cfg.llm.stand_in = Some(gguf.display().to_string());
         }
+    }
+    if let Some(d) = &args.device {
+        cfg.llm.device = d.clone();
     }
     if let Some(m) = args.prefix_cache_mib {
         cfg.llm.prefix_cache_mib = m;
@@ -230,10 +269,77 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
     if let Some(kv) = args.kv_cache {
         cfg.llm.kv_cache = kv;
     }
+    if let Some(n) = args.plan_context {
+        cfg.llm.plan_context = n;
+    }
     Ok(cfg)
 }
 
+/// `--models`: each roster model (in roster order) and the file or manifest that runs it.
+/// Entries are either all plain (one per roster agent, in order) or all `MODEL=PATH`; a path
+/// must be an existing file (a manifest name is resolved when the backend loads it).
+fn roster_models(
+    entries: &[String],
+    roster: &[String],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    let named = entries.iter().filter(|e| e.contains('=')).count();
+    let mut out = std::collections::BTreeMap::new();
+    let check = |spec: &str, what: &str| -> anyhow::Result<()> {
+        let looks_like_path = spec.contains('/') || spec.ends_with(".gguf");
+        if looks_like_path && !std::path::Path::new(spec).is_file() {
+            anyhow::bail!("--models: {what} = `{spec}`: no such file");
+        }
+        Ok(())
+    };
+    if named == 0 {
+        if entries.len() != roster.len() {
+            anyhow::bail!(
+                "--models: {} entries for {} roster agents ({}); give one per agent in roster \
+                 order, or MODEL=PATH entries",
+                entries.len(),
+                roster.len(),
+                roster.join(", ")
+            );
+        }
+        for (model, spec) in roster.iter().zip(entries) {
+            check(spec, model)?;
+            if let Some(prev) = out.insert(model.clone(), spec.clone()) {
+                if &prev != spec {
+                    anyhow::bail!(
+                        "--models: roster model `{model}` appears twice with different files \
+                         (`{prev}`, `{spec}`)"
+                    );
+                }
+            }
+        }
+    } else if named == entries.len() {
+        for e in entries {
+            let (model, spec) = e.split_once('=').unwrap_or((e.as_str(), ""));
+            if !roster.iter().any(|m| m == model) {
+                anyhow::bail!(
+                    "--models: `{model}` is not a roster model (expected one of {})",
+                    roster.join(", ")
+                );
+            }
+            if spec.is_empty() {
+                anyhow::bail!("--models: `{e}` names no file after `=`");
+            }
+            check(spec, model)?;
+            out.insert(model.to_string(), spec.to_string());
+        }
+        if let Some(m) = roster.iter().find(|m| !out.contains_key(*m)) {
+            anyhow::bail!("--models: no file for roster model `{m}`");
+        }
+    } else {
+        anyhow::bail!("--models: mix of plain and MODEL=PATH entries; use one form");
+    }
+    Ok(out)
+}
+
 fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench> {
+    let deadline = args
+        .time_limit
+        .map(|s| Instant::now() + std::time::Duration::from_secs_f64(s.max(0.0)));
     let seed0 = args.seed.unwrap_or(12345);
     let cfgs: Vec<SocietyConfig> = (0..sims)
         .map(|i| config(args, seed0 + i as u64))
@@ -264,6 +370,17 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
             served = Some(OpenAiBackend::connect(&llm.served(), names)?);
         }
     }
+    // Load every model and check the memory plan before the clock starts (a GPU that cannot
+    // hold the models and every agent's state stops here, saying how many runs would fit).
+    let load_s = match local.as_mut() {
+        Some(b) => {
+            let t = Instant::now();
+            let refs: Vec<&SocietyConfig> = cfgs.iter().collect();
+            crate::energy_society::runner::check_memory(b, &refs)?;
+            Some(t.elapsed().as_secs_f64())
+        }
+        None => None,
+    };
     let before = local.as_ref().map(|b| b.stats());
     let mut driver = Driver::new();
     for cfg in cfgs {
@@ -285,6 +402,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         batches: 0,
         largest: 0,
         in_flight: 0,
+        deadline,
     };
     let t0 = Instant::now();
     let progress = crate::progress::calls::Tracker::sessions(
@@ -299,9 +417,13 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
     );
     progress.finish();
     let wall = t0.elapsed().as_secs_f64();
-    for (i, r) in results.iter().enumerate() {
-        if let Err(e) = r {
-            anyhow::bail!("society {i} failed: {e:#}");
+    let limited = meter.deadline.is_some_and(|d| Instant::now() >= d);
+    let finished = results.iter().filter(|r| r.is_ok()).count();
+    if !limited {
+        for (i, r) in results.iter().enumerate() {
+            if let Err(e) = r {
+                anyhow::bail!("society {i} failed: {e:#}");
+            }
         }
     }
     let Meter {
@@ -329,15 +451,16 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
             Some(u) => format!("server {u}"),
             None => "joule".into(),
         },
-        model: args
-            .gguf
-            .as_ref()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|| args.served_model.clone()),
+        model: match (&args.gguf, args.models.is_empty()) {
+            (Some(p), _) => p.display().to_string(),
+            (None, false) => args.models.join(","),
+            (None, true) => args.served_model.clone(),
+        },
         sims,
         rounds: args.rounds,
         seed: seed0,
         threads: candle_core::utils::get_num_threads(),
+        load_s,
         wall_s: wall,
         calls,
         failed_calls: failed,
@@ -356,6 +479,8 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         batches,
         largest_batch: largest,
         kernels,
+        complete: finished == sims,
+        finished,
     })
 }
 
@@ -388,6 +513,13 @@ pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
         let r = measure(&args, n)?;
         if !args.json {
             print_row(&r, out.is_empty());
+            if !r.complete {
+                println!(
+                    "(stopped by --time-limit: {} of {} societies finished; the counts are the \
+                     calls answered by then)",
+                    r.finished, r.sims
+                );
+            }
         }
         out.push(r);
     }
@@ -412,11 +544,11 @@ fn opt_n(x: Option<u64>) -> String {
 
 fn print_row(r: &SocietyBench, header: bool) {
     if header {
-        println!("| backend | sims | rounds | calls | wall s | gen tok | gen t/s | prompt tok | prompt t/s | computed | reused own | reused prefix | prefill s | decode s | engine s | scenarios s |");
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        println!("| backend | sims | rounds | calls | load s | wall s | gen tok | gen t/s | prompt tok | prompt t/s | computed | reused own | reused prefix | prefill s | decode s | engine s | scenarios s |");
+        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     }
     println!(
-        "| {} | {} | {} | {}{} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} |",
+        "| {} | {} | {} | {}{} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} |",
         r.backend,
         r.sims,
         r.rounds,
@@ -426,6 +558,7 @@ fn print_row(r: &SocietyBench, header: bool) {
         } else {
             String::new()
         },
+        opt(r.load_s),
         r.wall_s,
         r.generated_tokens,
         r.generated_tps,
@@ -439,4 +572,80 @@ fn print_row(r: &SocietyBench, header: bool) {
         opt(r.engine_s),
         r.scenario_s
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::roster_models;
+
+    fn roster() -> Vec<String> {
+        ["a", "b", "c"].iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn models_in_roster_order_or_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let f: Vec<String> = (0..3)
+            .map(|i| {
+                let p = dir.path().join(format!("m{i}.gguf"));
+                std::fs::write(&p, b"x").unwrap();
+                p.display().to_string()
+            })
+            .collect();
+        let m = roster_models(&f, &roster()).unwrap();
+        assert_eq!(m["a"], f[0]);
+        assert_eq!(m["c"], f[2]);
+        let named: Vec<String> = ["c", "a", "b"]
+            .iter()
+            .zip(&f)
+            .map(|(k, p)| format!("{k}={p}"))
+            .collect();
+        let m = roster_models(&named, &roster()).unwrap();
+        assert_eq!(
+            (m["c"].as_str(), m["b"].as_str()),
+            (f[0].as_str(), f[2].as_str())
+        );
+        // Manifest names pass through unchecked (resolved when the backend loads them).
+        let m = roster_models(&["x".into(), "y".into(), "z".into()], &roster()).unwrap();
+        assert_eq!(m["b"], "y");
+    }
+
+    #[test]
+    fn the_meter_reports_the_backend_unavailable_past_the_time_limit() {
+        use crate::backend::Backend;
+        let mut inner =
+            crate::scripted::ScriptedBackend::new(crate::scripted::TokenDist::Fixed { tokens: 3 });
+        let mut meter = super::Meter {
+            inner: &mut inner,
+            calls: 0,
+            failed: 0,
+            prompt: 0,
+            generated: 0,
+            secs: 0.0,
+            batches: 0,
+            largest: 0,
+            in_flight: 0,
+            deadline: None,
+        };
+        assert_eq!(meter.unavailable(), None);
+        meter.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs(3600));
+        assert_eq!(meter.unavailable(), None);
+        meter.deadline = Some(std::time::Instant::now());
+        let why = meter.unavailable().expect("past the deadline");
+        assert!(why.contains("--time-limit"), "{why}");
+    }
+
+    #[test]
+    fn bad_models_lists_name_what_was_expected() {
+        let err = |e: &[&str]| {
+            let v: Vec<String> = e.iter().map(|s| s.to_string()).collect();
+            roster_models(&v, &roster()).unwrap_err().to_string()
+        };
+        assert!(err(&["x", "y"]).contains("2 entries for 3 roster agents"));
+        assert!(err(&["a=x", "b=y"]).contains("no file for roster model `c`"));
+        assert!(err(&["q=x", "b=y", "c=z"]).contains("`q` is not a roster model"));
+        assert!(err(&["a=x", "y", "z"]).contains("one form"));
+        assert!(err(&["/no/such.gguf", "y", "z"]).contains("no such file"));
+        assert!(err(&["a=", "b=y", "c=z"]).contains("names no file"));
+    }
 }

@@ -64,6 +64,11 @@ pub struct SynthArgs {
     /// Copy the tokenizer and chat template from this GGUF (padded to the model's vocabulary).
     #[arg(long, value_name = "FILE")]
     pub vocab: Option<PathBuf>,
+    /// Write this chat template (a `.jinja` file, or a JSON file with a `chat_template`
+    /// string) as the file's `tokenizer.chat_template`, replacing the vocabulary's; needs
+    /// `--vocab`.
+    #[arg(long, value_name = "FILE", requires = "vocab")]
+    pub chat_template: Option<PathBuf>,
     /// llama.cpp (the converter's layout; the only one written so far) or ollama.
     #[arg(long, default_value = "llama.cpp")]
     pub layout: String,
@@ -221,12 +226,17 @@ fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result
         ),
         other => anyhow::bail!("--layout {other}: expected llama.cpp or ollama"),
     }
+    let chat_template = match &a.chat_template {
+        Some(p) => Some(read_chat_template(p)?),
+        None => None,
+    };
     let opts = SynthOptions {
         out: a.out,
         file_type,
         layers: a.layers,
         seed: a.seed,
         vocab: a.vocab,
+        chat_template,
         quiet: a.quiet,
     };
     let s = synthesize(&m.name, &m.architecture, cfg, &opts)?;
@@ -243,6 +253,32 @@ fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result
         s.bytes
     )?;
     Ok(())
+}
+
+/// The text of `--chat-template FILE`: a Jinja file as it is, or the `chat_template` string of a
+/// JSON file (a Hugging Face `tokenizer_config.json` or `chat_template.json`).
+fn read_chat_template(path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--chat-template {}: cannot read", path.display()))?;
+    if path.extension().is_some_and(|e| e == "json") {
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("--chat-template {}: not JSON", path.display()))?;
+        return v
+            .get("chat_template")
+            .and_then(|t| t.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--chat-template {}: no string field `chat_template`",
+                    path.display()
+                )
+            });
+    }
+    if text.trim().is_empty() {
+        anyhow::bail!("--chat-template {}: the file is empty", path.display());
+    }
+    Ok(text)
 }
 
 fn list(catalog: &Catalog, sources: &Sources, out: &mut dyn Write) -> anyhow::Result<()> {

@@ -5,11 +5,14 @@
 //!   AVX-VNNI, AVX2, portable; chosen at run time).
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
+//! - `cuda_quant_types` (tests): CUDA against the CPU for every type of the real quant mixes.
 //! - [`record`]: which of these (or candle's) a run uses, for its resolved config and `joule bench`.
 
 pub(crate) mod cpu_attention;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+#[cfg(test)]
+mod cuda_quant_types;
 pub mod quant_matmul;
 pub mod record;
 

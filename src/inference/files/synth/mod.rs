@@ -111,6 +111,9 @@ pub struct SynthOptions {
     pub seed: u64,
     /// A GGUF whose tokenizer and chat template are copied.
     pub vocab: Option<PathBuf>,
+    /// A chat template (Jinja text) written as `tokenizer.chat_template`, replacing the
+    /// vocabulary file's (for vocabularies that have none); needs `vocab`.
+    pub chat_template: Option<String>,
     /// No progress lines on stderr.
     pub quiet: bool,
 }
@@ -168,7 +171,16 @@ pub fn plan_file(
     ));
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     match &opts.vocab {
-        Some(path) => metadata.extend(vocab_metadata(path, cfg.vocab)?),
+        Some(path) => {
+            metadata.extend(vocab_metadata(path, cfg.vocab)?);
+            if let Some(t) = &opts.chat_template {
+                metadata.retain(|(k, _)| k != "tokenizer.chat_template");
+                metadata.push(("tokenizer.chat_template".into(), Value::Str(t.clone())));
+            }
+        }
+        None if opts.chat_template.is_some() => {
+            bail!("a chat template needs a tokenizer: give --vocab FILE with --chat-template")
+        }
         None => {
             // no tokenizer: the file works by token ids (llama.cpp's "none" vocabulary, whose
             // size is `<arch>.vocab_size`)
@@ -294,8 +306,7 @@ fn write_all(
         let mut sink = TensorSink::new(&mut w, entry);
         let row = entry.ne[0];
         let rows = entry.elements() / row;
-        // rows per chunk: about 4 M elements per thread
-        let per_thread = ((4u64 << 20) / row).max(1);
+        let per_thread = rows_per_task(row, rows, threads as u64);
         let chunk_rows = per_thread * threads as u64;
         let mut r0 = 0;
         while r0 < rows {
@@ -315,6 +326,16 @@ fn write_all(
     file.sync_all()?;
     progress.finish();
     Ok(total)
+}
+
+/// Rows each thread generates and encodes at a time: about 4 M elements, but fewer when that
+/// would leave threads idle on a matrix of few rows (a 1,024 × 4,096 projection is one such
+/// piece; split 16 ways it keeps 16 cores busy). The bytes written do not depend on it: values
+/// come from their index alone and every type quantises row by row.
+fn rows_per_task(row: u64, rows: u64, threads: u64) -> u64 {
+    ((4u64 << 20) / row.max(1))
+        .min(rows.div_ceil(threads.max(1)))
+        .max(1)
 }
 
 /// Rows `r0..r1` of a tensor, generated and encoded on several threads, in order.
@@ -368,4 +389,98 @@ fn encode(dtype: GgmlDType, xs: Vec<f32>, row: usize) -> Result<Vec<u8>> {
             QTensor::quantize(&t, q)?.data()?.into_owned()
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inference::files::manifest::Catalog;
+
+    fn options(vocab: Option<PathBuf>, chat_template: Option<&str>) -> SynthOptions {
+        SynthOptions {
+            out: PathBuf::from("unused.gguf"),
+            file_type: FileType::Q8_0,
+            layers: Some(1),
+            seed: 0,
+            vocab,
+            chat_template: chat_template.map(str::to_string),
+            quiet: true,
+        }
+    }
+
+    fn template_of(meta: &[(String, Value)]) -> Vec<String> {
+        meta.iter()
+            .filter(|(k, _)| k == "tokenizer.chat_template")
+            .map(|(_, v)| match v {
+                Value::Str(s) => s.clone(),
+                Value::Other(candle_core::quantized::gguf_file::Value::String(s)) => s.clone(),
+                other => panic!("chat template of an unexpected type: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_encoded_bytes_do_not_depend_on_how_rows_are_split() {
+        let (row, rows) = (512u64, 24u64);
+        let init = weights::Init::Std(0.02);
+        let key = weights::tensor_key(3, "blk.0.ffn_up.weight");
+        for dtype in [
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+            GgmlDType::Q8_0,
+            GgmlDType::F16,
+        ] {
+            let whole = encode_rows(dtype, &init, key, row, 0, rows, rows)
+                .unwrap()
+                .concat();
+            for per in [1, 5, 7] {
+                let mut parts = Vec::new();
+                let mut r0 = 0;
+                while r0 < rows {
+                    let r1 = (r0 + per * 2).min(rows);
+                    parts.extend(
+                        encode_rows(dtype, &init, key, row, r0, r1, per)
+                            .unwrap()
+                            .concat(),
+                    );
+                    r0 = r1;
+                }
+                assert_eq!(parts, whole, "{dtype:?} in pieces of {per} rows");
+            }
+        }
+        assert_eq!(rows_per_task(4096, 1024, 16), 64);
+        assert_eq!(rows_per_task(4096, 151_936, 16), 1024);
+        assert_eq!(rows_per_task(128, 1, 16), 1);
+    }
+
+    #[test]
+    fn a_given_chat_template_replaces_the_vocabularys_and_needs_one() {
+        let catalog = Catalog::embedded().unwrap();
+        let m = catalog.get("qwen3-8b").unwrap();
+        let cfg = m.synth.as_ref().unwrap();
+        let vocab = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/tokenizers/ggml-vocab-qwen2.gguf");
+        let (meta, ..) = plan_file(
+            &m.name,
+            &m.architecture,
+            cfg,
+            &options(Some(vocab.clone()), None),
+        )
+        .unwrap();
+        let own = template_of(&meta);
+        assert_eq!(own.len(), 1, "the qwen2 vocabulary carries a template");
+        let (meta, ..) = plan_file(
+            &m.name,
+            &m.architecture,
+            cfg,
+            &options(Some(vocab), Some("{{ messages }}")),
+        )
+        .unwrap();
+        assert_eq!(template_of(&meta), vec!["{{ messages }}".to_string()]);
+        let err = match plan_file(&m.name, &m.architecture, cfg, &options(None, Some("x"))) {
+            Ok(_) => panic!("a chat template without a vocabulary was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("--vocab"), "{err}");
+    }
 }
