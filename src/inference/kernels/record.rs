@@ -125,8 +125,9 @@ impl KernelRecord {
                 r.matmul = if split {
                     format!(
                         "{}=split: joule for its default types (quant_matmul::DEFAULT_TYPES) \
-                         unless candle repacks the matrix; for {split_types} where candle \
-                         repacks the matrix (held twice), joule for each sequence's rows of a \
+                         unless candle repacks the matrix and rounds as llama.cpp; for \
+                         {split_types} where candle repacks the matrix (held by both), joule for \
+                         each sequence's rows of a \
                          step when they are 1 to {} (decode, small batches) and candle for \
                          longer ones (prompts), joule where candle does not repack it; candle \
                          for the others",
@@ -136,8 +137,9 @@ impl KernelRecord {
                 } else {
                     format!(
                         "joule for its default types (quant_matmul::DEFAULT_TYPES) unless candle \
-                         repacks the matrix; {split_types} candle where it repacks the matrix, \
-                         joule where it does not; candle for the others"
+                         repacks the matrix and rounds as llama.cpp, and for {split_types} \
+                         (held once; candle would keep the file's blocks and its repacked \
+                         copies); candle for the others"
                     )
                 };
                 let repacked: Vec<String> = quant_matmul::DEFAULT_TYPES
@@ -156,16 +158,14 @@ impl KernelRecord {
                     if split {
                         "is split by rows"
                     } else {
-                        "goes to candle"
+                        "stays with joule"
                     },
                 ));
                 let split_rule = split_rule();
                 for t in quant_matmul::ALL_TYPES {
                     let who = if quant_matmul::SPLIT_TYPES.contains(&t) {
-                        if split {
+                        if split && cpu_repacks(t) {
                             split_rule.clone()
-                        } else if cpu_repacks(t) {
-                            "candle where it repacks, else joule".into()
                         } else {
                             "joule".into()
                         }
@@ -325,14 +325,8 @@ mod tests {
         assert!(r.simd.is_some());
         if !crate::knobs::candle_kernels_only() && crate::knobs::cpu_kernel_types().is_none() {
             assert_eq!(r.types["Q4_1"], "joule");
-            for t in ["Q4_K", "Q6_K"] {
-                let want = if cpu_repacks(GgmlDType::Q4K) {
-                    "candle where it repacks, else joule"
-                } else {
-                    "joule"
-                };
-                assert_eq!(r.types[t], want);
-            }
+            assert_eq!(r.types["Q4_K"], "joule");
+            assert_eq!(r.types["Q6_K"], "joule");
             assert_eq!(r.types["Q5_K"], "joule");
             assert!(r.types["Q8_0"].starts_with("joule"));
         }

@@ -380,6 +380,13 @@ impl Loader<'_> {
                         .add_held(name, quant_matmul::candle_repack_bytes(dtype, n, k));
                 }
             }
+            Proj::Split(m) => {
+                self.g.add_held(name, m.joule.resident_bytes());
+                if let Some(dtype) = self.g.tensor_dtype(name) {
+                    self.g
+                        .add_held(name, quant_matmul::candle_repack_bytes(dtype, n, k));
+                }
+            }
             Proj::Candle(_) => {}
         }
         if let Some(dtype) = self.g.tensor_dtype(name) {

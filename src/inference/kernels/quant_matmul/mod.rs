@@ -170,11 +170,11 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 /// repacks the matrix and rounds as llama.cpp does ([`leaves_to_candle`]; for
 /// none of these types at present): those whose products it computes faster
 /// than candle 0.11 (`benches/quant_matmul.rs`, both columns). Q4_K and Q6_K
-/// are [`SPLIT_TYPES`] instead: Joule's super-block kernels decode faster
-/// (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M file) but
-/// candle's repacked 16-row tiles (and AMX) multiply prompts about 2× faster than
-/// Joule's 2×4 tile; see benches/README.md, "k-quant super-block kernels" and
-/// "session 11".
+/// are [`SPLIT_TYPES`] instead, Joule's by default too: its super-block kernels
+/// decode faster (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M
+/// file) and hold the weights once, while candle's repacked 16-row tiles (and AMX)
+/// multiply prompts about 2× faster than Joule's 2×4 tile but hold about 4.5× the
+/// file; see benches/README.md, "k-quant super-block kernels" and "session 11".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -332,8 +332,8 @@ pub enum Choice {
 /// The types that are [`Choice::Split`] where candle repacks them and [`TYPES_ENV`] is
 /// [`SPLIT_SPEC`]: Joule's super-block kernels decode them faster, candle's repacked (and
 /// AMX) tiles multiply prompts faster (benches/README.md, "session 11"). Not the default:
-/// a split matrix is held twice (candle's repacked copy and Joule's), which for a Q4_K_M
-/// file is nearly twice its weights' memory, too much for a roster of five models.
+/// a split matrix is held by both (Joule's copy, and candle's file blocks with its repacked
+/// copies, together about 5.5× a Q4_K_M file), too much for a roster of five models.
 pub const SPLIT_TYPES: [GgmlDType; 2] = [GgmlDType::Q4K, GgmlDType::Q6K];
 
 /// The [`TYPES_ENV`] value that asks for the split of [`SPLIT_TYPES`] (the default for
@@ -347,10 +347,10 @@ pub fn split_requested(spec: Option<&str>) -> bool {
 
 /// The kernel of a `[n, k]` matrix of `dtype` when [`TYPES_ENV`] is `spec`: a type it
 /// names is Joule's at every row count and one it leaves out candle's; unset, a type of
-/// [`DEFAULT_TYPES`] that candle does not repack is Joule's, a type of [`SPLIT_TYPES`]
-/// is candle's where candle repacks it (one copy of the weights) and Joule's where it
-/// does not, anything else candle's. [`SPLIT_SPEC`] is the default except that a
-/// [`SPLIT_TYPES`] matrix candle repacks is split by rows (held twice).
+/// [`DEFAULT_TYPES`] is Joule's unless [`leaves_to_candle`], a type of [`SPLIT_TYPES`] is
+/// Joule's (one copy of the weights: candle 0.11 keeps the file's blocks and its repacked
+/// copies, about 4.5× a Q4_K_M file's size), anything else candle's. [`SPLIT_SPEC`] is the
+/// default except that a [`SPLIT_TYPES`] matrix candle repacks is split by rows.
 pub fn choose(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Result<Choice> {
     let split = split_requested(spec);
     Ok(match kernel_types(spec)? {
@@ -358,8 +358,7 @@ pub fn choose(spec: Option<&str>, dtype: GgmlDType, n: usize, k: usize) -> Resul
         Some(_) => Choice::Candle,
         None if SPLIT_TYPES.contains(&dtype) => match (candle_repacks(dtype, n, k), split) {
             (true, true) => Choice::Split,
-            (true, false) => Choice::Candle,
-            (false, _) => Choice::Joule,
+            _ => Choice::Joule,
         },
         None if DEFAULT_TYPES.contains(&dtype) && !leaves_to_candle(dtype, n, k) => Choice::Joule,
         None => Choice::Candle,

@@ -381,8 +381,8 @@ fn takes_follows_the_named_types_or_the_default_rule() {
     assert!(takes(Some("all"), GgmlDType::Q6K, 16, 256).unwrap());
     // Unset: the defaults, less what candle repacks.
     assert!(takes(None, GgmlDType::Q4_1, 16, 256).unwrap());
-    // Q4_K/Q6_K: candle's where candle repacks them (one copy of the weights), Joule's elsewhere;
-    // `split`: split by rows where candle repacks them.
+    // Q4_K/Q6_K: Joule's (one copy of the weights; candle keeps the file's blocks and its
+    // repacked copies); `split`: split by rows where candle repacks them.
     let repacked = |spec, t| {
         (
             choose(spec, t, 4096, 4096).unwrap(),
@@ -392,11 +392,11 @@ fn takes_follows_the_named_types_or_the_default_rule() {
     if candle_repacks(GgmlDType::Q4K, 4096, 4096) {
         assert_eq!(
             repacked(Some(""), GgmlDType::Q4K),
-            (Choice::Candle, Choice::Candle)
+            (Choice::Joule, Choice::Joule)
         );
         assert_eq!(
             repacked(None, GgmlDType::Q6K),
-            (Choice::Candle, Choice::Candle)
+            (Choice::Joule, Choice::Joule)
         );
         assert_eq!(
             repacked(Some("split"), GgmlDType::Q4K),
@@ -416,7 +416,7 @@ fn takes_follows_the_named_types_or_the_default_rule() {
         choose(Some("split"), GgmlDType::Q4_1, 16, 256).unwrap(),
         choose(None, GgmlDType::Q4_1, 16, 256).unwrap()
     );
-    assert!(!takes(None, GgmlDType::Q6K, 16, 256).unwrap());
+    assert!(takes(None, GgmlDType::Q6K, 16, 256).unwrap());
     // Named or left out, the variable overrides the row rule.
     assert_eq!(
         choose(Some("Q4_K"), GgmlDType::Q4K, 4096, 4096).unwrap(),
