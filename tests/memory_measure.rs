@@ -109,6 +109,7 @@ fn plan_matches_the_process_at_real_width() {
             layers: Some(1),
             seed: 1,
             vocab: None,
+            chat_template: None,
             quiet: true,
         },
     )

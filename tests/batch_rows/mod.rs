@@ -117,6 +117,7 @@ pub fn synthesized_smollm2_q4_k_m() -> (tempfile::TempDir, std::path::PathBuf) {
         layers: Some(3),
         seed: 1,
         vocab: None,
+        chat_template: None,
         quiet: true,
     };
     synthesize(&m.name, &m.architecture, &cfg, &opts).expect("synthesize");
