@@ -6,17 +6,15 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `mi_option_purge_delay` of mimalloc's `mimalloc.h` (v2 and v3: between
-/// `eager_commit_delay`, 14, and `use_numa_nodes`, 16, which libmimalloc-sys
-/// names; it does not name this one).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+use joule::inference::engine::load_purge::MI_OPTION_PURGE_DELAY;
 
 fn main() -> std::process::ExitCode {
     // Keep freed memory committed instead of handing it back to the system
     // after mimalloc's default 10 ms: inference allocates and frees the same
     // large activation buffers every forward step, and handing them back made
     // each step fault in (and the kernel zero) fresh huge pages again — about
-    // 30,000 page faults and 7 % of a `joule bench -p 512` run's time.
+    // 30,000 page faults and 7 % of a `joule bench -p 512` run's time. (A model
+    // load purges while it runs: `inference::engine::load_purge`.)
     // SAFETY: sets a process-wide allocator option; called before any thread starts.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
     joule::cli::main()

@@ -13,6 +13,7 @@
 
 pub mod device;
 pub mod generate;
+pub mod load_purge;
 pub mod logits;
 pub mod memory_measure;
 pub mod memory_plan;

@@ -47,6 +47,7 @@ pub fn load_model(path: impl AsRef<Path>, device: &Device) -> Result<SharedModel
 /// Load the model of an already opened (and parsed) GGUF file onto `device`;
 /// the caller can build the tokenizer and chat template from the same parse.
 pub fn load_model_from(gguf: &mut GgufFile, device: &Device) -> Result<SharedModel> {
+    let _purge = crate::inference::engine::load_purge::PurgeWhileLoading::start();
     let arch = gguf.architecture()?;
     let model: SharedModel = match arch.as_str() {
         "llama" => Arc::new(llama::load(gguf, device)?),
