@@ -48,15 +48,7 @@ use crate::inference::files::gguf_header::GgufInfo;
 const MIB: u64 = 1024 * 1024;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
-/// Bytes one tensor occupies once loaded, by the rule in the module doc.
-/// `float` is true for F32/F16/BF16 tensors.
-pub fn resident_tensor_bytes(elements: u64, stored_bytes: u64, float: bool) -> u64 {
-    if float {
-        elements * 4
-    } else {
-        stored_bytes
-    }
-}
+pub use crate::inference::files::gguf_weights::resident_tensor_bytes;
 
 fn is_float_type(name: &str) -> bool {
     matches!(name, "F32" | "F16" | "BF16")

@@ -315,7 +315,7 @@ impl GgufFile {
         };
         self.held.push((
             name.to_string(),
-            crate::inference::engine::memory_plan::resident_tensor_bytes(elements, stored, float),
+            resident_tensor_bytes(elements, stored, float),
         ));
         Ok(q)
     }
@@ -340,6 +340,17 @@ impl GgufFile {
             path: self.path.clone(),
             message: message.into(),
         }
+    }
+}
+
+/// Bytes one tensor occupies once loaded, before any kernel's copy (the memory plan's rule,
+/// `engine::memory_plan`): float tensors (`float`: F32/F16/BF16) as f32, quantised ones as
+/// stored.
+pub fn resident_tensor_bytes(elements: u64, stored_bytes: u64, float: bool) -> u64 {
+    if float {
+        elements * 4
+    } else {
+        stored_bytes
     }
 }
 
