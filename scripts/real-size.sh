@@ -124,6 +124,9 @@ for m in $models; do
     jload=$(sed -n 's/^load: \([0-9.]*\) s.*/\1/p' <<<"$plan_out")
     planned=$(grep -o 'with margin [0-9.]* [GMK]iB' <<<"$plan_out" | head -1)
     plan_total=$(grep -o '= [0-9.]* [GMK]iB, with margin' <<<"$plan_out" | awk '{print $2, $3}' | tr -d ,)
+    # The synthesized files' pages may still be dirty, which MemAvailable does not count as
+    # available until they are written back (it read 2 GiB of 23 here right after a synthesis).
+    sync
     avail=$(awk '/MemAvailable/ {printf "%d", $2 * 1024}' /proc/meminfo)
     need=$(bytes "$plan_total")
     fits=1
