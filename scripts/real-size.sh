@@ -127,7 +127,7 @@ for m in $models; do
     # The synthesized files' pages may still be dirty, which MemAvailable does not count as
     # available until they are written back (it read 2 GiB of 23 here right after a synthesis).
     sync
-    avail=$(awk '/MemAvailable/ {printf "%d", $2 * 1024}' /proc/meminfo)
+    avail=$(awk '/MemAvailable/ {printf "%.0f", $2 * 1024}' /proc/meminfo)  # %d overflows at 2^31 in mawk
     need=$(bytes "$plan_total")
     fits=1
     (( need < avail * 9 / 10 )) || fits=0
