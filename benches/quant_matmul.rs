@@ -25,28 +25,9 @@ use candle_core::{Module, Tensor};
 use joule::inference::kernels::quant_matmul::{cpu_matrix_of, matmul, ALL_TYPES};
 use rand::{Rng, SeedableRng};
 
-/// Random GGUF bytes for `n·k/values` blocks of `bytes` each, f16 scales sane.
+/// Random GGUF bytes of an `[n, k]` matrix (`quant_matmul::random_matrix`).
 fn random_tensor(rng: &mut impl Rng, n: usize, k: usize, dtype: GgmlDType) -> Vec<u8> {
-    let (values, block_bytes) = (dtype.block_size(), dtype.type_size());
-    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
-    let mut out = Vec::with_capacity(n * k / values * block_bytes);
-    for _ in 0..n * k / values {
-        let mut b: Vec<u8> = (0..block_bytes).map(|_| rng.gen()).collect();
-        match dtype {
-            GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
-                b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05)));
-                b[2..4].copy_from_slice(&f16(-0.1));
-            }
-            GgmlDType::Q4K | GgmlDType::Q5K => {
-                b[..2].copy_from_slice(&f16(rng.gen_range(0.0001..0.002)));
-                b[2..4].copy_from_slice(&f16(0.002));
-            }
-            GgmlDType::Q6K => b[208..210].copy_from_slice(&f16(rng.gen_range(0.0001..0.001))),
-            _ => b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05))),
-        }
-        out.extend_from_slice(&b);
-    }
-    out
+    joule::inference::kernels::quant_matmul::random_matrix(rng, dtype, n, k)
 }
 
 /// Seconds per call of `f`, the mean of `reps` calls after one warm-up.

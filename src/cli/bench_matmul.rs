@@ -10,6 +10,7 @@
 //! once; on CUDA each timing ends with a device synchronisation.
 
 use crate::inference::engine::device::{device_name, select_device};
+use crate::inference::kernels::quant_matmul::random_matrix;
 use crate::inference::models::nn::Proj;
 use anyhow::{bail, Context, Result};
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType};
@@ -99,36 +100,6 @@ fn parse_shape(s: &str) -> Result<(usize, usize)> {
         bail!("--shape `{s}`: N and K must be positive and K a multiple of 256");
     }
     Ok((n, k))
-}
-
-/// Random GGUF bytes of an `[n, k]` matrix of `dtype`, with each block's scales small enough
-/// that products stay finite (the quantised values themselves are random bits).
-pub fn random_matrix(rng: &mut impl Rng, dtype: GgmlDType, n: usize, k: usize) -> Vec<u8> {
-    let (values, block_bytes) = (dtype.block_size(), dtype.type_size());
-    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
-    let blocks = n * k / values;
-    let mut out = Vec::with_capacity(blocks * block_bytes);
-    for _ in 0..blocks {
-        let mut b: Vec<u8> = (0..block_bytes).map(|_| rng.gen()).collect();
-        match dtype {
-            GgmlDType::F32 => {
-                b = rng.gen_range(-0.05f32..0.05).to_le_bytes().to_vec();
-            }
-            GgmlDType::F16 => b = f16(rng.gen_range(-0.05f32..0.05)).to_vec(),
-            GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
-                b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05)));
-                b[2..4].copy_from_slice(&f16(-0.1));
-            }
-            GgmlDType::Q4K | GgmlDType::Q5K => {
-                b[..2].copy_from_slice(&f16(rng.gen_range(0.0001..0.002)));
-                b[2..4].copy_from_slice(&f16(0.002));
-            }
-            GgmlDType::Q6K => b[208..210].copy_from_slice(&f16(rng.gen_range(0.0001..0.001))),
-            _ => b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05))),
-        }
-        out.extend_from_slice(&b);
-    }
-    out
 }
 
 fn measure(
