@@ -142,6 +142,24 @@ struct Meter<'a> {
     deadline: Option<Instant>,
 }
 
+impl<'a> Meter<'a> {
+    /// A meter with nothing counted yet around `inner`.
+    fn new(inner: &'a mut dyn Backend, deadline: Option<Instant>) -> Self {
+        Meter {
+            inner,
+            calls: 0,
+            failed: 0,
+            prompt: 0,
+            generated: 0,
+            secs: 0.0,
+            batches: 0,
+            largest: 0,
+            in_flight: 0,
+            deadline,
+        }
+    }
+}
+
 impl Backend for Meter<'_> {
     fn name(&self) -> String {
         self.inner.name()
@@ -392,18 +410,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         (None, Some(b)) => b,
         (None, None) => anyhow::bail!("no backend"),
     };
-    let mut meter = Meter {
-        inner,
-        calls: 0,
-        failed: 0,
-        prompt: 0,
-        generated: 0,
-        secs: 0.0,
-        batches: 0,
-        largest: 0,
-        in_flight: 0,
-        deadline,
-    };
+    let mut meter = Meter::new(inner, deadline);
     let t0 = Instant::now();
     let progress = crate::progress::calls::Tracker::sessions(
         crate::progress::Mode::from_env(),
@@ -615,18 +622,7 @@ mod tests {
         use crate::backend::Backend;
         let mut inner =
             crate::scripted::ScriptedBackend::new(crate::scripted::TokenDist::Fixed { tokens: 3 });
-        let mut meter = super::Meter {
-            inner: &mut inner,
-            calls: 0,
-            failed: 0,
-            prompt: 0,
-            generated: 0,
-            secs: 0.0,
-            batches: 0,
-            largest: 0,
-            in_flight: 0,
-            deadline: None,
-        };
+        let mut meter = super::Meter::new(&mut inner, None);
         assert_eq!(meter.unavailable(), None);
         meter.deadline = Some(std::time::Instant::now() + std::time::Duration::from_secs(3600));
         assert_eq!(meter.unavailable(), None);
