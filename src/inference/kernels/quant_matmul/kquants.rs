@@ -38,6 +38,8 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     const OFFSET: i32;
     /// Whether a `dmin·mn` term exists (Q4_K, Q5_K).
     const WITH_MIN: bool;
+    /// Values sharing one integer scale (Q4_K, Q5_K: 32; Q6_K: 16).
+    const SUB: usize;
     /// The integer payload of one super-block (64-byte aligned).
     type Qs: Copy + Debug + Send + Sync + 'static;
     /// The scales of one super-block.
@@ -190,6 +192,7 @@ impl KBlock for KQ4 {
     const BYTES: usize = 144;
     const OFFSET: i32 = 0;
     const WITH_MIN: bool = true;
+    const SUB: usize = 32;
     type Qs = Nibbles256;
     type Meta = MetaK;
     fn parse(c: &[u8]) -> (Nibbles256, MetaK) {
@@ -246,6 +249,7 @@ impl KBlock for KQ5 {
     const BYTES: usize = 176;
     const OFFSET: i32 = 0;
     const WITH_MIN: bool = true;
+    const SUB: usize = 32;
     type Qs = Nibbles256;
     type Meta = MetaK5;
     fn parse(c: &[u8]) -> (Nibbles256, MetaK5) {
@@ -327,6 +331,7 @@ impl KBlock for KQ6 {
     const BYTES: usize = 210;
     const OFFSET: i32 = 32;
     const WITH_MIN: bool = false;
+    const SUB: usize = 16;
     type Qs = Q6Payload;
     type Meta = MetaQ6;
     fn parse(c: &[u8]) -> (Q6Payload, MetaQ6) {
@@ -600,30 +605,26 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
 
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
         debug_assert!(acts.kbs == self.kbs && rows.end <= acts.rows());
-        #[allow(unused_mut)]
-        let mut rest = rows.start;
-        // Prompts on AVX-512 VNNI: whole blocks of 16 activation rows through the prompt
-        // tile (each weight super-block unpacked once for 16 rows), the rest through the
-        // 2×4 tiles; a row's result is the same bits in either.
+        // Prompts on AVX-512 VNNI: the prompt path (each super-block of up to 16 weight
+        // rows unpacked once for all the rows; a row's result is the same bits as in the
+        // 2×4 tiles that decode uses).
         #[cfg(target_arch = "x86_64")]
-        if self.simd == Simd::Avx512Vnni {
-            use x86::kquants512::{dot_rows16_k512, PROMPT_ROWS};
-            while rest + PROMPT_ROWS <= rows.end {
-                let block: [usize; PROMPT_ROWS] = std::array::from_fn(|i| rest + i);
-                for j in js.clone() {
-                    // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI;
-                    // the caller guarantees the rows exist and owns y[r, j] for them.
-                    unsafe {
-                        let out = dot_rows16_k512(self, j, acts, block);
-                        for (i, v) in out.into_iter().enumerate() {
-                            *y.add((rest + i) * self.n + j) = v;
-                        }
-                    }
-                }
-                rest += PROMPT_ROWS;
+        if self.simd == Simd::Avx512Vnni
+            && rows.len() >= x86::kquants512::PROMPT_MIN_ROWS
+            && !js.is_empty()
+        {
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI; the
+            // caller guarantees the rows exist and owns y[r, j] for them; `js` is one
+            // chunk of at most 16 weight rows.
+            let mut j = js.start;
+            while j < js.end {
+                let end = js.end.min(j + 16);
+                unsafe { x86::kquants512::run_prompt_k512(self, acts, rows.clone(), j..end, y) };
+                j = end;
             }
+            return;
         }
         // SAFETY: as the caller guarantees.
-        unsafe { run_tiles(self, self.n, rest..rows.end, js, acts, y) }
+        unsafe { run_tiles(self, self.n, rows, js, acts, y) }
     }
 }
