@@ -78,6 +78,18 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     /// As [`Self::piece256`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn mins256(meta: &Self::Meta) -> [__m256i; 2];
+    /// The mins of the eight 32-value sub-blocks as i16 (Q6_K: zeros).
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn mins8_i16(meta: &Self::Meta) -> __m128i;
+    /// `OFFSET·sc` of the sixteen 16-value sub-blocks as i16 (zeros without an offset).
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn offset_scales_i16(meta: &Self::Meta) -> __m256i;
 }
 
 /// Values `64g .. 64g + 64` of [`Nibbles256`].
@@ -230,6 +242,16 @@ impl KBlock for KQ4 {
     unsafe fn mins256(m: &MetaK) -> [__m256i; 2] {
         pairs256(&m.mn)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(m: &MetaK) -> __m128i {
+        _mm_cvtepu8_epi16(_mm_loadl_epi64(m.mn.as_ptr() as *const __m128i))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(_: &MetaK) -> __m256i {
+        _mm256_setzero_si256()
+    }
 }
 
 /// Q5_K scales and fifth bits: bit `l` of `qh[g]` is bit 4 of value `64g + l`.
@@ -302,6 +324,16 @@ impl KBlock for KQ5 {
     #[inline(always)]
     unsafe fn mins256(m: &MetaK5) -> [__m256i; 2] {
         pairs256(&m.k.mn)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(m: &MetaK5) -> __m128i {
+        KQ4::mins8_i16(&m.k)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(_: &MetaK5) -> __m256i {
+        _mm256_setzero_si256()
     }
 }
 
@@ -416,6 +448,18 @@ impl KBlock for KQ6 {
     #[inline(always)]
     unsafe fn mins256(_: &MetaQ6) -> [__m256i; 2] {
         [_mm256_setzero_si256(); 2]
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(_: &MetaQ6) -> __m128i {
+        _mm_setzero_si128()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(m: &MetaQ6) -> __m256i {
+        // |32·sc| <= 4096 fits 16 bits.
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(m.sc.as_ptr() as *const __m128i));
+        _mm256_mullo_epi16(sc, _mm256_set1_epi16(Self::OFFSET as i16))
     }
 }
 

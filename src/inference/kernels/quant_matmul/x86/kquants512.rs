@@ -82,25 +82,48 @@ pub(crate) unsafe fn dot_tile_k512<B: KBlock, const W: usize, const N: usize>(
                 }
             }
         }
+        // Per activation row: the per-16 sums as i16 (the offset term) and the per-32
+        // sums as i16 (the min term), shared by the weight rows.
+        let bs16: [__m256i; N] = std::array::from_fn(|i| {
+            let bs = _mm512_load_si512((*xs[i].add(s)).bsums.as_ptr() as *const _);
+            _mm512_cvtepi32_epi16(bs)
+        });
+        let bs32: [__m128i; N] = std::array::from_fn(|i| {
+            let bs = _mm512_load_si512((*xs[i].add(s)).bsums.as_ptr() as *const _);
+            _mm512_cvtepi64_epi16(_mm512_add_epi32(bs, _mm512_srli_epi64::<32>(bs)))
+        });
         for w in 0..W {
             let m = &*meta[w].add(s);
             let (d, dmin) = B::d_dmin(m);
+            let offsc = B::offset_scales_i16(m);
+            let mins = B::mins8_i16(m);
             for i in 0..N {
-                let bs = _mm512_load_si512((*xs[i].add(s)).bsums.as_ptr() as *const _);
                 let d8 = *acts.dk.get_unchecked(rows[i] * kbs + s);
-                let mut sum = isum[w][i];
+                // The super-block's exact integer sums (main: eight lanes, less
+                // `OFFSET·Σ sc·bsum`; min: `Σ mn·bsum`, four lanes), added across lanes
+                // together, then one fused multiply-add each (what the prompt path does
+                // in its lanes).
+                let t = isum[w][i];
+                let mut main8 =
+                    _mm256_add_epi32(_mm512_castsi512_si256(t), _mm512_extracti64x4_epi64::<1>(t));
                 if B::OFFSET != 0 {
-                    let off = _mm512_mullo_epi32(lanes16(B::scales256(m)), bs);
-                    let off = _mm512_mullo_epi32(off, _mm512_set1_epi32(B::OFFSET));
-                    sum = _mm512_sub_epi32(sum, off);
+                    main8 = _mm256_sub_epi32(main8, _mm256_madd_epi16(offsc, bs16[i]));
                 }
-                // The super-block's exact integer sums, then one fused multiply-add each
-                // (what the prompt tile does in its lanes).
-                let main = _mm512_reduce_add_epi32(sum) as f32;
+                let main4 = _mm_add_epi32(
+                    _mm256_castsi256_si128(main8),
+                    _mm256_extracti128_si256::<1>(main8),
+                );
+                let min4 = if B::WITH_MIN {
+                    _mm_madd_epi16(mins, bs32[i])
+                } else {
+                    main4
+                };
+                let h = _mm_hadd_epi32(main4, min4);
+                let both = _mm_cvtepi32_ps(_mm_hadd_epi32(h, h));
+                let main = _mm_cvtss_f32(both);
                 acc[w][i] = main.mul_add(d * d8, acc[w][i]);
                 if B::WITH_MIN {
-                    let mins = _mm512_mullo_epi32(lanes16(B::mins256(m)), bs);
-                    let min = _mm512_reduce_add_epi32(mins) as f32;
+                    let min = _mm_cvtss_f32(_mm_movehdup_ps(both));
                     acc[w][i] = min.mul_add(-(dmin * d8), acc[w][i]);
                 }
             }
