@@ -38,6 +38,8 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     const OFFSET: i32;
     /// Whether a `dmin·mn` term exists (Q4_K, Q5_K).
     const WITH_MIN: bool;
+    /// Values sharing one integer scale (Q4_K, Q5_K: 32; Q6_K: 16).
+    const SUB: usize;
     /// The integer payload of one super-block (64-byte aligned).
     type Qs: Copy + Debug + Send + Sync + 'static;
     /// The scales of one super-block.
@@ -76,6 +78,18 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     /// As [`Self::piece256`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn mins256(meta: &Self::Meta) -> [__m256i; 2];
+    /// The mins of the eight 32-value sub-blocks as i16 (Q6_K: zeros).
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn mins8_i16(meta: &Self::Meta) -> __m128i;
+    /// `OFFSET·sc` of the sixteen 16-value sub-blocks as i16 (zeros without an offset).
+    ///
+    /// # Safety
+    /// As [`Self::piece256`].
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn offset_scales_i16(meta: &Self::Meta) -> __m256i;
 }
 
 /// Values `64g .. 64g + 64` of [`Nibbles256`].
@@ -190,6 +204,7 @@ impl KBlock for KQ4 {
     const BYTES: usize = 144;
     const OFFSET: i32 = 0;
     const WITH_MIN: bool = true;
+    const SUB: usize = 32;
     type Qs = Nibbles256;
     type Meta = MetaK;
     fn parse(c: &[u8]) -> (Nibbles256, MetaK) {
@@ -227,6 +242,16 @@ impl KBlock for KQ4 {
     unsafe fn mins256(m: &MetaK) -> [__m256i; 2] {
         pairs256(&m.mn)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(m: &MetaK) -> __m128i {
+        _mm_cvtepu8_epi16(_mm_loadl_epi64(m.mn.as_ptr() as *const __m128i))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(_: &MetaK) -> __m256i {
+        _mm256_setzero_si256()
+    }
 }
 
 /// Q5_K scales and fifth bits: bit `l` of `qh[g]` is bit 4 of value `64g + l`.
@@ -246,6 +271,7 @@ impl KBlock for KQ5 {
     const BYTES: usize = 176;
     const OFFSET: i32 = 0;
     const WITH_MIN: bool = true;
+    const SUB: usize = 32;
     type Qs = Nibbles256;
     type Meta = MetaK5;
     fn parse(c: &[u8]) -> (Nibbles256, MetaK5) {
@@ -299,6 +325,16 @@ impl KBlock for KQ5 {
     unsafe fn mins256(m: &MetaK5) -> [__m256i; 2] {
         pairs256(&m.k.mn)
     }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(m: &MetaK5) -> __m128i {
+        KQ4::mins8_i16(&m.k)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(_: &MetaK5) -> __m256i {
+        _mm256_setzero_si256()
+    }
 }
 
 /// A Q6_K payload: low nibbles as [`Nibbles256`] and the two high bits of value `64g + l`
@@ -327,6 +363,7 @@ impl KBlock for KQ6 {
     const BYTES: usize = 210;
     const OFFSET: i32 = 32;
     const WITH_MIN: bool = false;
+    const SUB: usize = 16;
     type Qs = Q6Payload;
     type Meta = MetaQ6;
     fn parse(c: &[u8]) -> (Q6Payload, MetaQ6) {
@@ -411,6 +448,18 @@ impl KBlock for KQ6 {
     #[inline(always)]
     unsafe fn mins256(_: &MetaQ6) -> [__m256i; 2] {
         [_mm256_setzero_si256(); 2]
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn mins8_i16(_: &MetaQ6) -> __m128i {
+        _mm_setzero_si128()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn offset_scales_i16(m: &MetaQ6) -> __m256i {
+        // |32·sc| <= 4096 fits 16 bits.
+        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(m.sc.as_ptr() as *const __m128i));
+        _mm256_mullo_epi16(sc, _mm256_set1_epi16(Self::OFFSET as i16))
     }
 }
 
@@ -600,30 +649,26 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
 
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
         debug_assert!(acts.kbs == self.kbs && rows.end <= acts.rows());
-        #[allow(unused_mut)]
-        let mut rest = rows.start;
-        // Prompts on AVX-512 VNNI: whole blocks of 16 activation rows through the prompt
-        // tile (each weight super-block unpacked once for 16 rows), the rest through the
-        // 2×4 tiles; a row's result is the same bits in either.
+        // Prompts on AVX-512 VNNI: the prompt path (each super-block of up to 16 weight
+        // rows unpacked once for all the rows; a row's result is the same bits as in the
+        // 2×4 tiles that decode uses).
         #[cfg(target_arch = "x86_64")]
-        if self.simd == Simd::Avx512Vnni {
-            use x86::kquants512::{dot_rows16_k512, PROMPT_ROWS};
-            while rest + PROMPT_ROWS <= rows.end {
-                let block: [usize; PROMPT_ROWS] = std::array::from_fn(|i| rest + i);
-                for j in js.clone() {
-                    // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI;
-                    // the caller guarantees the rows exist and owns y[r, j] for them.
-                    unsafe {
-                        let out = dot_rows16_k512(self, j, acts, block);
-                        for (i, v) in out.into_iter().enumerate() {
-                            *y.add((rest + i) * self.n + j) = v;
-                        }
-                    }
-                }
-                rest += PROMPT_ROWS;
+        if self.simd == Simd::Avx512Vnni
+            && rows.len() >= x86::kquants512::PROMPT_MIN_ROWS
+            && !js.is_empty()
+        {
+            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F, BW, VNNI; the
+            // caller guarantees the rows exist and owns y[r, j] for them; `js` is one
+            // chunk of at most 16 weight rows.
+            let mut j = js.start;
+            while j < js.end {
+                let end = js.end.min(j + 16);
+                unsafe { x86::kquants512::run_prompt_k512(self, acts, rows.clone(), j..end, y) };
+                j = end;
             }
+            return;
         }
         // SAFETY: as the caller guarantees.
-        unsafe { run_tiles(self, self.n, rest..rows.end, js, acts, y) }
+        unsafe { run_tiles(self, self.n, rows, js, acts, y) }
     }
 }

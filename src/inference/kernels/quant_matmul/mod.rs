@@ -173,7 +173,8 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 /// are [`SPLIT_TYPES`] instead, Joule's by default too: its super-block kernels
 /// decode faster (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M
 /// file) and hold the weights once, while candle's repacked 16-row tiles (and AMX)
-/// multiply prompts about 2× faster than Joule's 2×4 tile but hold about 4.5× the
+/// multiplied prompts about 2× faster than Joule's 2×4 tile (before the AVX-512 prompt
+/// path of session 12, `x86::kquants512::run_prompt_k512`) but hold about 4.5× the
 /// file; see benches/README.md, "k-quant super-block kernels" and "session 11".
 pub const DEFAULT_TYPES: [GgmlDType; 6] = [
     GgmlDType::Q4_0,

@@ -573,7 +573,8 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let (n, k) = (20, 512);
     let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
         .unwrap();
-    // 37 rows: two 16-row prompt tiles (AVX-512 VNNI) and 5 rows of 2×4 tiles.
+    // 37 rows: on AVX-512 VNNI the prompt path, 8-row steps and 5 single rows, for a
+    // whole 16-row weight group and a group of 4 (n = 20).
     let rows_in = 37;
     let x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
     let acts = Acts::quantize_for(&x, k, false, true);
