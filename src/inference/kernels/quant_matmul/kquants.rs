@@ -500,7 +500,7 @@ impl<B: KBlock> Debug for KMatrix<B> {
 impl<B: KBlock> KMatrix<B> {
     /// Build from GGUF super-block bytes of a `[n, k]` tensor (row major).
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
-        if k == 0 || k % QK != 0 {
+        if k == 0 || !k.is_multiple_of(QK) {
             bail!(
                 "{} rows of {k} values are not whole blocks of {QK}",
                 B::NAME
@@ -521,7 +521,7 @@ impl<B: KBlock> KMatrix<B> {
     /// Build from the GGUF super-block bytes of a `[n, k]` tensor (row major) in `src`,
     /// the rows converted in parallel ([`for_row_pieces`]).
     pub fn from_source(src: &RowSource<'_>, n: usize, k: usize) -> Result<Self> {
-        if k == 0 || k % QK != 0 {
+        if k == 0 || !k.is_multiple_of(QK) {
             bail!(
                 "{} rows of {k} values are not whole blocks of {QK}",
                 B::NAME
