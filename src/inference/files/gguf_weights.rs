@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use crate::inference::files::gguf_header::{
     GgmlType, GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions,
 };
+use crate::inference::kernels::quant_matmul::source::ReadAt;
 
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]
@@ -273,21 +274,7 @@ impl GgufFile {
         expected: &[usize],
         device: &Device,
     ) -> Result<QTensor, LoadError> {
-        let got = self
-            .tensor_shape(name)
-            .ok_or_else(|| LoadError::MissingTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-            })?;
-        if got != expected {
-            return Err(LoadError::BadShape {
-                path: self.path.clone(),
-                name: name.to_string(),
-                got,
-                expected: expected.to_vec(),
-            });
-        }
-        let info = &self.content.tensor_infos[name];
+        let info = self.checked_info(name, expected)?;
         let elements = info.shape.elem_count() as u64;
         let float = matches!(
             info.ggml_dtype,
@@ -302,7 +289,7 @@ impl GgufFile {
         };
         let q = if device.is_cpu() {
             read_cpu_tensor(
-                &mut self.reader,
+                self.reader.get_ref(),
                 info,
                 self.content.tensor_data_offset,
                 self.file_len,
@@ -318,6 +305,75 @@ impl GgufFile {
             resident_tensor_bytes(elements, stored, float),
         ));
         Ok(q)
+    }
+
+    /// The description of tensor `name`, its shape checked against `expected` (candle order).
+    fn checked_info(
+        &self,
+        name: &str,
+        expected: &[usize],
+    ) -> Result<&gguf_file::TensorInfo, LoadError> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor {
+                path: self.path.clone(),
+                name: name.to_string(),
+            })?;
+        if info.shape.dims() != expected {
+            return Err(LoadError::BadShape {
+                path: self.path.clone(),
+                name: name.to_string(),
+                got: info.shape.dims().to_vec(),
+                expected: expected.to_vec(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Tensor `name` (shape checked against `expected`) built by `build` from its bytes as
+    /// it reads them (`build(dtype, read)`, `read(offset, buf)` filling `buf` from byte
+    /// `offset` of the tensor's data, from any thread): a matrix that Joule's kernels hold
+    /// in place of the tensor, converted as it is read, with no buffer of the whole tensor
+    /// (`quant_matmul::source`). `Ok(None)` when `build` does not take the tensor's type.
+    /// What the model holds for it is noted as for [`Self::tensor`] (the caller corrects
+    /// it: [`Self::set_held`]).
+    pub fn read_tensor_with<T>(
+        &mut self,
+        name: &str,
+        expected: &[usize],
+        build: impl FnOnce(GgmlDType, &ReadAt<'_>) -> Option<anyhow::Result<T>>,
+    ) -> Result<Option<T>, LoadError> {
+        let info = self.checked_info(name, expected)?;
+        let dtype = info.ggml_dtype;
+        let elements = info.shape.elem_count() as u64;
+        let bad = |e: &dyn std::fmt::Display| LoadError::BadTensor {
+            path: self.path.clone(),
+            name: name.to_string(),
+            message: e.to_string(),
+        };
+        let (start, size) = tensor_span(info, self.content.tensor_data_offset, self.file_len)
+            .map_err(|e| bad(&e))?;
+        let file = self.reader.get_ref();
+        let read = |offset: u64, buf: &mut [u8]| -> std::io::Result<()> {
+            if offset.saturating_add(buf.len() as u64) > size {
+                return Err(std::io::Error::other(format!(
+                    "{} bytes at {offset} are past the tensor's {size}",
+                    buf.len()
+                )));
+            }
+            read_exact_at(file, buf, start + offset)
+        };
+        let built = match build(dtype, &read) {
+            None => return Ok(None),
+            Some(r) => r.map_err(|e| bad(&format!("{e:#}")))?,
+        };
+        self.held.push((
+            name.to_string(),
+            resident_tensor_bytes(elements, size, false),
+        ));
+        Ok(Some(built))
     }
 
     /// Like [`Self::tensor`] but `Ok(None)` when the tensor is absent.
@@ -354,22 +410,80 @@ pub fn resident_tensor_bytes(elements: u64, stored_bytes: u64, float: bool) -> u
     }
 }
 
+/// Fill `buf` from byte `offset` of `file` (positioned reads: any thread, the file's cursor
+/// untouched).
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+    }
+    #[cfg(windows)]
+    {
+        let (mut buf, mut offset) = (buf, offset);
+        while !buf.is_empty() {
+            match std::os::windows::fs::FileExt::seek_read(file, buf, offset) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file ended before the tensor",
+                    ))
+                }
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where tensor `info`'s data lies in the file: its first byte and its size, checked
+/// against the file's length.
+fn tensor_span(
+    info: &gguf_file::TensorInfo,
+    data_offset: u64,
+    file_len: u64,
+) -> anyhow::Result<(u64, u64)> {
+    let dtype = info.ggml_dtype;
+    let elements = info.shape.elem_count();
+    let block = dtype.block_size();
+    if !elements.is_multiple_of(block) {
+        anyhow::bail!("{elements} values are not whole blocks of {block} ({dtype:?})");
+    }
+    let size = (elements / block) as u64 * dtype.type_size() as u64;
+    let start = data_offset.saturating_add(info.offset);
+    if start.saturating_add(size) > file_len {
+        anyhow::bail!(
+            "tensor data of {size} bytes at offset {start} runs past the end of the file ({file_len} bytes)"
+        );
+    }
+    Ok((start, size))
+}
+
+/// Bytes one worker reads at a time when a tensor is read whole ([`read_cpu_tensor`]).
+const READ_PIECE: usize = 4 << 20;
+
 /// Read a tensor for the CPU straight into the storage candle keeps: one
-/// read from the file into the final allocation. (candle's own reader reads
-/// into a byte buffer and then copies it into a typed vector: every weight
-/// byte copied twice and, for a moment, held twice.)
+/// read from the file into the final allocation, in pieces read in parallel on
+/// candle's worker pool (the kernel's copy and the first touch of each fresh page
+/// shared by the threads). (candle's own reader reads into a byte buffer and then
+/// copies it into a typed vector: every weight byte copied twice and, for a moment,
+/// held twice.)
 fn read_cpu_tensor(
-    reader: &mut BufReader<File>,
+    file: &File,
     info: &gguf_file::TensorInfo,
     data_offset: u64,
     file_len: u64,
 ) -> anyhow::Result<QTensor> {
     use candle_core::quantized::k_quants::*;
     use candle_core::quantized::{GgmlType, QStorage};
-    use std::io::{Read, Seek, SeekFrom};
 
     fn read_blocks<T: GgmlType + Send + Sync + 'static>(
-        reader: &mut BufReader<File>,
+        file: &File,
+        start: u64,
         blocks: usize,
         type_size: usize,
     ) -> anyhow::Result<QStorage> {
@@ -381,50 +495,54 @@ fn read_cpu_tensor(
         }
         let mut v: Vec<T> = Vec::with_capacity(blocks);
         let bytes = blocks * std::mem::size_of::<T>();
-        // SAFETY: the capacity holds `bytes` bytes; `read_exact` fills every
-        // one of them before `set_len` exposes them, and every bit pattern is
+        let base = crate::inference::kernels::quant_matmul::source::Slots::of(&mut v);
+        let failed = std::sync::Mutex::new(None);
+        candle_core::utils::barrier_pool().execute_chunked(bytes.div_ceil(READ_PIECE), |ps| {
+            for p in ps {
+                let (a, b) = (p * READ_PIECE, ((p + 1) * READ_PIECE).min(bytes));
+                // SAFETY: pieces are disjoint byte ranges of the capacity (`bytes` bytes);
+                // `read_exact_at` fills each before `set_len` exposes them.
+                let buf = unsafe { base.bytes(a..b) };
+                if let Err(e) = read_exact_at(file, buf, start + a as u64) {
+                    if let Ok(mut f) = failed.lock() {
+                        f.get_or_insert(e);
+                    }
+                    return;
+                }
+            }
+        });
+        match failed.into_inner() {
+            Ok(None) => {}
+            Ok(Some(e)) => return Err(e.into()),
+            Err(_) => anyhow::bail!("a worker failed while reading the tensor"),
+        }
+        // SAFETY: every byte was read (no piece failed), and every bit pattern is
         // a valid block (they are plain integers and halves, `#[repr(C)]`
         // like ggml's, which is how candle reads them too).
-        unsafe {
-            let buf = std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, bytes);
-            reader.read_exact(buf)?;
-            v.set_len(blocks);
-        }
+        unsafe { v.set_len(blocks) };
         Ok(QStorage::Cpu(Box::new(v)))
     }
 
     let dtype = info.ggml_dtype;
-    let elements = info.shape.elem_count();
-    let block = dtype.block_size();
-    if !elements.is_multiple_of(block) {
-        anyhow::bail!("{elements} values are not whole blocks of {block} ({dtype:?})");
-    }
-    let blocks = elements / block;
-    let size = blocks as u64 * dtype.type_size() as u64;
-    let start = data_offset.saturating_add(info.offset);
-    if start.saturating_add(size) > file_len {
-        anyhow::bail!(
-            "tensor data of {size} bytes at offset {start} runs past the end of the file ({file_len} bytes)"
-        );
-    }
-    reader.seek(SeekFrom::Start(start))?;
+    let (start, _) = tensor_span(info, data_offset, file_len)?;
+    let blocks = info.shape.elem_count() / dtype.block_size();
     let ts = dtype.type_size();
     let storage = match dtype {
-        GgmlDType::F32 => read_blocks::<f32>(reader, blocks, ts)?,
-        GgmlDType::F16 => read_blocks::<half::f16>(reader, blocks, ts)?,
-        GgmlDType::BF16 => read_blocks::<half::bf16>(reader, blocks, ts)?,
-        GgmlDType::Q4_0 => read_blocks::<BlockQ4_0>(reader, blocks, ts)?,
-        GgmlDType::Q4_1 => read_blocks::<BlockQ4_1>(reader, blocks, ts)?,
-        GgmlDType::Q5_0 => read_blocks::<BlockQ5_0>(reader, blocks, ts)?,
-        GgmlDType::Q5_1 => read_blocks::<BlockQ5_1>(reader, blocks, ts)?,
-        GgmlDType::Q8_0 => read_blocks::<BlockQ8_0>(reader, blocks, ts)?,
-        GgmlDType::Q8_1 => read_blocks::<BlockQ8_1>(reader, blocks, ts)?,
-        GgmlDType::Q2K => read_blocks::<BlockQ2K>(reader, blocks, ts)?,
-        GgmlDType::Q3K => read_blocks::<BlockQ3K>(reader, blocks, ts)?,
-        GgmlDType::Q4K => read_blocks::<BlockQ4K>(reader, blocks, ts)?,
-        GgmlDType::Q5K => read_blocks::<BlockQ5K>(reader, blocks, ts)?,
-        GgmlDType::Q6K => read_blocks::<BlockQ6K>(reader, blocks, ts)?,
-        GgmlDType::Q8K => read_blocks::<BlockQ8K>(reader, blocks, ts)?,
+        GgmlDType::F32 => read_blocks::<f32>(file, start, blocks, ts)?,
+        GgmlDType::F16 => read_blocks::<half::f16>(file, start, blocks, ts)?,
+        GgmlDType::BF16 => read_blocks::<half::bf16>(file, start, blocks, ts)?,
+        GgmlDType::Q4_0 => read_blocks::<BlockQ4_0>(file, start, blocks, ts)?,
+        GgmlDType::Q4_1 => read_blocks::<BlockQ4_1>(file, start, blocks, ts)?,
+        GgmlDType::Q5_0 => read_blocks::<BlockQ5_0>(file, start, blocks, ts)?,
+        GgmlDType::Q5_1 => read_blocks::<BlockQ5_1>(file, start, blocks, ts)?,
+        GgmlDType::Q8_0 => read_blocks::<BlockQ8_0>(file, start, blocks, ts)?,
+        GgmlDType::Q8_1 => read_blocks::<BlockQ8_1>(file, start, blocks, ts)?,
+        GgmlDType::Q2K => read_blocks::<BlockQ2K>(file, start, blocks, ts)?,
+        GgmlDType::Q3K => read_blocks::<BlockQ3K>(file, start, blocks, ts)?,
+        GgmlDType::Q4K => read_blocks::<BlockQ4K>(file, start, blocks, ts)?,
+        GgmlDType::Q5K => read_blocks::<BlockQ5K>(file, start, blocks, ts)?,
+        GgmlDType::Q6K => read_blocks::<BlockQ6K>(file, start, blocks, ts)?,
+        GgmlDType::Q8K => read_blocks::<BlockQ8K>(file, start, blocks, ts)?,
         #[allow(unreachable_patterns)]
         other => anyhow::bail!("ggml type {other:?} cannot be read by this loader"),
     };

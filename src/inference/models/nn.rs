@@ -353,11 +353,38 @@ impl Loader<'_> {
             .map_err(|e| self.bad(name, e))
     }
 
+    /// The weight matrix `name` behind a [`Proj`]. One that Joule's kernels take alone
+    /// ([`Proj::new`]'s rule) and whose type converts as it is read is built straight from
+    /// the file (`quant_matmul::source`: no tensor read whole beside it); others are read
+    /// as tensors first.
     pub fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
+        if let Some(p) = self.matmul_read(name, shape)? {
+            self.note(&p, name, false);
+            return Ok(p);
+        }
         let q = self.q(name, shape)?;
         let p = Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))?;
         self.note(&p, name, false);
         Ok(p)
+    }
+
+    /// [`Self::matmul`]'s matrix built as it is read, or `None` where it is not.
+    fn matmul_read(&mut self, name: &str, shape: &[usize]) -> Result<Option<Proj>, LoadError> {
+        let (&[n, k], Some(dtype)) = (shape, self.g.tensor_dtype(name)) else {
+            return Ok(None);
+        };
+        if !self.device.is_cpu() || crate::knobs::candle_kernels_only() {
+            return Ok(None);
+        }
+        match quant_matmul::choice(dtype, n, k) {
+            Ok(Choice::Joule) => {}
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(self.bad(name, format!("{e:#}"))),
+        }
+        let m = self.g.read_tensor_with(name, shape, |dtype, read| {
+            quant_matmul::cpu_matrix_read(dtype, read, n, k)
+        })?;
+        Ok(m.map(|m| Proj::Cpu(Arc::from(m))))
     }
 
     /// Note in the file which kernel multiplies the matrix `name` (for the

@@ -19,6 +19,7 @@ use std::ops::Range;
 use anyhow::{bail, Result};
 
 use super::blocks::{f16_bits, u16_at, ScalesK};
+use super::source::{for_row_pieces, RowSource, Slots};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use super::{run_tiles, Acts, CpuMatmul, Simd, Tiles};
@@ -156,13 +157,19 @@ unsafe fn fifth256(bits: u32) -> __m256i {
 pub struct Nibbles256(pub [u8; 128]);
 
 /// From a Q4_K/Q5_K super-block's 128 nibble bytes (each 64 values share 32 bytes: low
-/// nibbles the first 32, high the next 32).
+/// nibbles the first 32, high the next 32): byte `64h + l` takes nibble `l / 32` of bytes
+/// `64h + l % 32` (low) and `64h + 32 + l % 32` (high).
 fn k_nibbles256(ql: &[u8]) -> Nibbles256 {
-    let value = |v: usize| (ql[32 * (v / 64) + v % 32] >> (4 * ((v / 32) % 2))) & 0x0f;
-    Nibbles256(std::array::from_fn(|b| {
-        let (h, l) = (b / 64, b % 64);
-        value(128 * h + l) | value(128 * h + 64 + l) << 4
-    }))
+    let mut out = [0u8; 128];
+    for h in 0..2 {
+        let (a, b) = (&ql[64 * h..64 * h + 32], &ql[64 * h + 32..64 * h + 64]);
+        let (lo, hi) = out[64 * h..64 * h + 64].split_at_mut(32);
+        for l in 0..32 {
+            lo[l] = (a[l] & 0x0f) | (b[l] << 4);
+            hi[l] = (a[l] >> 4) | (b[l] & 0xf0);
+        }
+    }
+    Nibbles256(out)
 }
 
 /// The values of [`Nibbles256`].
@@ -275,10 +282,15 @@ impl KBlock for KQ5 {
     type Qs = Nibbles256;
     type Meta = MetaK5;
     fn parse(c: &[u8]) -> (Nibbles256, MetaK5) {
-        // Bit i of file byte l is bit 4 of value 32i + l.
+        // Bit i of file byte l is bit 4 of value 32i + l: value 64g + l's is bit
+        // 2g + l / 32 of byte l % 32.
         let qh = &c[16..48];
-        let bit = |v: usize| u64::from((qh[v % 32] >> (v / 32)) & 1);
-        let masks = std::array::from_fn(|g| (0..64).fold(0u64, |m, l| m | bit(64 * g + l) << l));
+        let masks = std::array::from_fn(|g| {
+            qh.iter().enumerate().fold(0u64, |m, (l, &q)| {
+                m | u64::from((q >> (2 * g)) & 1) << l
+                    | u64::from((q >> (2 * g + 1)) & 1) << (l + 32)
+            })
+        });
         (
             k_nibbles256(&c[48..176]),
             MetaK5 {
@@ -368,23 +380,27 @@ impl KBlock for KQ6 {
     type Meta = MetaQ6;
     fn parse(c: &[u8]) -> (Q6Payload, MetaQ6) {
         // Value 128n + 32t + l: nibble t/2 of ql[64n + l + 32(t%2)], bits 2t, 2t+1 of
-        // qh[32n + l] (ggml's dequantize_row_q6_K).
-        let value = |v: usize| {
-            let (n, t, l) = (v / 128, (v % 128) / 32, v % 32);
-            let low = (c[64 * n + l + 32 * (t % 2)] >> (4 * (t / 2))) & 0x0f;
-            let high = (c[128 + 32 * n + l] >> (2 * t)) & 3;
-            low | high << 4
-        };
-        let ql = Nibbles256(std::array::from_fn(|b| {
-            let (h, l) = (b / 64, b % 64);
-            (value(128 * h + l) & 0x0f) | (value(128 * h + 64 + l) & 0x0f) << 4
-        }));
-        let qh = std::array::from_fn(|l| {
-            (0..4).fold(0u8, |q, g| q | (value(64 * g + l) >> 4) << (2 * g))
-        });
+        // qh[32n + l] (ggml's dequantize_row_q6_K). So byte 64h + m of the file's ql holds
+        // values 128h + m (low nibble) and 128h + 64 + m (high): [`Nibbles256`]'s order
+        // already. Value 64g + l's high bits are bits 2(2(g%2) + l/32) of
+        // qh[32(g/2) + l%32]; they go to bits 2g, 2g + 1 of this qh[l].
+        let mut ql = [0u8; 128];
+        ql.copy_from_slice(&c[..128]);
+        let (q0, q1) = (&c[128..160], &c[160..192]);
+        let mut qh = [0u8; 64];
+        let (lo, hi) = qh.split_at_mut(32);
+        for l in 0..32 {
+            let (a, b) = (q0[l], q1[l]);
+            lo[l] = (a & 3) | ((a >> 4) & 3) << 2 | (b & 3) << 4 | ((b >> 4) & 3) << 6;
+            hi[l] =
+                ((a >> 2) & 3) | ((a >> 6) & 3) << 2 | ((b >> 2) & 3) << 4 | ((b >> 6) & 3) << 6;
+        }
         let sc = std::array::from_fn(|s| c[192 + s] as i8);
         (
-            Q6Payload { ql, qh },
+            Q6Payload {
+                ql: Nibbles256(ql),
+                qh,
+            },
             MetaQ6 {
                 sc,
                 d: f16_bits(u16_at(c, 208)),
@@ -533,7 +549,7 @@ impl<B: KBlock> Debug for KMatrix<B> {
 impl<B: KBlock> KMatrix<B> {
     /// Build from GGUF super-block bytes of a `[n, k]` tensor (row major).
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
-        if k == 0 || k % QK != 0 {
+        if k == 0 || !k.is_multiple_of(QK) {
             bail!(
                 "{} rows of {k} values are not whole blocks of {QK}",
                 B::NAME
@@ -548,14 +564,45 @@ impl<B: KBlock> KMatrix<B> {
                 bytes.len()
             );
         }
-        let (qs, meta) = bytes.chunks_exact(B::BYTES).map(B::parse).unzip();
+        Self::from_source(&RowSource::Bytes(bytes), n, k)
+    }
+
+    /// Build from the GGUF super-block bytes of a `[n, k]` tensor (row major) in `src`,
+    /// the rows converted in parallel ([`for_row_pieces`]).
+    pub fn from_source(src: &RowSource<'_>, n: usize, k: usize) -> Result<Self> {
+        if k == 0 || !k.is_multiple_of(QK) {
+            bail!(
+                "{} rows of {k} values are not whole blocks of {QK}",
+                B::NAME
+            );
+        }
+        let kbs = k / QK;
+        let simd = Simd::detect()?;
+        let mut qs: Vec<B::Qs> = Vec::with_capacity(n * kbs);
+        let mut meta: Vec<B::Meta> = Vec::with_capacity(n * kbs);
+        let (qs_at, meta_at) = (Slots::of(&mut qs), Slots::of(&mut meta));
+        for_row_pieces(src, n, kbs * B::BYTES, |r0, bytes| {
+            for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {
+                let (q, m) = B::parse(c);
+                // SAFETY: the piece's rows are its own: super-blocks r0·kbs + i, below n·kbs.
+                unsafe {
+                    qs_at.put(r0 * kbs + i, q);
+                    meta_at.put(r0 * kbs + i, m);
+                }
+            }
+        })?;
+        // SAFETY: `for_row_pieces` returned Ok: every row's super-blocks were written.
+        unsafe {
+            qs.set_len(n * kbs);
+            meta.set_len(n * kbs);
+        }
         Ok(Self {
             n,
             k,
             kbs,
             qs,
             meta,
-            simd: Simd::detect()?,
+            simd,
         })
     }
 

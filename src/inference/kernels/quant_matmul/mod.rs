@@ -445,9 +445,38 @@ pub fn cpu_matrix_of(
     })
 }
 
+/// [`cpu_matrix_of`] for a matrix whose bytes are read as it is built (a model load:
+/// [`source::RowSource::Read`]), for the types whose matrix converts its rows as they are
+/// read (the k-quants), else `None` (the caller reads the tensor whole).
+pub fn cpu_matrix_read(
+    dtype: GgmlDType,
+    read: &source::ReadAt<'_>,
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    fn kboxed<B: kquants::KBlock>(
+        read: &source::ReadAt<'_>,
+        n: usize,
+        k: usize,
+    ) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(kquants::KMatrix::<B>::from_source(
+            &source::RowSource::Read(read),
+            n,
+            k,
+        )?))
+    }
+    Some(match dtype {
+        GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
+        GgmlDType::Q5K => kboxed::<kquants::KQ5>(read, n, k),
+        GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
+        _ => return None,
+    })
+}
+
 mod acts;
 mod blocks;
 pub(crate) mod kquants;
+pub mod source;
 pub mod split;
 #[cfg(test)]
 mod tests;

@@ -775,3 +775,130 @@ fn q8_0_activations_are_rounded_in_blocks_of_32() {
         );
     }
 }
+
+/// The k-quant super-block as [`kquants::KBlock::parse`] split it until session 12, value
+/// by value from the format's definition: `(payload bytes, Q5_K fifth-bit masks)`. The
+/// parse of today (whole bytes at a time) must give the same bits.
+fn k_parse_reference(name: &str, c: &[u8]) -> (Vec<u8>, [u64; 4]) {
+    let k_nibbles = |ql: &[u8]| -> Vec<u8> {
+        let value = |v: usize| (ql[32 * (v / 64) + v % 32] >> (4 * ((v / 32) % 2))) & 0x0f;
+        (0..128)
+            .map(|b| {
+                let (h, l) = (b / 64, b % 64);
+                value(128 * h + l) | value(128 * h + 64 + l) << 4
+            })
+            .collect()
+    };
+    match name {
+        "Q4_K" => (k_nibbles(&c[16..144]), [0; 4]),
+        "Q5_K" => {
+            let qh = &c[16..48];
+            let bit = |v: usize| u64::from((qh[v % 32] >> (v / 32)) & 1);
+            let masks =
+                std::array::from_fn(|g| (0..64).fold(0u64, |m, l| m | bit(64 * g + l) << l));
+            (k_nibbles(&c[48..176]), masks)
+        }
+        _ => {
+            let value = |v: usize| {
+                let (n, t, l) = (v / 128, (v % 128) / 32, v % 32);
+                let low = (c[64 * n + l + 32 * (t % 2)] >> (4 * (t / 2))) & 0x0f;
+                let high = (c[128 + 32 * n + l] >> (2 * t)) & 3;
+                low | high << 4
+            };
+            let mut out: Vec<u8> = (0..128)
+                .map(|b| {
+                    let (h, l) = (b / 64, b % 64);
+                    (value(128 * h + l) & 0x0f) | (value(128 * h + 64 + l) & 0x0f) << 4
+                })
+                .collect();
+            out.extend(
+                (0..64).map(|l| (0..4).fold(0u8, |q, g| q | (value(64 * g + l) >> 4) << (2 * g))),
+            );
+            (out, [0; 4])
+        }
+    }
+}
+
+#[test]
+fn k_quant_parse_gives_the_bits_of_the_value_by_value_parse() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(47);
+    for _ in 0..200 {
+        let c: Vec<u8> = (0..210).map(|_| rng.gen()).collect();
+        let (q, _) = <kquants::KQ4 as kquants::KBlock>::parse(&c[..144]);
+        assert_eq!(q.0.to_vec(), k_parse_reference("Q4_K", &c).0, "Q4_K");
+        let (q, m) = <kquants::KQ5 as kquants::KBlock>::parse(&c[..176]);
+        assert_eq!((q.0.to_vec(), m.qh), k_parse_reference("Q5_K", &c), "Q5_K");
+        let (q, _) = <kquants::KQ6 as kquants::KBlock>::parse(&c);
+        let mut got = q.ql.0.to_vec();
+        got.extend_from_slice(&q.qh);
+        assert_eq!(got, k_parse_reference("Q6_K", &c).0, "Q6_K");
+    }
+}
+
+/// A matrix read piece by piece from a reader (a model load) is the matrix built from the
+/// same bytes in memory, bit for bit, for row counts below, at and across the piece size;
+/// a reader's error is the build's error.
+fn check_k_read<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
+    use source::{RowSource, PIECE_BYTES};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let k = 2048;
+    let row = k / 256 * B::BYTES;
+    for n in [
+        1,
+        3,
+        PIECE_BYTES / row,
+        PIECE_BYTES / row + 1,
+        3 * PIECE_BYTES / row + 5,
+    ] {
+        let bytes = random_blocks::<Old>(&mut rng, n, k);
+        let whole = kquants::KMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
+        let reads = std::sync::atomic::AtomicUsize::new(0);
+        let read = |off: u64, buf: &mut [u8]| -> std::io::Result<()> {
+            reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let off = off as usize;
+            buf.copy_from_slice(&bytes[off..off + buf.len()]);
+            Ok(())
+        };
+        let got = kquants::KMatrix::<B>::from_source(&RowSource::Read(&read), n, k).unwrap();
+        assert_eq!(
+            reads.into_inner(),
+            (n * row).div_ceil(PIECE_BYTES / row * row),
+            "{} n={n}: pieces",
+            B::NAME
+        );
+        // SAFETY: the payload and scale types are plain bytes, integers and floats without
+        // padding (sizes 128, 192; 24, 56, 20), so their bytes are all initialised.
+        let raw = |m: &kquants::KMatrix<B>| unsafe {
+            let bytes = |p: *const u8, len: usize| std::slice::from_raw_parts(p, len).to_vec();
+            (
+                bytes(m.qs.as_ptr() as *const u8, std::mem::size_of_val(&m.qs[..])),
+                bytes(
+                    m.meta.as_ptr() as *const u8,
+                    std::mem::size_of_val(&m.meta[..]),
+                ),
+            )
+        };
+        assert!(raw(&got) == raw(&whole), "{} n={n}: stored bits", B::NAME);
+        assert_eq!(got.dequantize(), whole.dequantize(), "{} n={n}", B::NAME);
+        assert_eq!(got.resident_bytes(), whole.resident_bytes());
+        let x: Vec<f32> = (0..3 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let (a, b) = (matmul(&got, &x).unwrap(), matmul(&whole, &x).unwrap());
+        assert!(
+            a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{} n={n}: products",
+            B::NAME
+        );
+    }
+    let fail = |off: u64, _: &mut [u8]| -> std::io::Result<()> {
+        Err(std::io::Error::other(format!("no bytes at {off}")))
+    };
+    let err = kquants::KMatrix::<B>::from_source(&RowSource::Read(&fail), 40, k).unwrap_err();
+    assert!(err.to_string().contains("no bytes at"), "{err}");
+}
+
+#[test]
+fn k_quant_matrices_read_piece_by_piece_equal_those_built_whole() {
+    check_k_read::<kquants::KQ4, BlockQ4K>(51);
+    check_k_read::<kquants::KQ5, BlockQ5K>(52);
+    check_k_read::<kquants::KQ6, BlockQ6K>(53);
+}
