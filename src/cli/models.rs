@@ -386,7 +386,8 @@ fn memory(
 ) -> anyhow::Result<()> {
     use crate::inference::engine::memory_measure::{self, difference_percent, proc_memory};
     use crate::inference::engine::memory_plan::{
-        device_memory, human, step_scratch, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
+        device_memory, human, step_rows, step_scratch, MemoryPlan, ModelNeed, StateFootprint,
+        WeightEstimate,
     };
     let device = crate::inference::engine::device::select_device(&args.device)?;
     // Read before anything of the model is: the process itself.
@@ -406,13 +407,32 @@ fn memory(
         human(weights.file_bytes),
         weights.file_bytes as f64 / (1u64 << 30) as f64 / load_s.max(1e-9)
     )?;
+    if let Some(b) = before {
+        // What the load itself left resident beside the weights (the header
+        // with its vocabulary, the loader's buffers, threads).
+        let now = proc_memory()?;
+        writeln!(
+            out,
+            "  after loading: RssAnon {} (+{} for weights planned at {})",
+            human(now.anon),
+            human(now.anon.saturating_sub(b.anon)),
+            human(weights.resident_bytes)
+        )?;
+    }
     let info = model.info();
     let shapes: Vec<(usize, usize)> = gguf.matmuls().iter().map(|m| (m.n, m.k)).collect();
-    let step_rows = if args.measure {
-        args.step_tokens.max(1)
-    } else {
-        crate::inference::llm_backend::DEFAULT_PREFILL_STEP_TOKENS
-    };
+    // The workload feeds prompts in prefix-cache blocks, as a run with a
+    // prefix cache does.
+    let step_rows = step_rows(
+        if args.measure {
+            args.step_tokens.max(1)
+        } else {
+            crate::inference::llm_backend::DEFAULT_PREFILL_STEP_TOKENS
+        },
+        crate::inference::llm_backend::PREFIX_BLOCK,
+        args.sequences,
+        args.context,
+    );
     let scratch = step_scratch(
         &shapes,
         info.n_embd,
