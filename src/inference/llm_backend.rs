@@ -524,16 +524,10 @@ impl LlmBackend {
                     &shapes,
                     info.n_embd,
                     info.vocab_size,
-                    crate::inference::engine::memory_plan::step_rows(
-                        self.options.prefill_step_tokens,
-                        if self.options.prefix_cache_bytes > 0 {
-                            PREFIX_BLOCK
-                        } else {
-                            0
-                        },
-                        sequences,
-                        self.options.plan_context,
-                    ),
+                    match self.options.prefill_step_tokens {
+                        0 => self.options.plan_context,
+                        n => n,
+                    },
                     sequences,
                 ),
             });

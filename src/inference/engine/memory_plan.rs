@@ -32,8 +32,7 @@
 //! - **Sequences**: one per model-backed agent of every concurrent run (each
 //!   agent keeps its state between calls for prefix reuse).
 //! - **Scratch** ([`step_scratch`]): the activations of one forward step of
-//!   [`step_rows`] rows (`[llm] prefill_step_tokens`, or fewer where the
-//!   sequences' prompt pieces cannot fill it) (hidden states, q/k/v, the MLP's gate,
+//!   `[llm] prefill_step_tokens` rows (hidden states, q/k/v, the MLP's gate,
 //!   up and product, quantised copies for the kernels) and the logits rows.
 //! - **Margin** for the allocator and the runtime: 10 % of the total
 //!   plus 512 MiB on a GPU, 10 % plus 256 MiB on the CPU. [`MemoryPlan::planned`]
@@ -203,22 +202,6 @@ pub fn step_scratch(
         .unwrap_or(n_embd);
     let per_row = 2 * n_embd + 3 * widest;
     (rows * per_row * 4 + rows * (n_embd + widest) + sequences * vocab * 4 * 3) as u64
-}
-
-/// Token rows of the largest forward step: `step_tokens` (`[llm]
-/// prefill_step_tokens`; 0: none, then `context`) — unless prompts are fed
-/// in pieces of `block` tokens (the prefix cache's), one piece per sequence
-/// and step, when `sequences` pieces fill fewer rows.
-pub fn step_rows(step_tokens: usize, block: usize, sequences: usize, context: usize) -> usize {
-    let budget = match step_tokens {
-        0 => context,
-        n => n,
-    };
-    if block == 0 {
-        return budget.max(1);
-    }
-    // The oldest waiting piece always goes, so a step takes at least one.
-    budget.max(block).min(sequences.max(1) * block)
 }
 
 /// Where the free memory came from.
@@ -526,19 +509,6 @@ mod tests {
         // 1,024 tokens: a prompt of at most 1,023 is cut at 256, 512, 768 and before its last.
         assert_eq!(fp(0, 100).snapshots_at(1024), 4);
         assert_eq!(fp(0, 100).snapshots_at(1026), 5);
-    }
-
-    #[test]
-    fn step_rows_are_what_the_pieces_can_fill() {
-        // Prefix-cache blocks of 64, budget 512: one piece per sequence.
-        assert_eq!(step_rows(512, 64, 1, 4096), 64);
-        assert_eq!(step_rows(512, 64, 5, 4096), 320);
-        assert_eq!(step_rows(512, 64, 20, 4096), 512);
-        // A budget below one block still takes one piece.
-        assert_eq!(step_rows(16, 64, 5, 4096), 64);
-        // Without blocks the budget; without a budget the context.
-        assert_eq!(step_rows(512, 0, 5, 4096), 512);
-        assert_eq!(step_rows(0, 0, 5, 4096), 4096);
     }
 
     #[test]
