@@ -406,8 +406,25 @@ fn memory(
         human(weights.file_bytes),
         weights.file_bytes as f64 / (1u64 << 30) as f64 / load_s.max(1e-9)
     )?;
+    if let Some(b) = before {
+        // What the load itself left resident beside the weights (the header
+        // with its vocabulary, the loader's buffers, threads).
+        let now = proc_memory()?;
+        writeln!(
+            out,
+            "  after loading: RssAnon {} (+{} for weights planned at {})",
+            human(now.anon),
+            human(now.anon.saturating_sub(b.anon)),
+            human(weights.resident_bytes)
+        )?;
+    }
     let info = model.info();
     let shapes: Vec<(usize, usize)> = gguf.matmuls().iter().map(|m| (m.n, m.k)).collect();
+    // The scratch at `[llm] prefill_step_tokens` rows even where the pieces
+    // fill fewer (5 sequences of 64-token blocks: 320): `step_scratch` was
+    // checked against a process whose steps had 128 rows, and counted at
+    // the rows that really ran it falls short (nemotron_h, 4 layers, 5 × 1,024
+    // tokens: plan -1.1 % at 512 rows, -4.4 % at 320).
     let step_rows = if args.measure {
         args.step_tokens.max(1)
     } else {

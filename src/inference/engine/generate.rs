@@ -393,6 +393,8 @@ impl<'a> DecodeBatch<'a> {
             want -= want % seq.options.block;
         }
         let reuse = seq.state.rewind(want);
+        // Key/value buffers sized for the whole prompt at its first piece.
+        seq.state.reserve_kv(n);
         let pieces = prompt_pieces(&seq.state, reuse, n, seq.options.block);
         let st = State {
             sampler: Sampler::new(SamplingParams::from_gen_params(&seq.params)),

@@ -21,10 +21,14 @@
 //!   [`SeqState`]): keys and values cost `kv_per_token` bytes per position of the
 //!   cache's capacity, which grows in powers of two from 64
 //!   ([`SeqState::kv_capacity`]), so a plan for a context of `C` tokens reserves
-//!   `kv_capacity(C)` positions; a recurrent state (delta-net, Mamba-2) costs its
-//!   size once, plus one copy per snapshot it keeps for prefix reuse (at most
-//!   [`SnapshotPolicy::keep`], one every [`SnapshotPolicy::every`] tokens and one
-//!   before the last prompt token).
+//!   `kv_capacity(C)` positions (allocated once per prompt:
+//!   [`SeqState::reserve_kv`]); a recurrent state (delta-net, Mamba-2) costs
+//!   its size twice — the committed state and the one a step stages beside
+//!   it until every layer has run (freed at the commit, but the allocator
+//!   keeps the memory for the next step) — plus one copy per snapshot it
+//!   keeps for prefix reuse (at most [`SnapshotPolicy::keep`], one every
+//!   [`SnapshotPolicy::every`] prompt tokens and one before the last prompt
+//!   token).
 //! - **Sequences**: one per model-backed agent of every concurrent run (each
 //!   agent keeps its state between calls for prefix reuse).
 //! - **Scratch** ([`step_scratch`]): the activations of one forward step of
@@ -135,19 +139,24 @@ impl StateFootprint {
         }
     }
 
-    /// Recurrent snapshots a sequence of `context` tokens can hold at once.
+    /// Recurrent snapshots a sequence of `context` tokens can hold at once:
+    /// its prompt (at most `context − 1` tokens, one is decoded) is cut at
+    /// every multiple of the interval below its last token and just before
+    /// that token (`generate::prompt_pieces`), at most `keep` of them kept.
     pub fn snapshots_at(&self, context: usize) -> u64 {
         if self.recurrent == 0 {
             return 0;
         }
         let every = self.snapshots.every.max(1);
-        ((context / every + 1) as u64).min(self.snapshots.keep as u64)
+        ((context.saturating_sub(2) / every + 1) as u64).min(self.snapshots.keep as u64)
     }
 
-    /// Bytes one sequence of up to `context` tokens holds.
+    /// Bytes one sequence of up to `context` tokens holds: its keys and
+    /// values at the cache's capacity, its recurrent state twice (committed
+    /// and staged by a step) and its snapshots.
     pub fn per_sequence(&self, context: usize) -> u64 {
         SeqState::kv_capacity(context) as u64 * self.kv_per_token
-            + self.recurrent * (1 + self.snapshots_at(context))
+            + self.recurrent * (2 + self.snapshots_at(context))
     }
 }
 
@@ -492,10 +501,14 @@ mod tests {
     fn per_sequence_uses_the_cache_capacity_and_snapshots() {
         // 2,000 tokens: capacity 2,048 positions.
         assert_eq!(fp(10, 0).per_sequence(2000), 20_480);
-        // Recurrent: live + min(keep 8, 2000/256 + 1 = 8) snapshots.
-        assert_eq!(fp(0, 100).per_sequence(2000), 900);
-        assert_eq!(fp(0, 100).per_sequence(100), 200);
-        assert_eq!(fp(0, 100).per_sequence(100_000), 900);
+        // Recurrent: live + staged + min(keep 8, 1998/256 + 1 = 8) snapshots.
+        assert_eq!(fp(0, 100).per_sequence(2000), 1000);
+        // 100 tokens: one snapshot (before the last prompt token).
+        assert_eq!(fp(0, 100).per_sequence(100), 300);
+        assert_eq!(fp(0, 100).per_sequence(100_000), 1000);
+        // 1,024 tokens: a prompt of at most 1,023 is cut at 256, 512, 768 and before its last.
+        assert_eq!(fp(0, 100).snapshots_at(1024), 4);
+        assert_eq!(fp(0, 100).snapshots_at(1026), 5);
     }
 
     #[test]

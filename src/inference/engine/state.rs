@@ -147,6 +147,9 @@ pub struct SeqState {
     policy: SnapshotPolicy,
     clock: u64,
     kv_cache: KvCache,
+    /// Positions the next growth of a key/value buffer makes room for at
+    /// least ([`Self::reserve_kv`]).
+    kv_reserve: usize,
 }
 
 impl Clone for SeqState {
@@ -185,6 +188,7 @@ impl Clone for SeqState {
             policy: self.policy,
             clock: self.clock,
             kv_cache: self.kv_cache,
+            kv_reserve: self.kv_reserve,
         }
     }
 }
@@ -216,6 +220,7 @@ impl SeqState {
             policy: SnapshotPolicy::default(),
             clock: 0,
             kv_cache: KvCache::default(),
+            kv_reserve: 0,
         }
     }
 
@@ -238,6 +243,18 @@ impl SeqState {
     pub fn with_kv_cache(mut self, kv: KvCache) -> Self {
         self.kv_cache = kv;
         self
+    }
+
+    /// Make the next growth of each key/value buffer hold at least `len`
+    /// positions (at most [`Self::max_len`]): a prompt of `len` tokens then
+    /// allocates its buffers once, at [`Self::kv_capacity`]`(len)`, instead
+    /// of doubling through every smaller capacity. The buffers a doubling
+    /// outgrows are freed, but the `joule` binary's allocator keeps freed
+    /// memory (`src/main.rs`), so each one would stay resident beside the
+    /// final buffer (about as much again: 1,024 positions of SmolLM2 held
+    /// 960 outgrown ones) — memory the plan does not count.
+    pub fn reserve_kv(&mut self, len: usize) {
+        self.kv_reserve = len.min(self.max_len);
     }
 
     /// How this state stores keys and values.
@@ -430,7 +447,7 @@ impl SeqState {
         // A buffer of another type (held from before `with_kv_cache`) is regrown.
         let stale = slot.as_ref().is_some_and(|(kc, _)| kc.dtype() != dtype);
         if needed > cap || stale {
-            let new_cap = Self::kv_capacity(needed);
+            let new_cap = Self::kv_capacity(needed.max(self.kv_reserve));
             let grow = |old: Option<&Tensor>, d: usize| -> candle_core::Result<Tensor> {
                 let fresh = Tensor::zeros((n_kv, new_cap, d), dtype, k.device())?;
                 if let Some(old) = old {
@@ -724,6 +741,36 @@ mod tests {
             "the clone saw the original's in-place writes"
         );
         assert_eq!(b.tokens(), &[1, 2, 3]);
+    }
+
+    #[test]
+    fn a_reserved_prompt_grows_its_buffers_once() {
+        let cap = |s: &SeqState| match &s.slots[0] {
+            Slot::Kv(Some((k, _))) => k.dims()[1],
+            _ => 0,
+        };
+        let mut a = SeqState::attention_only(1, 10_000);
+        a.reserve_kv(300);
+        a.append_kv(0, &kv(64, 1.0), &kv(64, 1.0)).unwrap();
+        a.commit(&[0; 64]);
+        // Room for the whole prompt at the first piece: kv_capacity(300).
+        assert_eq!(cap(&a), 512);
+        a.append_kv(0, &kv(236, 2.0), &kv(236, 2.0)).unwrap();
+        a.commit(&[0; 236]);
+        assert_eq!(cap(&a), 512);
+        let (k, _) = a.kv(0, 300).unwrap();
+        let v: Vec<f32> = k.flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(&v[..128], &[1.0; 128]);
+        assert_eq!(&v[128..], &[2.0; 472]);
+        // Without a reservation the buffer doubles from the piece's size;
+        // a reservation beyond the context is cut to it.
+        let mut b = SeqState::attention_only(1, 100);
+        b.append_kv(0, &kv(64, 1.0), &kv(64, 1.0)).unwrap();
+        assert_eq!(cap(&b), 64);
+        b.reserve_kv(1_000);
+        b.commit(&[0; 64]);
+        b.append_kv(0, &kv(1, 1.0), &kv(1, 1.0)).unwrap();
+        assert_eq!(cap(&b), 128);
     }
 
     #[test]

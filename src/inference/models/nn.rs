@@ -148,6 +148,14 @@ pub enum Proj {
 
 impl Proj {
     pub fn new(q: Arc<QTensor>, device: &Device) -> candle_core::Result<Self> {
+        Self::with_split(q, device, true)
+    }
+
+    /// [`Self::new`]; with `split` false a matrix [`Choice::Split`] would split
+    /// is Joule's alone (the output head: its products take each sequence's
+    /// last row, one-row segments that never reach candle's half, whose file
+    /// blocks and repacked copies would be held for nothing).
+    pub fn with_split(q: Arc<QTensor>, device: &Device, split: bool) -> candle_core::Result<Self> {
         let dims = q.shape().dims().to_vec();
         if device.is_cpu() && dims.len() == 2 && !crate::knobs::candle_kernels_only() {
             let err = |e: anyhow::Error| candle_core::Error::Msg(format!("{e:#}"));
@@ -156,7 +164,7 @@ impl Proj {
             if choice != Choice::Candle {
                 if let Some(m) = quant_matmul::cpu_matrix_of(dtype, &q.data()?, n, k) {
                     let joule: Arc<dyn CpuMatmul> = Arc::from(m.map_err(err)?);
-                    if choice == Choice::Joule {
+                    if choice == Choice::Joule || !split {
                         return Ok(Proj::Cpu(joule));
                     }
                     let candle = QMatMul::from_arc(q)?;
@@ -358,12 +366,22 @@ impl Loader<'_> {
     /// the file (`quant_matmul::source`: no tensor read whole beside it); others are read
     /// as tensors first.
     pub fn matmul(&mut self, name: &str, shape: &[usize]) -> Result<Proj, LoadError> {
+        self.matmul_split(name, shape, true)
+    }
+
+    /// [`Self::matmul`], split or not as [`Proj::with_split`].
+    fn matmul_split(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        split: bool,
+    ) -> Result<Proj, LoadError> {
         if let Some(p) = self.matmul_read(name, shape)? {
             self.note(&p, name, false);
             return Ok(p);
         }
         let q = self.q(name, shape)?;
-        let p = Proj::new(Arc::new(q), self.device).map_err(|e| self.bad(name, e))?;
+        let p = Proj::with_split(Arc::new(q), self.device, split).map_err(|e| self.bad(name, e))?;
         self.note(&p, name, false);
         Ok(p)
     }
@@ -411,7 +429,7 @@ impl Loader<'_> {
                 self.g.add_held(name, m.joule.resident_bytes());
                 if let Some(dtype) = self.g.tensor_dtype(name) {
                     self.g
-                        .add_held(name, quant_matmul::candle_repack_bytes(dtype, n, k));
+                        .add_held(name, quant_matmul::candle_split_repack_bytes(dtype, n, k));
                 }
             }
             Proj::Candle(_) => {}
@@ -484,9 +502,9 @@ impl Loader<'_> {
         n_embd: usize,
     ) -> Result<Proj, LoadError> {
         if self.has("output.weight") {
-            self.matmul("output.weight", &[vocab, n_embd])
+            self.matmul_split("output.weight", &[vocab, n_embd], false)
         } else {
-            let p = Proj::new(embed.clone(), self.device)
+            let p = Proj::with_split(embed.clone(), self.device, false)
                 .map_err(|e| self.bad("token_embd.weight (tied output)", e))?;
             self.note(&p, "token_embd.weight", true);
             Ok(p)

@@ -261,10 +261,24 @@ pub fn candle_repack_bytes(dtype: GgmlDType, n: usize, k: usize) -> u64 {
     }
 }
 
+/// [`candle_repack_bytes`] for the candle half of a [`SplitMatmul`]: candle
+/// multiplies only segments of more than [`SPLIT_ROWS`] rows there, padded
+/// to [`split::CANDLE_AMX_ROWS`] rows on an AMX CPU (`split_forward_many`),
+/// so a Q4_K matrix gets the AMX tile copy alone, never the decode one.
+pub fn candle_split_repack_bytes(dtype: GgmlDType, n: usize, k: usize) -> u64 {
+    let all = candle_repack_bytes(dtype, n, k);
+    #[cfg(target_arch = "x86_64")]
+    if dtype == GgmlDType::Q4K && split::pads_for_amx() {
+        // 3,072 decode + 5,120 AMX bytes per tile and super-block: the AMX part.
+        return all / (3072 + 5120) * 5120;
+    }
+    all
+}
+
 /// Whether the CPU has AMX tiles and int8 (CPUID leaf 7, EDX bits 24, 25),
 /// which candle's Q4_K prefill path uses on Linux.
 #[cfg(target_arch = "x86_64")]
-fn cpu_has_amx_int8() -> bool {
+pub(crate) fn cpu_has_amx_int8() -> bool {
     if !cfg!(target_os = "linux") {
         return false;
     }

@@ -78,6 +78,41 @@ pub fn long_rows(m: usize, limit: usize) -> Vec<Range<usize>> {
     })
 }
 
+/// Rows from which candle 0.11.1 multiplies a Q4_K matrix with AMX tiles (on a CPU
+/// with AMX); fewer rows take its 16-row decode tiles, a second repacked copy of the
+/// matrix (`quant_matmul::candle_repack_bytes`) that candle builds on first use and
+/// keeps. The candle half of a split matrix is padded to this many rows on such a
+/// CPU so it never builds that copy (each output row is the same: candle's tile and
+/// AMX paths compute a row the same way at every row count from 2 on).
+pub const CANDLE_AMX_ROWS: usize = 32;
+
+/// Whether [`split_forward_many`] pads candle's rows to [`CANDLE_AMX_ROWS`]: on an
+/// x86 CPU with AMX int8 (where candle 0.11.1 uses it).
+pub fn pads_for_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::cpu_has_amx_int8()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `w`'s product with `x` (`[m, k]`) through candle's kernel, `x` padded with zero
+/// rows to [`CANDLE_AMX_ROWS`] where [`pads_for_amx`] and `w` is Q4_K.
+fn candle_forward(w: &SplitMatmul, x: &Tensor) -> candle_core::Result<Tensor> {
+    let m = x.dim(0)?;
+    let q4k = matches!(&w.candle, QMatMul::QTensor(t) if t.dtype() == candle_core::quantized::GgmlDType::Q4K);
+    if m >= CANDLE_AMX_ROWS || !q4k || !pads_for_amx() {
+        return w.candle.forward(x);
+    }
+    let pad = Tensor::zeros((CANDLE_AMX_ROWS - m, x.dim(1)?), x.dtype(), x.device())?;
+    w.candle
+        .forward(&Tensor::cat(&[x, &pad], 0)?)?
+        .narrow(0, 0, m)
+}
+
 /// One matrix in both forms: Joule's (for segments of up to [`SPLIT_ROWS`] rows) and
 /// candle's (for longer ones).
 #[derive(Debug, Clone)]
@@ -120,7 +155,7 @@ pub fn split_forward_many(ws: &[&SplitMatmul], x: &Tensor) -> candle_core::Resul
     if long_count == m {
         return ws
             .iter()
-            .map(|w| w.candle.forward(&x2)?.reshape(out_dims(w.joule.n())))
+            .map(|w| candle_forward(w, &x2)?.reshape(out_dims(w.joule.n())))
             .collect();
     }
     // The short rows, in order, between the long ranges.
@@ -145,7 +180,7 @@ pub fn split_forward_many(ws: &[&SplitMatmul], x: &Tensor) -> candle_core::Resul
     let mut out = Vec::with_capacity(ws.len());
     for (w, ys) in ws.iter().zip(ys_short) {
         let n = w.joule.n();
-        let yl = w.candle.forward(&xl)?.flatten_all()?.to_vec1::<f32>()?;
+        let yl = candle_forward(w, &xl)?.flatten_all()?.to_vec1::<f32>()?;
         let mut y = vec![0f32; m * n];
         let mut copy = |ranges: &[Range<usize>], src: &[f32]| {
             let mut i = 0;
