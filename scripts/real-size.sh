@@ -14,7 +14,9 @@
 #     REPS repetitions;
 #   - logits: a 32-token prompt through `llama-logits` (one pass) and `joule logits` on the Q4_K_M
 #     and Q8_0 files, in one pass and as 16 tokens in one pass then 16 steps of one (issue #26
-#     item 2's two modes): mean KL(llama.cpp ‖ Joule) and top-1 agreement over the 32 positions;
+#     item 2's two modes): mean KL(llama.cpp ‖ Joule) and top-1 agreement over the 32 positions,
+#     and llama.cpp's own one pass against its own prefill + steps (the drift two correct
+#     engines' rounding reaches on this synthesized model: random weights amplify it with depth);
 # and deletes the files (--keep keeps the Q4_K_M file for a later pass, e.g. --no-measure
 # --no-logits for the speed columns on a quiet machine; the Q8_0 file is always deleted). Each model's row is appended to the markdown table in
 # OUT as soon as it is done, so a run cut short keeps what it measured.
@@ -72,7 +74,7 @@ log=$dir/real-size.log
 echo "== $(date -u +%FT%TZ) real-size.sh tokens=$tokens seqs=$seqs reps=$reps threads=$threads load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$log"
 if [[ ! -s $out ]]; then
     {
-        echo "| model | file (Q4_K_M) | Joule load | llama.cpp load (mmap / read) | plan | measured RssAnon (plan vs), VmHWM | seqs × tokens | Joule pp512 / tg128 | llama.cpp pp512 / tg128 fa0 | fa1 | logits Q4_K_M KL / top-1 (one pass; prefill 16 + 16 steps) | Q8_0 KL / top-1 (same) | load avg |"
+        echo "| model | file (Q4_K_M) | Joule load | llama.cpp load (mmap / read) | plan | measured RssAnon (plan vs), VmHWM | seqs × tokens | Joule pp512 / tg128 | llama.cpp pp512 / tg128 fa0 | fa1 | logits Q4_K_M KL / top-1 (one pass; prefill 16 + 16 steps; llama.cpp's own two modes) | Q8_0 KL / top-1 (same) | load avg |"
         echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     } >"$out"
 fi
@@ -114,7 +116,10 @@ logit_check() { # FILE → "KL / top-1"
     "$dir/llama-logits" "$1" --ids "$ids" --out "$dir/llama.npy" --threads "$threads" >>"$log" 2>&1 || { echo "llama-logits failed"; return; }
     "$JOULE" logits --gguf "$1" --ids "$ids" --out "$dir/joule.npy" >>"$log" 2>&1 || { echo "joule logits failed"; return; }
     "$JOULE" logits --gguf "$1" --ids "$ids" --prefill "$prefill" --out "$dir/joule-decode.npy" >>"$log" 2>&1 || { echo "joule logits --prefill failed"; return; }
-    echo "$(compare "$dir/llama.npy" "$dir/joule.npy"); $(compare "$dir/llama.npy" "$dir/joule-decode.npy")"
+    # llama.cpp against itself (its one pass against its own prefill + steps): how far the
+    # synthesized model lets two correct engines' rounding drift apart.
+    "$dir/llama-logits" "$1" --ids "$ids" --prefill "$prefill" --out "$dir/llama-decode.npy" --threads "$threads" >>"$log" 2>&1 || { echo "llama-logits --prefill failed"; return; }
+    echo "$(compare "$dir/llama.npy" "$dir/joule.npy"); $(compare "$dir/llama.npy" "$dir/joule-decode.npy"); llama.cpp itself $(compare "$dir/llama.npy" "$dir/llama-decode.npy")"
 }
 
 for m in $models; do
