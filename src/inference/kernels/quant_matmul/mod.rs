@@ -345,8 +345,9 @@ pub enum Choice {
 }
 
 /// The types that are [`Choice::Split`] where candle repacks them and [`TYPES_ENV`] is
-/// [`SPLIT_SPEC`]: Joule's super-block kernels decode them faster, candle's repacked (and
-/// AMX) tiles multiply prompts faster (benches/README.md, "session 11"). Not the default:
+/// [`SPLIT_SPEC`]: Joule's super-block kernels for decode, candle's repacked (and AMX) tiles
+/// for prompts, which were faster until Joule's AVX-512 VNNI prompt path (session 12:
+/// Joule's default now beats the split at prompts too; benches/README.md). Not the default:
 /// a split matrix is held by both (Joule's copy, and candle's file blocks with its repacked
 /// copies, together about 5.5× a Q4_K_M file), too much for a roster of five models.
 pub const SPLIT_TYPES: [GgmlDType; 2] = [GgmlDType::Q4K, GgmlDType::Q6K];
