@@ -7,6 +7,9 @@
 //        llama-logits MODEL.gguf --load-only [--no-mmap] [--threads N]
 //   without --prefill: all ids in one decode call (one micro-batch);
 //   with --prefill K:  the first K in one call, then one id per call through the cache/state;
+//   --dump DIR: also write every f32 tensor whose name starts with l_out, attn_residual,
+//   linear_attn_out, attn_out, ffn_out or result_norm (llama.cpp's graph names, `-IL` per layer) to
+//   DIR/NAME.npy as [rows, ne0]: the layer-by-layer side of `joule logits --dump DIR`;
 //   --load-only: time llama_model_load_from_file and llama_init_from_model (a 4,096-token
 //   context) and print `load_ms=… context_ms=…` (scripts/real-size.sh's load time; --no-mmap
 //   reads the weights into memory instead of mapping the file, as Joule does).
@@ -44,6 +47,30 @@ static bool write_npy(const std::string & path, const std::vector<float> & data,
               std::fwrite(header.data(), 1, header.size(), f) == header.size() &&
               std::fwrite(data.data(), sizeof(float), data.size(), f) == data.size();
     return std::fclose(f) == 0 && ok;
+}
+
+static std::string g_dump_dir;
+
+// cb_eval: asked first whether a tensor is wanted, then handed it once computed.
+static bool dump_cb(struct ggml_tensor * t, bool ask, void *) {
+    static const char * prefixes[] = {"l_out", "attn_residual", "linear_attn_out", "attn_out", "ffn_out", "result_norm"};
+    bool wanted = false;
+    for (const char * p : prefixes) {
+        if (std::strncmp(t->name, p, std::strlen(p)) == 0 && (t->name[std::strlen(p)] == '-' || t->name[std::strlen(p)] == 0)) {
+            wanted = true;
+        }
+    }
+    if (ask) {
+        return wanted;
+    }
+    if (!wanted || t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+        return true;
+    }
+    std::vector<float> data((size_t) ggml_nelements(t));
+    ggml_backend_tensor_get(t, data.data(), 0, ggml_nbytes(t));
+    const size_t cols = (size_t) t->ne[0];
+    write_npy(g_dump_dir + "/" + t->name + ".npy", data, data.size() / cols, cols);
+    return true;
 }
 
 static bool decode(llama_context * ctx, const std::vector<llama_token> & ids, size_t from, size_t to) {
@@ -85,6 +112,7 @@ int main(int argc, char ** argv) {
         else if (a == "--threads") threads = std::atoi(next("--threads").c_str());
         else if (a == "--load-only") load_only = true;
         else if (a == "--no-mmap") no_mmap = true;
+        else if (a == "--dump") g_dump_dir = next("--dump");
         else if (model_path.empty() && a[0] != '-') model_path = a;
         else {
             std::fprintf(stderr, "llama-logits: unknown argument %s\n", a.c_str());
@@ -169,6 +197,10 @@ int main(int argc, char ** argv) {
     cp.type_v          = GGML_TYPE_F32;
     cp.swa_full        = true;
     cp.no_perf         = true;
+    if (!g_dump_dir.empty()) {
+        cp.cb_eval           = dump_cb;
+        cp.cb_eval_user_data = nullptr;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         std::fprintf(stderr, "llama-logits: cannot create a context for %s\n", model_path.c_str());

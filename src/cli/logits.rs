@@ -53,6 +53,11 @@ pub struct LogitsArgs {
     /// Print the result (and the comparison) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also write the hidden states layer by layer to this folder (`NAME.npy`, llama.cpp's
+    /// graph names: `l_out-3`, …; `scripts/llama-logits.cpp --dump` writes llama.cpp's), for the
+    /// architectures that have the hook (qwen35 so far); not with `--prefill`.
+    #[arg(long, conflicts_with = "prefill")]
+    pub dump: Option<PathBuf>,
 }
 
 /// Parse "1 2, 3" into ids, naming the first bad entry.
@@ -190,6 +195,9 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    if let Some(dir) = &args.dump {
+        crate::inference::engine::dump::set_dir(dir.clone())?;
+    }
     let t0 = std::time::Instant::now();
     let device = select_device(&args.device)?;
     let model = load_model(&args.gguf, &device)?;

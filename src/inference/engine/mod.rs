@@ -10,8 +10,10 @@
 //! - [`memory_measure`]: what the process really holds (`VmRSS`/`VmHWM`) after a plan's workload.
 //! - [`device`]: choosing a device (`cpu`, `cuda[:N]`, `metal[:N]`).
 //! - [`logits`]: the logits of a token sequence (`joule logits`, the roster tests).
+//! - [`dump`]: hidden states layer by layer (`joule logits --dump DIR`), to find where two engines part.
 
 pub mod device;
+pub mod dump;
 pub mod generate;
 pub mod load_purge;
 pub mod logits;

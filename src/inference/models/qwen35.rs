@@ -35,6 +35,7 @@ use super::nn::{
     apply_rope, attention, model_info, pick_rows, split_logits, to_heads, Activation, GatedMlp,
     InfoDims, Loader, Proj, RmsNorm, Rope, RopeStyle, Rows,
 };
+use crate::inference::engine::dump;
 use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
 use crate::inference::files::gguf_weights::{GgufFile, LoadError};
 use crate::inference::kernels::AttnParams;
@@ -668,15 +669,23 @@ impl CausalLm for Qwen35 {
                 Mixer::Delta(m) => self.delta_net(li, m, &h, &rows, batch)?,
                 Mixer::Attn(m) => self.attention(li, m, &h, &rows, &tables, batch)?,
             };
+            if let Mixer::Delta(_) = &b.mixer {
+                dump::tensor(&format!("linear_attn_out-{li}"), &a)?;
+            }
             x = (x + a)?;
+            dump::tensor(&format!("attn_residual-{li}"), &x)?;
             let h = b.post_norm.forward(&x)?;
-            x = (x + b.mlp.forward(&h)?)?;
+            let f = b.mlp.forward(&h)?;
+            dump::tensor(&format!("ffn_out-{li}"), &f)?;
+            x = (x + f)?;
+            dump::tensor(&format!("l_out-{li}"), &x)?;
         }
         for step in batch.iter_mut() {
             step.state.commit(step.tokens);
         }
         let _head = super::nn::picked_segments(&rows);
         let x = self.out_norm.forward(&pick_rows(&x, &rows)?)?;
+        dump::tensor("result_norm", &x)?;
         let logits = self.output.forward(&x)?;
         Ok(split_logits(&logits, &rows)?)
     }

@@ -40,6 +40,10 @@ pub trait GroupScales: Copy + Default + Debug + Send + Sync + 'static {
     /// Whether a block's values 16..32 have their own `d` (Q6_K's 16-value
     /// scales); otherwise one `d` serves all 32.
     const SPLIT: bool = false;
+    /// Whether the `m` term is the weight's own (Q4_1, Q5_1): llama.cpp pairs those types
+    /// with `q8_1` activations, whose sum `s` is rounded to f16 ([`super::acts::Acts::sums`]);
+    /// the offset types (Q4_0, Q5_0) pair with `q8_0`, whose sum is exact.
+    const OWN_M: bool = false;
     /// `(d, m)` of block `i` of the group (`d` of values 0..16 when split).
     fn block(&self, i: usize) -> (f32, f32);
     /// `d` of values 16..32 of block `i`.
@@ -95,6 +99,7 @@ pub struct ScalesDM {
 
 impl GroupScales for ScalesDM {
     const WITH_M: bool = true;
+    const OWN_M: bool = true;
     fn block(&self, i: usize) -> (f32, f32) {
         (f16_bits(self.d[i]), f16_bits(self.m[i]))
     }

@@ -642,7 +642,8 @@ impl<B: WeightBlock> QuantMatrix<B> {
                 let dh = self.group(j, b).high_d(b % GROUP);
                 acc += d * d8 * isum(0..16) as f32 + dh * d8 * isum(16..32) as f32;
             } else {
-                acc += d * d8 * isum(0..BLOCK) as f32 + m * a.s[r * a.kbp + b];
+                let s = a.sums(<B::Scales as GroupScales>::OWN_M)[r * a.kbp + b];
+                acc += d * d8 * isum(0..BLOCK) as f32 + m * s;
             }
         }
         acc

@@ -305,6 +305,31 @@ fn one_input_times_several_matrices_equals_each_product() {
     assert!(matmul_many(&[&a, &short], &[0f32; 64]).is_err());
 }
 
+/// llama.cpp's x86 `quantize_row_q8_0` / `q8_1`: `q = round-half-even(x · 127/max|x|)`, `d`
+/// rounded to f16 (its blocks hold f16), `q8_1`'s `s` the f16 of the unrounded `d` times Σq.
+#[test]
+fn activation_blocks_round_as_llama_cpp() {
+    // max 127: the multiplier is 1, so the halves show the rounding.
+    let mut x = [0f32; BLOCK];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = 3.5;
+    x[3] = -2.5;
+    let (q, d, s, s1) = super::acts::quantize_block(&x);
+    assert_eq!((q[0], q[1], q[2], q[3]), (127, 2, 4, -2));
+    assert_eq!((d, s, s1), (1.0, 131.0, 131.0));
+    // max 1: d = 1/127 is not an f16; the block holds its nearest f16.
+    let mut x = [0.25f32; BLOCK];
+    x[5] = -1.0;
+    let (q, d, s, s1) = super::acts::quantize_block(&x);
+    let exact = 1.0f32 / 127.0;
+    let sum: i32 = q.iter().map(|&v| i32::from(v)).sum();
+    assert_eq!(d, half::f16::from_f32(exact).to_f32());
+    assert_ne!(d, exact);
+    assert_eq!(s, d * sum as f32);
+    assert_eq!(s1, half::f16::from_f32(exact * sum as f32).to_f32());
+}
+
 #[test]
 fn rows_quantised_on_the_pool_equal_rows_quantised_alone() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
@@ -317,6 +342,7 @@ fn rows_quantised_on_the_pool_equal_rows_quantised_alone() {
         assert_eq!(one.qs[..], all.qs[r * all.kb..(r + 1) * all.kb]);
         assert_eq!(one.d[..], all.d[r * all.kbp..(r + 1) * all.kbp]);
         assert_eq!(one.s[..], all.s[r * all.kbp..(r + 1) * all.kbp]);
+        assert_eq!(one.s1[..], all.s1[r * all.kbp..(r + 1) * all.kbp]);
     }
     let w = Q41Matrix::from_gguf_bytes(&random_blocks::<BlockQ41>(&mut rng, 5, k), 5, k).unwrap();
     let y = w.matmul(&x).unwrap();
@@ -492,8 +518,14 @@ fn extreme_q8_0_weights_do_not_overflow() {
         .collect();
     for simd in Simd::available() {
         let y = w.clone().with_simd(simd).matmul(&x).unwrap();
-        // 16·128 + 16·127 = 4080 (activations quantise to exactly ±127/127).
-        assert!((y[0] - 4080.0).abs() < 1e-2, "{simd:?}: {}", y[0]);
+        // 16·128 + 16·127 = 4080 (activations quantise to exactly ±127, with the block's
+        // `d`, 1/127, held as its nearest f16 as llama.cpp holds it).
+        let expect = 4080.0 * 127.0 * half::f16::from_f32(1.0 / 127.0).to_f32();
+        assert!(
+            (y[0] - expect).abs() < 1e-2,
+            "{simd:?}: {} vs {expect}",
+            y[0]
+        );
     }
 }
 

@@ -62,7 +62,11 @@ macro_rules! dot_tile_fn {
                         }
                     }
                     if with_m {
-                        let sa = _mm256_loadu_ps(acts.s.as_ptr().add(rows[i] * kbp + g));
+                        let sa = _mm256_loadu_ps(
+                            acts.sums(<B::Scales as GroupScales>::OWN_M)
+                                .as_ptr()
+                                .add(rows[i] * kbp + g),
+                        );
                         for w in 0..W {
                             acc[w][i] = _mm256_fmadd_ps(dm[w].1, sa, acc[w][i]);
                         }

@@ -74,7 +74,11 @@ pub(crate) unsafe fn dot_tile_512<B: WeightBlock, const W: usize, const N: usize
                 };
             }
             if with_m {
-                let sa = _mm256_loadu_ps(acts.s.as_ptr().add(rows[i] * kbp + g));
+                let sa = _mm256_loadu_ps(
+                    acts.sums(<B::Scales as GroupScales>::OWN_M)
+                        .as_ptr()
+                        .add(rows[i] * kbp + g),
+                );
                 for w in 0..W {
                     acc[w][i] = _mm512_fmadd_ps(
                         _mm512_zextps256_ps512(dm[w].1),
