@@ -73,12 +73,6 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     /// As [`Self::piece256`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn scales256(meta: &Self::Meta) -> [__m256i; 2];
-    /// [`Self::min16`] of sub-blocks 0..8 and 8..16 as i32 lanes.
-    ///
-    /// # Safety
-    /// As [`Self::piece256`].
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn mins256(meta: &Self::Meta) -> [__m256i; 2];
     /// The mins of the eight 32-value sub-blocks as i16 (Q6_K: zeros).
     ///
     /// # Safety
@@ -246,11 +240,6 @@ impl KBlock for KQ4 {
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn mins256(m: &MetaK) -> [__m256i; 2] {
-        pairs256(&m.mn)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
     unsafe fn mins8_i16(m: &MetaK) -> __m128i {
         _mm_cvtepu8_epi16(_mm_loadl_epi64(m.mn.as_ptr() as *const __m128i))
     }
@@ -331,11 +320,6 @@ impl KBlock for KQ5 {
     #[inline(always)]
     unsafe fn scales256(m: &MetaK5) -> [__m256i; 2] {
         pairs256(&m.k.sc)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn mins256(m: &MetaK5) -> [__m256i; 2] {
-        pairs256(&m.k.mn)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -459,11 +443,6 @@ impl KBlock for KQ6 {
             _mm256_cvtepi8_epi32(_mm_loadl_epi64(m.sc.as_ptr().add(8 * i) as *const __m128i))
         };
         [half(0), half(1)]
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn mins256(_: &MetaQ6) -> [__m256i; 2] {
-        [_mm256_setzero_si256(); 2]
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -711,6 +690,29 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
             while j < js.end {
                 let end = js.end.min(j + 16);
                 unsafe { x86::kquants512::run_prompt_k512(self, acts, rows.clone(), j..end, y) };
+                j = end;
+            }
+            return;
+        }
+        // Prompts on AVX2 and AVX-VNNI: the same with 8 weight rows per register.
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.simd, Simd::Avx2 | Simd::AvxVnni)
+            && rows.len() >= x86::kquants256::PROMPT_MIN_ROWS
+            && !js.is_empty()
+        {
+            let mut j = js.start;
+            while j < js.end {
+                let end = js.end.min(j + 8);
+                // SAFETY: `detect` checked AVX2, FMA, F16C (and AVX-VNNI for that
+                // path); the caller guarantees the rows exist and owns y[r, j] for them;
+                // `j..end` is 1 to 8 weight rows.
+                unsafe {
+                    if self.simd == Simd::AvxVnni {
+                        x86::kquants256::run_prompt_k256_vnni(self, acts, rows.clone(), j..end, y)
+                    } else {
+                        x86::kquants256::run_prompt_k256(self, acts, rows.clone(), j..end, y)
+                    }
+                };
                 j = end;
             }
             return;
