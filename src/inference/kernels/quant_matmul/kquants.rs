@@ -73,12 +73,6 @@ pub trait KBlock: Copy + Debug + Send + Sync + 'static {
     /// As [`Self::piece256`].
     #[cfg(target_arch = "x86_64")]
     unsafe fn scales256(meta: &Self::Meta) -> [__m256i; 2];
-    /// [`Self::min16`] of sub-blocks 0..8 and 8..16 as i32 lanes.
-    ///
-    /// # Safety
-    /// As [`Self::piece256`].
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn mins256(meta: &Self::Meta) -> [__m256i; 2];
     /// The mins of the eight 32-value sub-blocks as i16 (Q6_K: zeros).
     ///
     /// # Safety
@@ -246,11 +240,6 @@ impl KBlock for KQ4 {
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn mins256(m: &MetaK) -> [__m256i; 2] {
-        pairs256(&m.mn)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
     unsafe fn mins8_i16(m: &MetaK) -> __m128i {
         _mm_cvtepu8_epi16(_mm_loadl_epi64(m.mn.as_ptr() as *const __m128i))
     }
@@ -331,11 +320,6 @@ impl KBlock for KQ5 {
     #[inline(always)]
     unsafe fn scales256(m: &MetaK5) -> [__m256i; 2] {
         pairs256(&m.k.sc)
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn mins256(m: &MetaK5) -> [__m256i; 2] {
-        pairs256(&m.k.mn)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
@@ -462,11 +446,6 @@ impl KBlock for KQ6 {
     }
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn mins256(_: &MetaQ6) -> [__m256i; 2] {
-        [_mm256_setzero_si256(); 2]
-    }
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
     unsafe fn mins8_i16(_: &MetaQ6) -> __m128i {
         _mm_setzero_si128()
     }
@@ -520,6 +499,10 @@ pub(super) fn quantize_k(x: &[f32]) -> (Q8K, f32) {
     }
     (b, d)
 }
+
+/// Activation rows from which the portable path unpacks each super-block once for all of
+/// them ([`KMatrix::run_prompt_portable`]).
+const PORTABLE_PROMPT_MIN_ROWS: usize = 4;
 
 /// A `[n, k]` k-quant weight of type `B`.
 #[derive(Clone)]
@@ -616,22 +599,50 @@ impl<B: KBlock> KMatrix<B> {
     fn dot_portable(&self, j: usize, a: &Acts, r: usize) -> f32 {
         let mut acc = 0f32;
         for s in 0..self.kbs {
-            let (qs, meta) = (&self.qs[j * self.kbs + s], &self.meta[j * self.kbs + s]);
-            let x = &a.qk[r * self.kbs + s];
-            let u = B::values(qs, meta);
-            let (mut main, mut min) = (0i32, 0i32);
-            for t in 0..16 {
-                let dot: i32 = (16 * t..16 * t + 16)
-                    .map(|v| i32::from(u[v]) * i32::from(x.qs[v]))
-                    .sum();
-                main += B::scale16(meta, t) * (dot - B::OFFSET * x.bsums[t]);
-                min += B::min16(meta, t) * x.bsums[t];
-            }
-            let (d, dmin) = B::d_dmin(meta);
-            let d8 = a.dk[r * self.kbs + s];
-            acc += d * d8 * main as f32 - dmin * d8 * min as f32;
+            let meta = &self.meta[j * self.kbs + s];
+            let u = B::values(&self.qs[j * self.kbs + s], meta);
+            acc += Self::super_portable(&u, meta, a, r, s);
         }
         acc
+    }
+
+    /// One super-block's term of [`Self::dot_portable`]: stored values `u` with their
+    /// scales `meta` against super-block `s` of activation row `r`.
+    #[inline(always)]
+    fn super_portable(u: &[u8; QK], meta: &B::Meta, a: &Acts, r: usize, s: usize) -> f32 {
+        let x = &a.qk[r * a.kbs + s];
+        let (mut main, mut min) = (0i32, 0i32);
+        for t in 0..16 {
+            let dot: i32 = (16 * t..16 * t + 16)
+                .map(|v| i32::from(u[v]) * i32::from(x.qs[v]))
+                .sum();
+            main += B::scale16(meta, t) * (dot - B::OFFSET * x.bsums[t]);
+            min += B::min16(meta, t) * x.bsums[t];
+        }
+        let (d, dmin) = B::d_dmin(meta);
+        let d8 = a.dk[r * a.kbs + s];
+        d * d8 * main as f32 - dmin * d8 * min as f32
+    }
+
+    /// The portable prompt path: each super-block of weight row `j` unpacked once
+    /// ([`KBlock::values`]) for all activation rows `rows`; each pair's steps are
+    /// [`Self::dot_portable`]'s, so a row's result is the same bits in either.
+    ///
+    /// # Safety
+    /// The caller owns `y[r, j]` for these rows (`y` holds `m·n` floats).
+    unsafe fn run_prompt_portable(&self, a: &Acts, rows: Range<usize>, j: usize, y: *mut f32) {
+        let mut acc = vec![0f32; rows.len()];
+        for s in 0..self.kbs {
+            let meta = &self.meta[j * self.kbs + s];
+            let u = B::values(&self.qs[j * self.kbs + s], meta);
+            for (acc, r) in acc.iter_mut().zip(rows.clone()) {
+                *acc += Self::super_portable(&u, meta, a, r, s);
+            }
+        }
+        for (v, r) in acc.into_iter().zip(rows) {
+            // SAFETY: as the caller guarantees.
+            unsafe { *y.add(r * self.n + j) = v };
+        }
     }
 }
 
@@ -711,6 +722,37 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
             while j < js.end {
                 let end = js.end.min(j + 16);
                 unsafe { x86::kquants512::run_prompt_k512(self, acts, rows.clone(), j..end, y) };
+                j = end;
+            }
+            return;
+        }
+        // Portable prompts: each unpacked super-block serves every row.
+        if self.simd == Simd::Portable && rows.len() >= PORTABLE_PROMPT_MIN_ROWS {
+            for j in js {
+                // SAFETY: as the caller guarantees.
+                unsafe { self.run_prompt_portable(acts, rows.clone(), j, y) };
+            }
+            return;
+        }
+        // Prompts on AVX2 and AVX-VNNI: the same with 8 weight rows per register.
+        #[cfg(target_arch = "x86_64")]
+        if matches!(self.simd, Simd::Avx2 | Simd::AvxVnni)
+            && rows.len() >= x86::kquants256::PROMPT_MIN_ROWS
+            && !js.is_empty()
+        {
+            let mut j = js.start;
+            while j < js.end {
+                let end = js.end.min(j + 8);
+                // SAFETY: `detect` checked AVX2, FMA, F16C (and AVX-VNNI for that
+                // path); the caller guarantees the rows exist and owns y[r, j] for them;
+                // `j..end` is 1 to 8 weight rows.
+                unsafe {
+                    if self.simd == Simd::AvxVnni {
+                        x86::kquants256::run_prompt_k256_vnni(self, acts, rows.clone(), j..end, y)
+                    } else {
+                        x86::kquants256::run_prompt_k256(self, acts, rows.clone(), j..end, y)
+                    }
+                };
                 j = end;
             }
             return;

@@ -597,9 +597,14 @@ fn k_quant_super_block_kernels_match_the_dequantized_product() {
     check_k_type::<kquants::KQ6, BlockQ6K>(43);
 }
 
-/// The super-block kernels' paths agree to float rounding; a row's result is the same
-/// bits alone, in a batch and in every tile shape; AVX2 and AVX-VNNI (the same i32
-/// lanes) give the same bits.
+/// The bits of each value (so that a NaN or a signed zero cannot hide a difference).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+/// The super-block kernels' paths agree to float rounding; on each path a row's result is
+/// the same bits alone, in a batch (the prompt paths) and in every tile shape; the SIMD
+/// paths (AVX2, AVX-VNNI, AVX-512 VNNI) give the same bits as each other.
 fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let (n, k) = (20, 512);
@@ -610,15 +615,33 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let rows_in = 37;
     let x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
     let acts = Acts::quantize_for(&x, k, false, true);
-    let batch = matmul(&w, &x).unwrap();
-    for r in 0..rows_in {
-        let alone = matmul(&w, &x[r * k..(r + 1) * k]).unwrap();
-        assert_eq!(alone, batch[r * n..(r + 1) * n].to_vec(), "{}", B::NAME);
-    }
     let paths: Vec<_> = Simd::available()
         .into_iter()
         .map(|p| w.clone().with_simd(p))
         .collect();
+    // Every path: the batch (the prompt paths of AVX2 and AVX-VNNI, 8 weight rows per
+    // register: 8-row steps and 5 single rows, or 4-row steps and 1 single row, for two
+    // whole 8-row weight groups and a group of 4) against each row alone (the tiles), bit
+    // for bit.
+    let mut batches = Vec::new();
+    for p in &paths {
+        let batch = matmul(p, &x).unwrap();
+        for r in 0..rows_in {
+            let alone = matmul(p, &x[r * k..(r + 1) * k]).unwrap();
+            let (a, b) = (bits(&alone), bits(&batch[r * n..(r + 1) * n]));
+            assert_eq!(a, b, "{} {:?} row {r}", B::NAME, p.simd);
+        }
+        batches.push((p.simd, batch));
+    }
+    // The SIMD paths share the arithmetic (exact integers per super-block, then the same
+    // fused multiply-adds): the same bits on every level.
+    let simd: Vec<_> = batches
+        .iter()
+        .filter(|(s, _)| *s != Simd::Portable)
+        .collect();
+    for (s, b) in &simd {
+        assert_eq!(bits(b), bits(&simd[0].1), "{} {s:?}", B::NAME);
+    }
     let rows = [0, 1, 2, 3];
     for j in 0..n {
         let want = paths[0].dot_tiles::<1, 4>([j], &acts, rows)[0];
@@ -701,6 +724,29 @@ fn extreme_k_quant_values_do_not_overflow() {
                 (y - want).abs() <= 1e-3 * want.abs(),
                 "{dt:?} {simd:?}: {y} vs {want}"
             );
+            // Nine rows (the prompt paths), among them all +1 and all −1 (the largest
+            // sums of the 16-bit steps): each the bits of the row alone.
+            let rows: Vec<Vec<f32>> = (0..9)
+                .map(|r| match r {
+                    0 => vec![1.0; 256],
+                    1 => vec![-1.0; 256],
+                    _ => x.iter().map(|v| v * (r as f32 - 4.5)).collect(),
+                })
+                .collect();
+            let batch = matmul(m.as_ref(), &rows.concat()).unwrap();
+            for (r, row) in rows.iter().enumerate() {
+                let alone = matmul(m.as_ref(), row).unwrap()[0];
+                assert_eq!(
+                    batch[r].to_bits(),
+                    alone.to_bits(),
+                    "{dt:?} {simd:?} row {r}"
+                );
+                let want = reference(&w.dequantize(), row, 1, 256)[0];
+                assert!(
+                    (alone - want).abs() <= 1e-3 * want.abs().max(1.0),
+                    "{dt:?} {simd:?} row {r}: {alone} vs {want}"
+                );
+            }
         }
     }
 }
