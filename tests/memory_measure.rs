@@ -122,11 +122,11 @@ fn check(what: &str, m: Measured) {
 }
 
 #[test]
-#[ignore = "issue #26 item 3, open: on SmolLM2 the plan is still 16 % under RssAnon at 5 x 1,024 \
-            tokens (plan 367 MiB, RssAnon 438 MiB; 12 % at 5 x 4,096) now that key/value buffers \
-            are sized once (SeqState::reserve_kv): ~19 MiB the load holds beyond its weights \
-            (header and vocabulary; mimalloc's arena eager commit, ~17 MiB of it), and ~15 % \
-            of the keys and values again with several sequences, not yet explained."]
+#[ignore = "issue #26 item 3, open: on SmolLM2 the plan is still 15 % under RssAnon at 5 x 1,024 \
+            tokens (session 13, prompt steps' buffers handed back: plan at rest 350 MiB, RssAnon \
+            419 MiB, VmHWM 453 MiB): ~19 MiB the load holds beyond its weights (header and \
+            vocabulary; mimalloc's arena eager commit, ~17 MiB of it), and ~20 % of the keys \
+            and values again with several sequences, not yet explained."]
 fn plan_matches_the_process_on_the_default_model() {
     if !cfg!(target_os = "linux") {
         eprintln!("skipped: resident memory is read from Linux's /proc");
