@@ -147,7 +147,7 @@ for m in $models; do
         mo=$("$JOULE" models inspect "$f" --memory --measure --tokens "$tokens" --seqs "$seqs" 2>>"$log")
         echo "$mo" | grep -E "^(load|measure|  VmHWM|  process)" >>"$log"
         line=$(grep '^measure:' <<<"$mo")
-        meas="$(gib "$(field anon_bytes <<<"$line")") ($(field diff_pct <<<"$line") %), VmHWM $(gib "$(field hwm_bytes <<<"$line")")"
+        meas="$(gib "$(field anon_bytes <<<"$line")") ($(field diff_pct <<<"$line") %), VmHWM $(gib "$(field hwm_bytes <<<"$line")") ($(field diff_hwm_pct <<<"$line") %)"
         jload=$(field load_s <<<"$line")
     elif (( measure )); then
         meas="not run: plan $plan_total > 90 % of $(gib "$avail") available"

@@ -96,14 +96,26 @@ pub const PROGRESS: Knob = Knob {
              terminal, plain lines otherwise)",
 };
 
+/// mimalloc's purge delay for the `joule` binary (`src/main.rs`).
+pub const PURGE_DELAY: Knob = Knob {
+    name: "JOULE_PURGE_DELAY",
+    what: "milliseconds the `joule` binary's allocator (mimalloc) keeps freed memory committed \
+           before handing it back to the system by itself (set once at start-up; it also hands \
+           it back after each prompt step and each load, `inference::engine::load_purge`); \
+           -1: never, not even at those points",
+    values: "an integer of milliseconds, -1 or more (unset, empty or not such a number: \
+             3600000, an hour)",
+};
+
 /// Every variable a run reads.
-pub const RUNTIME: [Knob; 6] = [
+pub const RUNTIME: [Knob; 7] = [
     SIMD,
     CPU_KERNEL_TYPES,
     CANDLE_KERNELS_ONLY,
     HOME,
     OFFLINE,
     MODELS_DIR,
+    PURGE_DELAY,
 ];
 
 /// Variables that change only what is drawn on standard error. A run reads
@@ -146,6 +158,15 @@ pub fn offline() -> bool {
 /// [`MODELS_DIR`] as a folder: `None` when unset or empty.
 pub fn models_dir() -> Option<PathBuf> {
     path_value(std::env::var_os(MODELS_DIR.name))
+}
+
+/// [`PURGE_DELAY`] in milliseconds; `None` when unset, empty, not an
+/// integer or below -1 (the binary then uses its default).
+pub fn purge_delay() -> Option<i64> {
+    std::env::var(PURGE_DELAY.name)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|&d| d >= -1)
 }
 
 /// A switch's value: on for `1`, `true`, `yes` or `on` (exactly those
@@ -201,7 +222,7 @@ mod tests {
             assert!(all[i + 1..].iter().all(|o| o.name != k.name), "{}", k.name);
             assert_eq!(find(k.name), Some(*k));
         }
-        assert_eq!(RUNTIME.len(), 6);
+        assert_eq!(RUNTIME.len(), 7);
         assert_eq!(find("JOULE_NOPE"), None);
     }
 

@@ -129,9 +129,11 @@ pub struct InspectArgs {
     /// With --memory: also measure what the process really holds. Runs
     /// `--sequences` prompts that fill `--context` positions each (the last
     /// `--decode-steps` of them decoded, every sequence in each step), fed
-    /// `--step-tokens` prompt tokens per forward step, then reads VmRSS and
-    /// VmHWM (Linux's /proc/self/status) and prints them beside the plan with
-    /// the difference in percent. Slow at real size: a 9 B model's prefill
+    /// `--step-tokens` prompt tokens per forward step, then reads RssAnon,
+    /// VmRSS and VmHWM (Linux's /proc/self/status) and prints them beside the
+    /// plan with the difference in percent: weights and states against
+    /// RssAnon at rest (prompt steps hand their buffers back), the whole plan
+    /// (with one step's scratch) against the peak VmHWM. Slow at real size: a 9 B model's prefill
     /// runs at about 30 tokens/s on 2 cores (5 × 4,096 tokens: ~11 minutes).
     #[arg(long, requires = "memory")]
     pub measure: bool,
@@ -479,12 +481,13 @@ fn memory(
     let run_s = start.elapsed().as_secs_f64();
     memory_measure::release_freed();
     let after = proc_memory()?;
-    // Against the anonymous resident memory after the workload (the
-    // binary's own pages, which grow as code runs, are not the model's): the
-    // joule binary's allocator keeps what is freed (`src/main.rs`), so the
-    // process still holds its largest step's scratch. VmHWM against the same
-    // plan on top of VmRSS before, which includes those pages.
-    let at_rest = before.anon + plan.planned();
+    // At rest, against the anonymous resident memory after the workload
+    // (the binary's own pages, which grow as code runs, are not the
+    // model's): weights and states, for the process hands each prompt step's
+    // buffers back (`load_purge`). At its peak, VmHWM against the whole plan
+    // (the largest step's scratch too) on top of VmRSS before, which
+    // includes those pages.
+    let at_rest = before.anon + plan.planned() - plan.scratch();
     let planned = before.rss + plan.planned();
     let (d_hwm, d_rss) = (
         difference_percent(planned, after.hwm),
@@ -501,7 +504,7 @@ fn memory(
     )?;
     writeln!(
         out,
-        "  before loading: RssAnon {}, VmRSS {}; planned = RssAnon before + weights + states + scratch = {}; with VmRSS before = {}",
+        "  before loading: RssAnon {}, VmRSS {}; planned at rest = RssAnon before + weights + states = {}; at the peak = VmRSS before + weights + states + scratch = {}",
         human(before.anon),
         human(before.rss),
         human(at_rest),

@@ -551,6 +551,12 @@ impl<'a> DecodeBatch<'a> {
                 result,
             });
         }
+        if took_piece {
+            // A prompt step's buffers (hundreds of MiB at real width) go
+            // back to the system rather than stay committed for good
+            // (`load_purge`'s text); decode steps' are small and reused.
+            crate::inference::engine::load_purge::release_freed();
+        }
         out
     }
 }

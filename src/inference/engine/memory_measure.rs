@@ -163,14 +163,10 @@ pub fn run(model: &dyn CausalLm, w: &Workload) -> Result<Vec<SeqState>> {
         .collect()
 }
 
-/// Ask the allocator to hand back what it can before a reading (mimalloc,
-/// the `joule` binary's allocator, is set to keep freed memory for good,
-/// `src/main.rs`, so this returns little there; harmless under another
-/// allocator).
+/// Ask the allocator to hand back what is freed before a reading
+/// ([`super::load_purge::release_freed`]; harmless under another allocator).
 pub fn release_freed() {
-    // SAFETY: mimalloc's collection of the calling thread's heap and of
-    // abandoned segments; no pointers are passed.
-    unsafe { libmimalloc_sys::mi_collect(true) };
+    super::load_purge::release_freed();
 }
 
 /// `(planned − measured) / measured`, in percent.
