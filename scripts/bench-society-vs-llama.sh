@@ -6,14 +6,16 @@
 # the engine differs). Prints both JSON reports and the ratio of generated tokens per second.
 #
 # Usage: scripts/bench-society-vs-llama.sh [SIMS [ROUNDS [THREADS]]]   (defaults 16, 2, 2;
-#        JOULE=path/to/joule to use a built binary instead of `cargo run --release`)
+#        JOULE=path/to/joule to use a built binary instead of `cargo run --release`; MODEL=FILE.gguf
+#        for another model than the default, e.g. a synthesized real-width one made with
+#        `joule models synth NAME --vocab …` so that it has a tokenizer and chat template)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sims=${1:-16}
 rounds=${2:-2}
 t=${3:-2}
 bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
-model=$(./scripts/fetch-default-model.sh | tail -1)
+model=${MODEL:-$(./scripts/fetch-default-model.sh | tail -1)}
 if [[ -n ${JOULE:-} ]]; then joule() { "$JOULE" "$@"; }; else joule() { cargo run --release --quiet -- "$@"; }; fi
 out=$(mktemp -d)
 port=$((18000 + RANDOM % 1000))
@@ -24,14 +26,14 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" --json > "$out/joule.json"
 cat "$out/joule.json"
 # 4,096 tokens of context per slot (the society's prompts are ~1,500 tokens).
-"$bin/llama-server" -m "$model" -a smollm2 -np "$sims" -c $((sims * 4096)) -t "$t" -tb "$t" \
+"$bin/llama-server" -m "$model" -a "$(basename "$model" .gguf)" -np "$sims" -c $((sims * 4096)) -t "$t" -tb "$t" \
     --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
     curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
     sleep 1
 done
-joule bench society --gguf "$model" --via "http://127.0.0.1:$port/v1" --sims "$sims" \
+joule bench society --gguf "$model" --via "http://127.0.0.1:$port/v1" --served-model "$(basename "$model" .gguf)" --sims "$sims" \
     --rounds "$rounds" --json > "$out/served.json"
 cat "$out/served.json"
 python3 - "$out/joule.json" "$out/served.json" <<'PY'
