@@ -5,9 +5,9 @@
 //! Each kind is the code a model runs for one layer between its projections (which are the
 //! shared matmul kernels, measured by `joule bench matmul`), for one layer:
 //! - `delta`: Qwen3.5-4B's gated delta net (16 key heads, 32 value heads of 128, conv kernel 4):
-//!   `qwen35::host_core` (conv + SiLU, q/k L2 norms, softplus/sigmoid gates, the delta rule in
-//!   its recurrent form for one token and its chunked form for a prompt), with the conv and
-//!   delta states read from and written back to tensors as `Qwen35::delta_net` does.
+//!   `qwen35::host_core` (conv + SiLU, q/k L2 norms, softplus/sigmoid gates, the delta rule),
+//!   with the conv and delta states read from and written back to tensors as
+//!   `Qwen35::delta_net` does.
 //! - `mamba`: Nemotron-3-Nano-4B's Mamba-2 core (96 heads x 80, state 128, 8 groups, conv kernel
 //!   4): `nemotron_h::host_core` (conv + bias + SiLU, softplus dt, the scan with its `D` skip),
 //!   the states likewise.
