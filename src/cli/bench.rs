@@ -78,6 +78,9 @@ pub enum BenchWorkload {
     Society(super::bench_society::SocietyBenchArgs),
     /// Tokens/s of one real-shape matrix per GGUF type (see `joule bench matmul --help`).
     Matmul(super::bench_matmul::MatmulBenchArgs),
+    /// Time of the recurrent and per-layer-embedding layer cores at real width (see
+    /// `joule bench layers --help`).
+    Layers(super::bench_layers::LayersBenchArgs),
 }
 
 /// One test's result.
@@ -191,6 +194,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(BenchWorkload::Society(a)) => return super::bench_society::run(a),
         Some(BenchWorkload::Matmul(a)) => return super::bench_matmul::run(a),
+        Some(BenchWorkload::Layers(a)) => return super::bench_layers::run(a),
         None => {}
     }
     let Some(gguf) = args.gguf.as_ref() else {

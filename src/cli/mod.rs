@@ -1,6 +1,7 @@
 //! The `joule` command line: one subcommand per file in this folder.
 
 pub(crate) mod bench;
+pub(crate) mod bench_layers;
 pub(crate) mod bench_matmul;
 pub(crate) mod bench_society;
 pub(crate) mod calibrate;

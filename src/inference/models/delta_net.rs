@@ -22,6 +22,8 @@
 //! when the file stores value heads in tiled order (llama.cpp's converter
 //! reorders them so), or `h / (n_v / n_k)` in grouped order (transformers').
 
+use super::nn::{decay, dot, gemm_acc};
+
 /// Tokens per chunk of the chunked form (transformers' and llama.cpp's 64).
 pub const CHUNK: usize = 64;
 
@@ -143,10 +145,6 @@ fn head_recurrent(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32>
     out
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 /// The chunked form for one value head; returns `[t, d_v]`.
 fn head_chunked(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
     let t = x.tokens(d);
@@ -171,7 +169,7 @@ fn head_chunked(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
             let (_, ki, _) = tok(i);
             for j in 0..i {
                 let (_, kj, _) = tok(j);
-                a[i * l + j] = beta(i) * dot(ki, kj) * (cum[i] - cum[j]).exp();
+                a[i * l + j] = beta(i) * dot(ki, kj) * decay(cum[i] - cum[j]);
             }
         }
         let mut xv = vec![0f32; l * dv];
@@ -179,7 +177,7 @@ fn head_chunked(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
         for i in 0..l {
             let (_, ki, vi) = tok(i);
             let b = beta(i);
-            let e = cum[i].exp();
+            let e = decay(cum[i]);
             let (done_v, row_v) = xv.split_at_mut(i * dv);
             let row_v = &mut row_v[..dv];
             row_v.iter_mut().zip(vi).for_each(|(r, &v)| *r = b * v);
@@ -203,48 +201,41 @@ fn head_chunked(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
         }
         // u_i = X_i − K_i S (what the old state does not already predict).
         let mut u = xv;
-        for i in 0..l {
-            let ui = &mut u[i * dv..(i + 1) * dv];
-            let kr = &xk[i * dk..(i + 1) * dk];
-            for (r, &kv) in kr.iter().enumerate() {
-                let srow = &s[r * dv..(r + 1) * dv];
-                ui.iter_mut().zip(srow).for_each(|(o, &sv)| *o -= kv * sv);
-            }
-        }
+        let mut ks = vec![0f32; l * dv];
+        gemm_acc(&mut ks, &xk, s, l, dk, dv);
+        u.iter_mut().zip(&ks).for_each(|(o, &p)| *o -= p);
         // o_i = (q_i e^{cum_i}) S + Σ_{j≤i} (q_i·k_j) e^{cum_i − cum_j} u_j
+        let mut qe = vec![0f32; l * dk];
+        for (i, row) in qe.chunks_exact_mut(dk).enumerate() {
+            let e = decay(cum[i]);
+            row.iter_mut()
+                .zip(tok(i).0)
+                .for_each(|(r, &qv)| *r = qv * e);
+        }
+        let mut w = vec![0f32; l * l];
         for i in 0..l {
             let (qi, _, _) = tok(i);
-            let o = &mut out[(c0 + i) * dv..(c0 + i + 1) * dv];
-            let e = cum[i].exp();
-            for (r, &qv) in qi.iter().enumerate() {
-                let w = qv * e;
-                let srow = &s[r * dv..(r + 1) * dv];
-                o.iter_mut().zip(srow).for_each(|(oj, &sv)| *oj += w * sv);
-            }
             for j in 0..=i {
-                let (_, kj, _) = tok(j);
-                let w = dot(qi, kj) * (cum[i] - cum[j]).exp();
-                o.iter_mut()
-                    .zip(&u[j * dv..(j + 1) * dv])
-                    .for_each(|(oj, &uv)| *oj += w * uv);
+                w[i * l + j] = dot(qi, tok(j).1) * decay(cum[i] - cum[j]);
             }
         }
-        // S ← S e^{cum_last} + Σ_i (k_i e^{cum_last − cum_i}) ⊗ u_i
+        let o = &mut out[c0 * dv..(c0 + l) * dv];
+        gemm_acc(o, &qe, s, l, dk, dv);
+        gemm_acc(o, &w, &u, l, l, dv);
+        // S ← S e^{cum_last} + Σ_i (k_i e^{cum_last − cum_i}) ⊗ u_i, the sum
+        // as (K ⊙ w)ᵀ U.
         let last = cum[l - 1];
-        let el = last.exp();
+        let el = decay(last);
         s.iter_mut().for_each(|v| *v *= el);
+        let mut kwt = vec![0f32; dk * l];
         for i in 0..l {
             let (_, ki, _) = tok(i);
-            let w = (last - cum[i]).exp();
-            let ui = &u[i * dv..(i + 1) * dv];
+            let f = decay(last - cum[i]);
             for (r, &kv) in ki.iter().enumerate() {
-                let f = kv * w;
-                s[r * dv..(r + 1) * dv]
-                    .iter_mut()
-                    .zip(ui)
-                    .for_each(|(sv, &uv)| *sv += f * uv);
+                kwt[r * l + i] = kv * f;
             }
         }
+        gemm_acc(s, &kwt, &u, dk, l, dv);
     }
     out
 }

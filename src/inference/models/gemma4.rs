@@ -605,6 +605,67 @@ struct SeqRows {
     global: (Tensor, Tensor),
 }
 
+/// Per-layer inputs `[n_layer, N, d_ple]` for the tokens `ids_t` (checked
+/// against the table by the caller) and their scaled embeddings `x`
+/// (`[N, n_embd]`): the table's rows, the model projection, its norm.
+fn per_layer_inputs(
+    p: &PerLayerInput,
+    n_layer: usize,
+    n_embd: usize,
+    ids_t: &Tensor,
+    x: &Tensor,
+) -> Result<Tensor> {
+    let n = ids_t.dim(0)?;
+    let tok = (p.table.embedding(ids_t)?.to_dtype(DType::F32)? * (p.dim as f64).sqrt())?
+        .reshape((n, n_layer, p.dim))?;
+    let proj = (p.model_proj.forward(x)? / (n_embd as f64).sqrt())?.reshape((n, n_layer, p.dim))?;
+    let proj = p.proj_norm.forward(&proj)?;
+    let both = ((proj + tok)? * std::f64::consts::FRAC_1_SQRT_2)?;
+    Ok(both.transpose(0, 1)?.contiguous()?)
+}
+
+/// A Gemma 4 file's model-level per-layer-embedding path alone (the table,
+/// the model projection and its norm, read from the file), for `joule bench
+/// layers`: the same code the model runs, without the rest of the model.
+pub(crate) struct PerLayerProbe {
+    p: PerLayerInput,
+    n_layer: usize,
+    pub n_embd: usize,
+}
+
+impl PerLayerProbe {
+    pub(crate) fn load(g: &mut GgufFile, device: &Device) -> Result<Self> {
+        let hp = read_hparams(g)?;
+        let path = g.path().display().to_string();
+        let mut ld = Loader {
+            g,
+            device,
+            eps: hp.eps,
+        };
+        let p = load_per_layer_input(&mut ld, &hp, 0)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "{path}: no per-layer embeddings (embedding_length_per_layer_input is 0)"
+            )
+        })?;
+        Ok(Self {
+            p,
+            n_layer: hp.n_layer,
+            n_embd: hp.n_embd,
+        })
+    }
+
+    /// Rows in the per-layer table.
+    pub(crate) fn vocab(&self) -> usize {
+        self.p.ple_vocab
+    }
+
+    /// Per-layer inputs `[n_layer, N, d_ple]` for token ids `ids_t` (`[N]`,
+    /// below [`Self::vocab`]) and embeddings `x` (`[N, n_embd]`).
+    pub(crate) fn run(&self, ids_t: &Tensor, x: &Tensor) -> Result<Tensor> {
+        per_layer_inputs(&self.p, self.n_layer, self.n_embd, ids_t, x)
+    }
+}
+
 impl Gemma4 {
     /// Per-layer inputs `[n_layer, N, d_ple]` for the batch's tokens.
     fn per_layer_inputs(
@@ -621,15 +682,7 @@ impl Gemma4 {
                 p.ple_vocab
             );
         }
-        let n = ids.len();
-        let n_layer = self.blocks.len();
-        let tok = (p.table.embedding(ids_t)?.to_dtype(DType::F32)? * (p.dim as f64).sqrt())?
-            .reshape((n, n_layer, p.dim))?;
-        let proj = (p.model_proj.forward(x)? / (self.info.n_embd as f64).sqrt())?
-            .reshape((n, n_layer, p.dim))?;
-        let proj = p.proj_norm.forward(&proj)?;
-        let both = ((proj + tok)? * std::f64::consts::FRAC_1_SQRT_2)?;
-        Ok(both.transpose(0, 1)?.contiguous()?)
+        per_layer_inputs(p, self.blocks.len(), self.info.n_embd, ids_t, x)
     }
 
     /// Attention of one layer over the batch (`h`: the normed rows).

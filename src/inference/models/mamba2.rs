@@ -25,6 +25,8 @@
 //! Every exponent is ≤ 0, so nothing overflows. Heads map to groups in
 //! blocks (`repeat_interleave`): head `h` reads group `h / (n_head / n_group)`.
 
+use super::nn::{decay, dot, gemm_acc};
+
 /// Tokens per chunk of the chunked form. The result does not depend on it
 /// (beyond rounding); transformers uses the config's `chunk_size`, which the
 /// GGUF file does not keep.
@@ -106,10 +108,6 @@ pub fn run(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, state: &mut [f32], chunked:
     })
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
 /// The recurrent form for one head; returns `[t, head_dim]`.
 fn head_recurrent(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
     let t = x.tokens(d);
@@ -122,25 +120,30 @@ fn head_recurrent(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f
         let o = &mut out[ti * pd..(ti + 1) * pd];
         for ((row, &xi), oi) in s.chunks_exact_mut(n).zip(xt).zip(o.iter_mut()) {
             let u = dt * xi;
-            let mut acc = 0f32;
-            for ((sv, &bv), &cv) in row.iter_mut().zip(bt).zip(ct) {
+            for (sv, &bv) in row.iter_mut().zip(bt) {
                 *sv = *sv * decay + u * bv;
-                acc += *sv * cv;
             }
-            *oi = acc + skip * xi;
+            *oi = dot(row, ct) + skip * xi;
         }
     }
     out
 }
 
-/// The chunked form for one head; returns `[t, head_dim]`.
+/// The chunked form for one head; returns `[t, head_dim]`. The products
+/// with the state and across the chunk run as small matrix products
+/// ([`gemm_acc`]).
 fn head_chunked(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
     let t = x.tokens(d);
     let (pd, n) = (d.head_dim, d.d_state);
     let (a, skip) = (p.a[h], p.d[h]);
     let mut out = vec![0f32; t * pd];
     let mut cum = Vec::with_capacity(CHUNK);
-    let mut w = vec![0f32; CHUNK];
+    let mut w = vec![0f32; CHUNK * CHUNK];
+    let mut ce = vec![0f32; CHUNK * n];
+    let mut xc = vec![0f32; CHUNK * pd];
+    let mut st = vec![0f32; n * pd];
+    let mut xft = vec![0f32; pd * CHUNK];
+    let mut bc = vec![0f32; CHUNK * n];
     for c0 in (0..t).step_by(CHUNK) {
         let l = CHUNK.min(t - c0);
         let tok = |i: usize| x.at(d, c0 + i, h);
@@ -150,36 +153,53 @@ fn head_chunked(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32
             acc += tok(i).3 * a;
             cum.push(acc);
         }
+        let o = &mut out[c0 * pd..(c0 + l) * pd];
+        // The skip; the chunk's x, C e^{c} and B as rows; the state transposed.
         for i in 0..l {
-            let (xi, _, ci, _) = tok(i);
-            let o = &mut out[(c0 + i) * pd..(c0 + i + 1) * pd];
-            // What the state at the chunk's start contributes, and the skip.
-            let e = cum[i].exp();
-            for ((oj, row), &xv) in o.iter_mut().zip(s.chunks_exact(n)).zip(xi) {
-                *oj = e * dot(row, ci) + skip * xv;
+            let (xi, bi, ci, _) = tok(i);
+            let e = decay(cum[i]);
+            o[i * pd..(i + 1) * pd]
+                .iter_mut()
+                .zip(xi)
+                .for_each(|(oj, &xv)| *oj = skip * xv);
+            xc[i * pd..(i + 1) * pd].copy_from_slice(xi);
+            ce[i * n..(i + 1) * n]
+                .iter_mut()
+                .zip(ci)
+                .for_each(|(r, &cv)| *r = cv * e);
+            bc[i * n..(i + 1) * n].copy_from_slice(bi);
+        }
+        for (pi, row) in s.chunks_exact(n).enumerate() {
+            for (ni, &sv) in row.iter().enumerate() {
+                st[ni * pd + pi] = sv;
             }
-            // The chunk's own tokens up to this one.
-            for (j, wj) in w.iter_mut().enumerate().take(i + 1) {
+        }
+        // What the state at the chunk's start contributes: (C e^{c}) Sᵀ.
+        gemm_acc(o, &ce[..l * n], &st, l, n, pd);
+        // The chunk's own tokens up to each one: W X with
+        // W[i][j] = (C_i·B_j) e^{c_i − c_j} dt_j for j ≤ i.
+        w[..l * l].iter_mut().for_each(|v| *v = 0.0);
+        for i in 0..l {
+            let ci = tok(i).2;
+            for j in 0..=i {
                 let (_, bj, _, dtj) = tok(j);
-                *wj = dot(ci, bj) * (cum[i] - cum[j]).exp() * dtj;
-            }
-            for (j, &wj) in w.iter().enumerate().take(i + 1) {
-                let xj = tok(j).0;
-                o.iter_mut().zip(xj).for_each(|(oj, &xv)| *oj += wj * xv);
+                w[i * l + j] = dot(ci, bj) * decay(cum[i] - cum[j]) * dtj;
             }
         }
-        // The state at the chunk's end.
+        gemm_acc(o, &w[..l * l], &xc[..l * pd], l, l, pd);
+        // The state at the chunk's end: S e^{c_last} + (X ⊙ f)ᵀ B with
+        // f_j = e^{c_last − c_j} dt_j.
         let last = cum[l - 1];
-        let el = last.exp();
+        let el = decay(last);
         s.iter_mut().for_each(|v| *v *= el);
-        for (j, &cj) in cum.iter().enumerate() {
-            let (xj, bj, _, dtj) = tok(j);
-            let f = (last - cj).exp() * dtj;
-            for (row, &xv) in s.chunks_exact_mut(n).zip(xj) {
-                let u = f * xv;
-                row.iter_mut().zip(bj).for_each(|(sv, &bv)| *sv += u * bv);
+        for j in 0..l {
+            let (xj, _, _, dtj) = tok(j);
+            let f = decay(last - cum[j]) * dtj;
+            for (pi, &xv) in xj.iter().enumerate() {
+                xft[pi * l + j] = f * xv;
             }
         }
+        gemm_acc(s, &xft[..pd * l], &bc[..l * n], pd, l, n);
     }
     out
 }

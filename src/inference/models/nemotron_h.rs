@@ -315,6 +315,72 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// A Mamba-2 layer's host-side weights, for [`host_core`].
+pub(crate) struct HostMixer<'a> {
+    /// `[conv_dim · kernel]`, channel-major.
+    pub conv: &'a [f32],
+    pub conv_bias: &'a [f32],
+    pub dt_bias: &'a [f32],
+    pub a: &'a [f32],
+    pub d: &'a [f32],
+    pub kc: usize,
+    pub dims: Dims,
+}
+
+/// One sequence's Mamba-2 core on the host, for its `t` rows of the
+/// in-projection `zxbcdt` (`[t, inner + conv_dim + n_head]`: z, xBC, dt):
+/// causal depthwise conv + bias + SiLU over the conv state (`[kernel − 1,
+/// conv_dim]`, oldest first) and xBC, `dt = softplus(dt + dt_bias)`, the
+/// scan ([`mamba2::run`], the `D` skip included) from `ssm` (updated in
+/// place). Returns `y` `[t, inner]` and the new conv state.
+pub(crate) fn host_core(
+    m: &HostMixer<'_>,
+    zxbcdt: &[f32],
+    conv_state: &[f32],
+    ssm: &mut [f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let d = &m.dims;
+    let kc = m.kc;
+    let inner = d.inner();
+    let gs = d.n_group * d.d_state;
+    let conv_dim = inner + 2 * gs;
+    let width = inner + conv_dim + d.n_head;
+    let t = zxbcdt.len() / width;
+    let mut xs = Vec::with_capacity(t * inner);
+    let mut bs = Vec::with_capacity(t * gs);
+    let mut cs = Vec::with_capacity(t * gs);
+    let new_conv = super::nn::causal_conv(
+        m.conv,
+        Some(m.conv_bias),
+        kc,
+        conv_dim,
+        conv_state,
+        zxbcdt,
+        (t, width, inner),
+        |row| {
+            row.iter_mut().for_each(|x| *x = silu(*x));
+            xs.extend_from_slice(&row[..inner]);
+            bs.extend_from_slice(&row[inner..inner + gs]);
+            cs.extend_from_slice(&row[inner + gs..]);
+        },
+    );
+    let mut dt = Vec::with_capacity(t * d.n_head);
+    for row in zxbcdt.chunks_exact(width) {
+        for (hh, &raw) in row[inner + conv_dim..].iter().enumerate() {
+            dt.push(softplus(raw + m.dt_bias[hh]));
+        }
+    }
+    let x = mamba2::Inputs {
+        x: &xs,
+        b: &bs,
+        c: &cs,
+        dt: &dt,
+    };
+    let params = mamba2::Params { a: m.a, d: m.d };
+    let out = mamba2::run(d, &params, &x, ssm, t > 1);
+    (out, new_conv)
+}
+
 impl NemotronH {
     /// The Mamba-2 mixer over the batch: the in-projection for all rows at
     /// once, then conv and scan per sequence from its own state (staged),
@@ -329,7 +395,6 @@ impl NemotronH {
     ) -> Result<Tensor> {
         let d = &self.dims;
         let inner = d.inner();
-        let gs = d.n_group * d.d_state;
         let conv_dim = self.conv_dim();
         let width = inner + conv_dim + d.n_head;
         let kc = self.conv_kernel;
@@ -338,7 +403,15 @@ impl NemotronH {
         let proj = m.in_proj.forward(h)?;
         let zxbcdt = host_f32(&proj)?;
         let mut y = vec![0f32; n_total * inner];
-        let params = mamba2::Params { a: &m.a, d: &m.d };
+        let hm = HostMixer {
+            conv: &m.conv,
+            conv_bias: &m.conv_bias,
+            dt_bias: &m.dt_bias,
+            a: &m.a,
+            d: &m.d,
+            kc,
+            dims: *d,
+        };
         for ((r, _), step) in rows.iter().zip(batch.iter_mut()) {
             let t = r.t;
             let (conv_state, mut ssm) = match step.state.recurrent(li)? {
@@ -356,45 +429,12 @@ impl NemotronH {
                     self.info.name
                 );
             }
-            // Conv input: the kept inputs (oldest first), then this step's xBC.
-            let mut ext = Vec::with_capacity((keep + t) * conv_dim);
-            ext.extend_from_slice(&conv_state);
-            for ti in 0..t {
-                let row = &zxbcdt[(r.off + ti) * width..(r.off + ti + 1) * width];
-                ext.extend_from_slice(&row[inner..inner + conv_dim]);
-            }
-            let mut xs = Vec::with_capacity(t * inner);
-            let mut bs = Vec::with_capacity(t * gs);
-            let mut cs = Vec::with_capacity(t * gs);
-            let mut conv_row = vec![0f32; conv_dim];
-            for ti in 0..t {
-                for (c, oc) in conv_row.iter_mut().enumerate() {
-                    let w = &m.conv[c * kc..(c + 1) * kc];
-                    let mut acc = m.conv_bias[c];
-                    for (j, &wj) in w.iter().enumerate() {
-                        acc += wj * ext[(ti + j) * conv_dim + c];
-                    }
-                    *oc = silu(acc);
-                }
-                xs.extend_from_slice(&conv_row[..inner]);
-                bs.extend_from_slice(&conv_row[inner..inner + gs]);
-                cs.extend_from_slice(&conv_row[inner + gs..]);
-            }
-            let new_conv = ext[t * conv_dim..].to_vec();
-            let mut dt = Vec::with_capacity(t * d.n_head);
-            for ti in 0..t {
-                let row = &zxbcdt[(r.off + ti) * width..(r.off + ti + 1) * width];
-                for (hh, &raw) in row[inner + conv_dim..].iter().enumerate() {
-                    dt.push(softplus(raw + m.dt_bias[hh]));
-                }
-            }
-            let x = mamba2::Inputs {
-                x: &xs,
-                b: &bs,
-                c: &cs,
-                dt: &dt,
-            };
-            let out = mamba2::run(d, &params, &x, &mut ssm, t > 1);
+            let (out, new_conv) = host_core(
+                &hm,
+                &zxbcdt[r.off * width..(r.off + t) * width],
+                &conv_state,
+                &mut ssm,
+            );
             y[r.off * inner..(r.off + t) * inner].copy_from_slice(&out);
             let conv_t = Tensor::from_vec(new_conv, (keep, conv_dim), &self.device)?;
             let ssm_t = Tensor::from_vec(ssm, (d.n_head, d.head_dim, d.d_state), &self.device)?;

@@ -757,6 +757,167 @@ pub fn softcap(x: &Tensor, cap: f32) -> candle_core::Result<Tensor> {
     (x / cap as f64)?.tanh()? * cap as f64
 }
 
+/// A causal depthwise convolution (kernel `kc`, weights `w` `[conv_dim ·
+/// kc]` channel-major, optional `bias`) over `t` rows: the conv state
+/// `state` (`[kc − 1, conv_dim]`, oldest first), then row `i` of `x` at
+/// `x[i · stride + offset..][..conv_dim]`. Hands each output row (before any
+/// activation) to `each`, and returns the new conv state (the last `kc − 1`
+/// input rows). Reads the input rows in place, one vector pass per tap,
+/// rather than gathering a copy of state and rows first.
+#[allow(clippy::too_many_arguments)]
+pub fn causal_conv(
+    w: &[f32],
+    bias: Option<&[f32]>,
+    kc: usize,
+    conv_dim: usize,
+    state: &[f32],
+    x: &[f32],
+    (t, stride, offset): (usize, usize, usize),
+    mut each: impl FnMut(&mut [f32]),
+) -> Vec<f32> {
+    let keep = kc.saturating_sub(1);
+    let mut wt = vec![0f32; kc * conv_dim];
+    for (c, taps) in w.chunks_exact(kc).enumerate().take(conv_dim) {
+        for (j, &wj) in taps.iter().enumerate() {
+            wt[j * conv_dim + c] = wj;
+        }
+    }
+    let row = |r: usize| -> &[f32] {
+        if r < keep {
+            &state[r * conv_dim..(r + 1) * conv_dim]
+        } else {
+            let o = (r - keep) * stride + offset;
+            &x[o..o + conv_dim]
+        }
+    };
+    let mut acc = vec![0f32; conv_dim];
+    for ti in 0..t {
+        match bias {
+            Some(b) => acc.copy_from_slice(&b[..conv_dim]),
+            None => acc.iter_mut().for_each(|a| *a = 0.0),
+        }
+        for j in 0..kc {
+            let wj = &wt[j * conv_dim..(j + 1) * conv_dim];
+            for ((a, &wv), &xv) in acc.iter_mut().zip(wj).zip(row(ti + j)) {
+                *a += wv * xv;
+            }
+        }
+        each(&mut acc);
+    }
+    let mut new_state = Vec::with_capacity(keep * conv_dim);
+    for r in t..t + keep {
+        new_state.extend_from_slice(row(r));
+    }
+    new_state
+}
+
+/// Below this log factor a chunked recurrence's decay counts as zero.
+const DECAY_FLOOR: f32 = -60.0;
+
+/// `e^x` for a log decay `x ≤ 0` of a chunked recurrence, 0 below
+/// [`DECAY_FLOOR`] (`e^-60 ≈ 9e-27`, far below anything the f32 sums it
+/// scales can resolve). Strong decays over a chunk reach `e^-1000`; the
+/// factors on the way there, and their products with the state, are
+/// subnormal floats, which the CPU multiplies and adds tens of times more
+/// slowly than normal ones: at real width they made the chunked forms
+/// several times slower than their arithmetic.
+#[inline]
+pub fn decay(x: f32) -> f32 {
+    if x < DECAY_FLOOR {
+        0.0
+    } else {
+        x.exp()
+    }
+}
+
+/// Lanes of [`dot`]'s independent partial sums.
+const DOT_LANES: usize = 16;
+
+/// `Σ a_i b_i` over the shorter of the two, in [`DOT_LANES`] independent
+/// partial sums that the compiler turns into vector FMAs (a plain
+/// `iter().sum()` is one serial chain of adds, bound by their latency: the
+/// recurrences' inner products at head sizes of 80–128 ran several times
+/// slower that way).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let full = n - n % DOT_LANES;
+    let mut acc = [0f32; DOT_LANES];
+    for (x, y) in a[..full]
+        .chunks_exact(DOT_LANES)
+        .zip(b[..full].chunks_exact(DOT_LANES))
+    {
+        for k in 0..DOT_LANES {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in a[full..].iter().zip(&b[full..]) {
+        tail += x * y;
+    }
+    // Pairwise, so the result does not depend on the order of the lanes' sums.
+    let mut w = DOT_LANES;
+    while w > 1 {
+        w /= 2;
+        for k in 0..w {
+            acc[k] += acc[k + w];
+        }
+    }
+    acc[0] + tail
+}
+
+/// `c += a · b` for row-major `a` `[m, k]`, `b` `[k, n]` and `c` `[m, n]`,
+/// in register tiles of 4 rows by 16 columns (each `b` row loaded once per
+/// four rows of `a`): the chunked recurrences' products of a chunk with a
+/// head's state, which as one row update at a time streamed the whole state
+/// once per token.
+pub fn gemm_acc(c: &mut [f32], a: &[f32], b: &[f32], m: usize, k: usize, n: usize) {
+    const MR: usize = 4;
+    const NR: usize = 16;
+    let (a, b, c) = (&a[..m * k], &b[..k * n], &mut c[..m * n]);
+    let n_full = n - n % NR;
+    let mut i0 = 0;
+    while i0 < m {
+        let mr = MR.min(m - i0);
+        let mut j_edge = 0;
+        if mr == MR {
+            for j0 in (0..n_full).step_by(NR) {
+                let mut acc = [[0f32; NR]; MR];
+                for p in 0..k {
+                    let brow = &b[p * n + j0..p * n + j0 + NR];
+                    for (ii, acc_row) in acc.iter_mut().enumerate() {
+                        let av = a[(i0 + ii) * k + p];
+                        for (x, &bv) in acc_row.iter_mut().zip(brow) {
+                            *x += av * bv;
+                        }
+                    }
+                }
+                for (ii, acc_row) in acc.iter().enumerate() {
+                    let crow = &mut c[(i0 + ii) * n + j0..(i0 + ii) * n + j0 + NR];
+                    for (cv, &x) in crow.iter_mut().zip(acc_row) {
+                        *cv += x;
+                    }
+                }
+            }
+            j_edge = n_full;
+        }
+        if j_edge < n {
+            for ii in i0..i0 + mr {
+                let crow = &mut c[ii * n + j_edge..(ii + 1) * n];
+                for p in 0..k {
+                    let av = a[ii * k + p];
+                    let brow = &b[p * n + j_edge..(p + 1) * n];
+                    for (cv, &bv) in crow.iter_mut().zip(brow) {
+                        *cv += av * bv;
+                    }
+                }
+            }
+        }
+        i0 += mr;
+    }
+}
+
 /// The flat f32 contents of a tensor on the host (no copy for contiguous
 /// f32 CPU tensors beyond the one `to_vec1` makes).
 pub fn host_f32(t: &Tensor) -> candle_core::Result<Vec<f32>> {
@@ -844,6 +1005,39 @@ mod tests {
             // Activations are quantised to 8 bits for the integer dot products.
             assert!(rel < 0.02, "{dt:?}: relative error {rel}");
         }
+    }
+
+    /// Full 4 x 16 tiles and every kind of edge (rows past the last four,
+    /// columns past the last sixteen) against the textbook triple loop, in
+    /// f64; `c` starts non-zero since the product is added to it.
+    #[test]
+    fn gemm_acc_is_the_textbook_product_for_tiles_and_edges() {
+        for (m, k, n) in [(8, 5, 32), (9, 7, 37), (3, 4, 16), (4, 1, 17), (1, 64, 128)] {
+            let val =
+                |i: usize, salt: usize| ((i * 7919 + salt * 104729) % 1000) as f32 / 500.0 - 1.0;
+            let a: Vec<f32> = (0..m * k).map(|i| val(i, 1)).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| val(i, 2)).collect();
+            let mut c: Vec<f32> = (0..m * n).map(|i| val(i, 3)).collect();
+            let c0 = c.clone();
+            gemm_acc(&mut c, &a, &b, m, k, n);
+            for i in 0..m {
+                for j in 0..n {
+                    let want = c0[i * n + j] as f64
+                        + (0..k)
+                            .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                            .sum::<f64>();
+                    let got = c[i * n + j] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-4,
+                        "{m}x{k}x{n} [{i}][{j}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
+        let a: Vec<f32> = (0..37).map(|i| i as f32 * 0.1 - 1.0).collect();
+        let b: Vec<f32> = (0..37).map(|i| 1.0 - i as f32 * 0.05).collect();
+        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        assert!((dot(&a, &b) as f64 - want).abs() < 1e-4);
     }
 
     #[test]

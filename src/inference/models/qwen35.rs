@@ -402,31 +402,25 @@ pub(crate) fn host_core(
     let kc = m.kc;
     let conv_dim = 2 * d.n_k * d.d_k + d.n_v * d.d_v;
     let t = qkv.len() / conv_dim;
-    let mut ext = Vec::with_capacity(conv_state.len() + qkv.len());
-    ext.extend_from_slice(conv_state);
-    ext.extend_from_slice(qkv);
-    let mut conv_out = vec![0f32; t * conv_dim];
-    for ti in 0..t {
-        let o = &mut conv_out[ti * conv_dim..(ti + 1) * conv_dim];
-        for (c, oc) in o.iter_mut().enumerate() {
-            let w = &m.conv[c * kc..(c + 1) * kc];
-            let mut acc = 0f32;
-            for (j, &wj) in w.iter().enumerate() {
-                acc += wj * ext[(ti + j) * conv_dim + c];
-            }
-            *oc = silu(acc);
-        }
-    }
-    let new_conv = ext[t * conv_dim..].to_vec();
     let (kd, vd) = (d.n_k * d.d_k, d.n_v * d.d_v);
     let mut q = Vec::with_capacity(t * kd);
     let mut k = Vec::with_capacity(t * kd);
     let mut v = Vec::with_capacity(t * vd);
-    for row in conv_out.chunks_exact(conv_dim) {
-        q.extend_from_slice(&row[..kd]);
-        k.extend_from_slice(&row[kd..2 * kd]);
-        v.extend_from_slice(&row[2 * kd..]);
-    }
+    let new_conv = super::nn::causal_conv(
+        m.conv,
+        None,
+        kc,
+        conv_dim,
+        conv_state,
+        qkv,
+        (t, conv_dim, 0),
+        |row| {
+            row.iter_mut().for_each(|x| *x = silu(*x));
+            q.extend_from_slice(&row[..kd]);
+            k.extend_from_slice(&row[kd..2 * kd]);
+            v.extend_from_slice(&row[2 * kd..]);
+        },
+    );
     delta_net::normalize_qk(&mut q, &mut k, d.d_k);
     let mut g = Vec::with_capacity(t * d.n_v);
     let mut b = Vec::with_capacity(t * d.n_v);
@@ -444,7 +438,13 @@ pub(crate) fn host_core(
         g: &g,
         beta: &b,
     };
-    let o = delta_net::run(d, &x, ssm, t > 1);
+    // The recurrent form for prompts too, as llama.cpp's fused CPU op: at
+    // Qwen3.5's head sizes (128 x 128 state, chunks of 64) the chunked form
+    // does as many multiply-adds per token as the recurrent one, and its two
+    // passes per token over a state that stays in cache ran a 512-token
+    // prompt in 60 ms of CPU against the chunked form's 220 (benches/README.md,
+    // "Layer kinds at real width").
+    let o = delta_net::run(d, &x, ssm, false);
     (o, new_conv)
 }
 
