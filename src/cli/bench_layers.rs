@@ -125,6 +125,19 @@ impl States {
                 .collect::<candle_core::Result<_>>()?,
         })
     }
+
+    /// Sequence `s`'s conv and recurrent states on the host, as a model's step reads them.
+    fn take(&self, s: usize) -> Result<(Vec<f32>, Vec<f32>)> {
+        Ok((host_f32(&self.conv[s])?, host_f32(&self.ssm[s])?))
+    }
+
+    /// Sequence `s`'s new states back into tensors, as a model's step stages them.
+    fn put(&mut self, s: usize, conv: Vec<f32>, ssm: Vec<f32>) -> Result<()> {
+        let (nc, ns) = (conv.len(), ssm.len());
+        self.conv[s] = Tensor::from_vec(conv, nc, &Device::Cpu)?;
+        self.ssm[s] = Tensor::from_vec(ssm, ns, &Device::Cpu)?;
+        Ok(())
+    }
 }
 
 /// Qwen3.5-4B's delta-net core: `n_seqs` sequences of `t` tokens.
@@ -158,8 +171,7 @@ fn bench_delta(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
     let r = time(reps, seconds, || {
         for s in 0..n_seqs {
             let (r0, r1) = (s * t, (s + 1) * t);
-            let conv_state = host_f32(&st.conv[s])?;
-            let mut ssm = host_f32(&st.ssm[s])?;
+            let (conv_state, mut ssm) = st.take(s)?;
             let (o, new_conv) = qwen35::host_core(
                 &m,
                 &qkv[r0 * conv_dim..r1 * conv_dim],
@@ -169,9 +181,7 @@ fn bench_delta(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
                 &mut ssm,
             );
             sink += o[0];
-            let n = new_conv.len();
-            st.conv[s] = Tensor::from_vec(new_conv, n, &Device::Cpu)?;
-            st.ssm[s] = Tensor::from_vec(ssm, dims.state_len(), &Device::Cpu)?;
+            st.put(s, new_conv, ssm)?;
         }
         Ok(())
     })?;
@@ -213,8 +223,7 @@ fn bench_mamba(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
     let mut sink = 0f32;
     let r = time(reps, seconds, || {
         for s in 0..n_seqs {
-            let conv_state = host_f32(&st.conv[s])?;
-            let mut ssm = host_f32(&st.ssm[s])?;
+            let (conv_state, mut ssm) = st.take(s)?;
             let (y, new_conv) = nemotron_h::host_core(
                 &m,
                 &zxbcdt[s * t * width..(s + 1) * t * width],
@@ -222,9 +231,7 @@ fn bench_mamba(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
                 &mut ssm,
             );
             sink += y[0];
-            let n = new_conv.len();
-            st.conv[s] = Tensor::from_vec(new_conv, n, &Device::Cpu)?;
-            st.ssm[s] = Tensor::from_vec(ssm, dims.state_len(), &Device::Cpu)?;
+            st.put(s, new_conv, ssm)?;
         }
         Ok(())
     })?;
