@@ -203,6 +203,18 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
     let model = load_model(&args.gguf, &device)?;
     let logits = compute(model.as_ref(), &ids, args.prefill)?;
     let seconds = t0.elapsed().as_secs_f64();
+    if let Some(dir) = &args.dump {
+        let written = std::fs::read_dir(dir)
+            .map(|d| d.filter_map(|e| e.ok()).count())
+            .unwrap_or(0);
+        if written == 0 {
+            eprintln!(
+                "--dump {}: nothing written: {} has no layer-by-layer hook yet (qwen35 has one)",
+                dir.display(),
+                args.gguf.display()
+            );
+        }
+    }
     let vocab = logits.len() / ids.len();
     if let Some(out) = &args.out {
         crate::npy::write_f32(out, &[ids.len(), vocab], &logits)?;
