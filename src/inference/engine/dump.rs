@@ -24,8 +24,9 @@ pub fn set_dir(dir: PathBuf) -> Result<()> {
     Ok(())
 }
 
-/// Writes `t` as `NAME.npy` when dumping is on; nothing otherwise.
-pub fn tensor(name: &str, t: &Tensor) -> Result<()> {
+/// Writes `t` as `NAME.npy` when dumping is on; nothing otherwise. The name comes as
+/// `format_args!` so a forward pass with dumping off formats nothing.
+pub fn tensor(name: std::fmt::Arguments<'_>, t: &Tensor) -> Result<()> {
     let Some(dir) = DIR.get() else {
         return Ok(());
     };

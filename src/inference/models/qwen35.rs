@@ -670,22 +670,22 @@ impl CausalLm for Qwen35 {
                 Mixer::Attn(m) => self.attention(li, m, &h, &rows, &tables, batch)?,
             };
             if let Mixer::Delta(_) = &b.mixer {
-                dump::tensor(&format!("linear_attn_out-{li}"), &a)?;
+                dump::tensor(format_args!("linear_attn_out-{li}"), &a)?;
             }
             x = (x + a)?;
-            dump::tensor(&format!("attn_residual-{li}"), &x)?;
+            dump::tensor(format_args!("attn_residual-{li}"), &x)?;
             let h = b.post_norm.forward(&x)?;
             let f = b.mlp.forward(&h)?;
-            dump::tensor(&format!("ffn_out-{li}"), &f)?;
+            dump::tensor(format_args!("ffn_out-{li}"), &f)?;
             x = (x + f)?;
-            dump::tensor(&format!("l_out-{li}"), &x)?;
+            dump::tensor(format_args!("l_out-{li}"), &x)?;
         }
         for step in batch.iter_mut() {
             step.state.commit(step.tokens);
         }
         let _head = super::nn::picked_segments(&rows);
         let x = self.out_norm.forward(&pick_rows(&x, &rows)?)?;
-        dump::tensor("result_norm", &x)?;
+        dump::tensor(format_args!("result_norm"), &x)?;
         let logits = self.output.forward(&x)?;
         Ok(split_logits(&logits, &rows)?)
     }
