@@ -479,7 +479,7 @@ fn memory(
     let start = std::time::Instant::now();
     let states = memory_measure::run(model.as_ref(), &workload)?;
     let run_s = start.elapsed().as_secs_f64();
-    memory_measure::release_freed();
+    crate::inference::engine::load_purge::release_freed();
     let after = proc_memory()?;
     // At rest, against the anonymous resident memory after the workload
     // (the binary's own pages, which grow as code runs, are not the

@@ -163,12 +163,6 @@ pub fn run(model: &dyn CausalLm, w: &Workload) -> Result<Vec<SeqState>> {
         .collect()
 }
 
-/// Ask the allocator to hand back what is freed before a reading
-/// ([`super::load_purge::release_freed`]; harmless under another allocator).
-pub fn release_freed() {
-    super::load_purge::release_freed();
-}
-
 /// `(planned − measured) / measured`, in percent.
 pub fn difference_percent(planned: u64, measured: u64) -> f64 {
     if measured == 0 {
