@@ -443,9 +443,7 @@ pub fn cpu_matrix_of(
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(
-            bytes, n, k,
-        )?))
+        in_lanes(kquants::KMatrix::<B>::from_gguf_bytes(bytes, n, k)?)
     }
     Some(match dtype {
         GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
@@ -474,11 +472,11 @@ pub fn cpu_matrix_read(
         n: usize,
         k: usize,
     ) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(kquants::KMatrix::<B>::from_source(
+        in_lanes(kquants::KMatrix::<B>::from_source(
             &source::RowSource::Read(read),
             n,
             k,
-        )?))
+        )?)
     }
     Some(match dtype {
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
@@ -486,6 +484,17 @@ pub fn cpu_matrix_read(
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
         _ => return None,
     })
+}
+
+/// A k-quant matrix as this CPU multiplies it fastest: with AVX-512 VNNI its rows in
+/// lanes ([`x86::klanes512::KLanes`], the same bits; the row-major matrix is dropped), else
+/// as it is.
+fn in_lanes<B: kquants::KBlock>(m: kquants::KMatrix<B>) -> Result<Box<dyn CpuMatmul>> {
+    #[cfg(target_arch = "x86_64")]
+    if x86::klanes512::available(m.simd) {
+        return Ok(Box::new(x86::klanes512::KLanes::from_kmatrix(&m)?));
+    }
+    Ok(Box::new(m))
 }
 
 mod acts;

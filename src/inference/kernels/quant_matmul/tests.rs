@@ -642,6 +642,54 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     for (s, b) in &simd {
         assert_eq!(bits(b), bits(&simd[0].1), "{} {s:?}", B::NAME);
     }
+    // Rows in lanes (AVX-512 VNNI's stored form): the same weights, and the same bits as
+    // the row-major paths for the batch, for each row alone, and for every weight-row
+    // range a work item may take (unaligned ones included).
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::klanes512::available(Simd::detect().unwrap()) {
+        let lanes = super::x86::klanes512::KLanes::from_kmatrix(&w).unwrap();
+        assert_eq!(
+            bits(&lanes.dequantize()),
+            bits(&w.dequantize()),
+            "{}",
+            B::NAME
+        );
+        let batch = matmul(&lanes, &x).unwrap();
+        assert_eq!(bits(&batch), bits(&simd[0].1), "{} in lanes", B::NAME);
+        for r in 0..rows_in {
+            let alone = matmul(&lanes, &x[r * k..(r + 1) * k]).unwrap();
+            assert_eq!(
+                bits(&alone),
+                bits(&batch[r * n..(r + 1) * n]),
+                "{} row {r}",
+                B::NAME
+            );
+        }
+        for (j0, j1, r0, r1) in [
+            (3, 19, 0, 37),
+            (0, 1, 5, 6),
+            (15, 17, 2, 9),
+            (16, 20, 30, 37),
+        ] {
+            let mut y = vec![f32::NAN; rows_in * n];
+            // SAFETY: acts has rows_in rows of k values; y holds rows_in·n floats.
+            unsafe { lanes.run_chunk(&acts, r0..r1, j0..j1, y.as_mut_ptr()) };
+            for r in 0..rows_in {
+                for j in 0..n {
+                    let (got, want) = (y[r * n + j], batch[r * n + j]);
+                    if (r0..r1).contains(&r) && (j0..j1).contains(&j) {
+                        assert_eq!(got.to_bits(), want.to_bits(), "{} ({r}, {j})", B::NAME);
+                    } else {
+                        assert!(
+                            got.is_nan(),
+                            "{} wrote ({r}, {j}) outside its range",
+                            B::NAME
+                        );
+                    }
+                }
+            }
+        }
+    }
     let rows = [0, 1, 2, 3];
     for j in 0..n {
         let want = paths[0].dot_tiles::<1, 4>([j], &acts, rows)[0];

@@ -5,6 +5,7 @@
 
 pub(super) mod avx2;
 pub(super) mod avx512;
+pub(super) mod klanes512;
 pub(super) mod kquants256;
 pub(super) mod kquants512;
 
