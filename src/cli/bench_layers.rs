@@ -5,11 +5,11 @@
 //! Each kind is the code a model runs for one layer between its projections (which are the
 //! shared matmul kernels, measured by `joule bench matmul`), for one layer:
 //! - `delta`: Qwen3.5-4B's gated delta net (16 key heads, 32 value heads of 128, conv kernel 4):
-//!   `qwen35::host_core` (conv + SiLU, q/k L2 norms, softplus/sigmoid gates, the delta rule),
-//!   with the conv and delta states read from and written back to tensors as
-//!   `Qwen35::delta_net` does.
+//!   `qwen35::host_core_from` (conv + SiLU, q/k L2 norms, softplus/sigmoid gates, the delta
+//!   rule), with the conv and delta states read in place from tensors and the new ones put
+//!   back as tensors, as `Qwen35::delta_net` does.
 //! - `mamba`: Nemotron-3-Nano-4B's Mamba-2 core (96 heads x 80, state 128, 8 groups, conv kernel
-//!   4): `nemotron_h::host_core` (conv + bias + SiLU, softplus dt, the scan with its `D` skip),
+//!   4): `nemotron_h::host_core_from` (conv + bias + SiLU, softplus dt, the scan with its `D` skip),
 //!   the states likewise.
 //! - `ple`: Gemma 4's per-layer inputs from a real file's tensors (`--gemma FILE`): the gather
 //!   from `per_layer_token_embd`, the `per_layer_model_proj` product, its norm, the sum.
@@ -25,7 +25,7 @@ use crate::inference::models::delta_net;
 use crate::inference::models::gemma4::PerLayerProbe;
 use crate::inference::models::mamba2;
 use crate::inference::models::nemotron_h;
-use crate::inference::models::nn::host_f32;
+use crate::inference::models::nn::with_host_f32;
 use crate::inference::models::qwen35;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
@@ -126,9 +126,12 @@ impl States {
         })
     }
 
-    /// Sequence `s`'s conv and recurrent states on the host, as a model's step reads them.
-    fn take(&self, s: usize) -> Result<(Vec<f32>, Vec<f32>)> {
-        Ok((host_f32(&self.conv[s])?, host_f32(&self.ssm[s])?))
+    /// `f` of sequence `s`'s conv and recurrent states, read where they are (borrowed from the
+    /// tensors), as a model's step reads them.
+    fn with<R>(&self, s: usize, f: impl FnOnce(&[f32], &[f32]) -> R) -> Result<R> {
+        Ok(with_host_f32(&self.conv[s], |c| {
+            with_host_f32(&self.ssm[s], |r| f(c, r))
+        })??)
     }
 
     /// Sequence `s`'s new states back into tensors, as a model's step stages them.
@@ -171,15 +174,16 @@ fn bench_delta(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
     let r = time(reps, seconds, || {
         for s in 0..n_seqs {
             let (r0, r1) = (s * t, (s + 1) * t);
-            let (conv_state, mut ssm) = st.take(s)?;
-            let (o, new_conv) = qwen35::host_core(
-                &m,
-                &qkv[r0 * conv_dim..r1 * conv_dim],
-                &alpha[r0 * dims.n_v..r1 * dims.n_v],
-                &beta[r0 * dims.n_v..r1 * dims.n_v],
-                &conv_state,
-                &mut ssm,
-            );
+            let (o, new_conv, ssm) = st.with(s, |conv_state, ssm| {
+                qwen35::host_core_from(
+                    &m,
+                    &qkv[r0 * conv_dim..r1 * conv_dim],
+                    &alpha[r0 * dims.n_v..r1 * dims.n_v],
+                    &beta[r0 * dims.n_v..r1 * dims.n_v],
+                    conv_state,
+                    ssm,
+                )
+            })?;
             sink += o[0];
             st.put(s, new_conv, ssm)?;
         }
@@ -223,13 +227,14 @@ fn bench_mamba(n_seqs: usize, t: usize, reps: usize, seconds: f64) -> Result<(f6
     let mut sink = 0f32;
     let r = time(reps, seconds, || {
         for s in 0..n_seqs {
-            let (conv_state, mut ssm) = st.take(s)?;
-            let (y, new_conv) = nemotron_h::host_core(
-                &m,
-                &zxbcdt[s * t * width..(s + 1) * t * width],
-                &conv_state,
-                &mut ssm,
-            );
+            let (y, new_conv, ssm) = st.with(s, |conv_state, ssm| {
+                nemotron_h::host_core_from(
+                    &m,
+                    &zxbcdt[s * t * width..(s + 1) * t * width],
+                    conv_state,
+                    ssm,
+                )
+            })?;
             sink += y[0];
             st.put(s, new_conv, ssm)?;
         }

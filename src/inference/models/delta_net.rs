@@ -94,8 +94,40 @@ pub fn run(d: &Dims, x: &Inputs<'_>, state: &mut [f32], chunked: bool) -> Vec<f3
         if chunked {
             head_chunked(d, x, h, s)
         } else {
-            head_recurrent(d, x, h, s)
+            head_recurrent(d, x, h, None, s)
         }
+    })
+}
+
+/// [`run`] from `old` (read only: a sequence's committed state, borrowed in
+/// place) into a new state: returns the outputs and the new state. The
+/// recurrent form's first decay pass reads `old` and writes the new state
+/// (no copy of the state before or after the step); the chunked form
+/// copies each head's block first. Bit for bit [`run`]'s results.
+pub fn run_from(d: &Dims, x: &Inputs<'_>, old: &[f32], chunked: bool) -> (Vec<f32>, Vec<f32>) {
+    let t = x.tokens(d);
+    let dv = d.d_v;
+    super::nn::run_heads_from(old, d.n_v, t, dv, |h, old_h, fresh| {
+        if chunked || t == 0 {
+            let s = fresh.copy_from(old_h);
+            return head_chunked(d, x, h, s);
+        }
+        let (_, k, _) = at(d, x, 0, h);
+        let decay = x.g[h].exp();
+        let mut mem = vec![0f32; dv];
+        let s = fresh.write_rows(dv, |i, row| {
+            let ki = k[i];
+            for ((&r0, w), m) in old_h[i * dv..(i + 1) * dv]
+                .iter()
+                .zip(row.iter_mut())
+                .zip(mem.iter_mut())
+            {
+                let r = r0 * decay;
+                w.write(r);
+                *m += r * ki;
+            }
+        });
+        head_recurrent(d, x, h, Some(mem), s)
     })
 }
 
@@ -111,22 +143,33 @@ fn at<'a>(d: &Dims, x: &Inputs<'a>, ti: usize, h: usize) -> (&'a [f32], &'a [f32
     )
 }
 
-/// The recurrent form for one value head; returns `[t, d_v]`.
-fn head_recurrent(d: &Dims, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
+/// The recurrent form for one value head; returns `[t, d_v]`. With
+/// `first` (`Sᵀk` of the first token, whose decay [`run_from`] already
+/// applied to `s`) the first token's decay pass is skipped.
+fn head_recurrent(
+    d: &Dims,
+    x: &Inputs<'_>,
+    h: usize,
+    first: Option<Vec<f32>>,
+    s: &mut [f32],
+) -> Vec<f32> {
     let t = x.tokens(d);
     let dv = d.d_v;
     let mut out = vec![0f32; t * dv];
-    let mut mem = vec![0f32; dv];
+    let decayed = first.is_some();
+    let mut mem = first.unwrap_or_else(|| vec![0f32; dv]);
     for ti in 0..t {
         let (q, k, v) = at(d, x, ti, h);
         let decay = x.g[ti * d.n_v + h].exp();
         let beta = x.beta[ti * d.n_v + h];
-        mem.iter_mut().for_each(|m| *m = 0.0);
-        for (i, row) in s.chunks_exact_mut(dv).enumerate() {
-            let ki = k[i];
-            for (r, m) in row.iter_mut().zip(mem.iter_mut()) {
-                *r *= decay;
-                *m += *r * ki;
+        if ti > 0 || !decayed {
+            mem.iter_mut().for_each(|m| *m = 0.0);
+            for (i, row) in s.chunks_exact_mut(dv).enumerate() {
+                let ki = k[i];
+                for (r, m) in row.iter_mut().zip(mem.iter_mut()) {
+                    *r *= decay;
+                    *m += *r * ki;
+                }
             }
         }
         // δ = (v − Sᵀk)·β, reusing `mem`.
@@ -343,6 +386,83 @@ mod tests {
         }
         assert!(max_diff(&o, &o2) < 1e-4);
         assert!(max_diff(&s, &s2) < 1e-4);
+    }
+
+    /// The model's path (the old state read in place, the first decay pass
+    /// writing the new state) gives the in-place rule's outputs and state
+    /// bit for bit: one token, several recurrent tokens, a chunked prompt,
+    /// at a small width (the calling thread) and at Qwen3.5-4B's (the worker
+    /// pool); and one decoded token against the rule written out in f64.
+    #[test]
+    fn run_from_is_run_bit_for_bit_and_the_f64_rule() {
+        let small = Dims {
+            n_k: 2,
+            n_v: 4,
+            d_k: 8,
+            d_v: 6,
+            tiled: true,
+        };
+        let real = Dims {
+            n_k: 16,
+            n_v: 32,
+            d_k: 128,
+            d_v: 128,
+            tiled: true,
+        };
+        let same = |a: &[f32], b: &[f32]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+        };
+        for (d, t, chunked) in [
+            (small, 1, false),
+            (small, 5, false),
+            (small, 70, true),
+            (real, 1, false),
+            (real, 3, false),
+        ] {
+            let (q, k, v, g, beta) = case(t, &d, 9 + t as u64);
+            let x = Inputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                g: &g,
+                beta: &beta,
+            };
+            let old: Vec<f32> = (0..d.state_len())
+                .map(|i| ((i % 7919) as f32 * 0.011).sin() * 0.1)
+                .collect();
+            let mut s = old.clone();
+            let o = run(&d, &x, &mut s, chunked);
+            let (o2, s2) = run_from(&d, &x, &old, chunked);
+            assert!(same(&o, &o2), "{d:?} t {t}: outputs differ");
+            assert!(same(&s, &s2), "{d:?} t {t}: states differ");
+            if t != 1 {
+                continue;
+            }
+            for h in 0..d.n_v {
+                let kh = d.key_head(h);
+                let (dk, dv) = (d.d_k, d.d_v);
+                let kk = &k[kh * dk..(kh + 1) * dk];
+                let qq = &q[kh * dk..(kh + 1) * dk];
+                let decay = (g[h] as f64).exp();
+                let st: Vec<f64> = old[h * dk * dv..(h + 1) * dk * dv]
+                    .iter()
+                    .map(|&v| v as f64 * decay)
+                    .collect();
+                for j in 0..dv {
+                    let sk: f64 = (0..dk).map(|i| st[i * dv + j] * kk[i] as f64).sum();
+                    let delta = (v[h * dv + j] as f64 - sk) * beta[h] as f64;
+                    let mut out = 0f64;
+                    for i in 0..dk {
+                        let sv = st[i * dv + j] + kk[i] as f64 * delta;
+                        out += sv * qq[i] as f64;
+                        let got = s2[h * dk * dv + i * dv + j] as f64;
+                        assert!((got - sv).abs() < 1e-5, "head {h} state {i},{j}");
+                    }
+                    let got = o2[h * dv + j] as f64;
+                    assert!((got - out).abs() < 1e-5, "head {h} out {j}: {got} vs {out}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -103,27 +103,108 @@ pub fn run(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, state: &mut [f32], chunked:
         if chunked {
             head_chunked(d, p, x, h, s)
         } else {
-            head_recurrent(d, p, x, h, s)
+            head_recurrent(d, p, x, h, None, s)
         }
     })
 }
 
-/// The recurrent form for one head; returns `[t, head_dim]`.
-fn head_recurrent(d: &Dims, p: &Params<'_>, x: &Inputs<'_>, h: usize, s: &mut [f32]) -> Vec<f32> {
+/// [`run`] from `old` (read only: a sequence's committed state, borrowed in
+/// place) into a new state: returns `y` and the new state. The recurrent
+/// form's first token reads `old` and writes the new state in the same
+/// sweep of each head (a decode step passes over the state once); the
+/// chunked form copies each head's block first. Bit for bit [`run`]'s
+/// results.
+pub fn run_from(
+    d: &Dims,
+    p: &Params<'_>,
+    x: &Inputs<'_>,
+    old: &[f32],
+    chunked: bool,
+) -> (Vec<f32>, Vec<f32>) {
+    let t = x.tokens(d);
+    let n = d.d_state;
+    super::nn::run_heads_from(old, d.n_head, t, d.head_dim, |h, old_h, fresh| {
+        if chunked || t == 0 {
+            let s = fresh.copy_from(old_h);
+            return head_chunked(d, p, x, h, s);
+        }
+        // The first token from the old rows into the new ones.
+        let (xt, bt, ct, dt) = x.at(d, 0, h);
+        let decay = (dt * p.a[h]).exp();
+        let mut y0 = vec![0f32; d.head_dim];
+        let s = fresh.write_rows(n, |pi, row| {
+            let u = dt * xt[pi];
+            y0[pi] =
+                row_into(&old_h[pi * n..(pi + 1) * n], row, bt, ct, decay, u) + p.d[h] * xt[pi];
+        });
+        head_recurrent(d, p, x, h, Some(y0), s)
+    })
+}
+
+/// One row of a head's state for one token: `row ← row · decay + u · B`,
+/// then `row · C` ([`dot`]) while the row is still in the L1 cache, so the
+/// state is swept once per token. (One loop that also accumulated `row · C`
+/// lane by lane vectorised worse, two floats per instruction, and so did
+/// [`dot`] inlined into the heads' closures: a function of its own gets the
+/// full vector width.)
+#[inline(never)]
+fn row_step(row: &mut [f32], b: &[f32], c: &[f32], decay: f32, u: f32) -> f32 {
+    for (r, &bv) in row.iter_mut().zip(b) {
+        *r = *r * decay + u * bv;
+    }
+    dot(row, c)
+}
+
+/// [`row_step`] from `old` into `new` (written in full), bit for bit.
+#[inline(never)]
+fn row_into(
+    old: &[f32],
+    new: &mut [std::mem::MaybeUninit<f32>],
+    b: &[f32],
+    c: &[f32],
+    decay: f32,
+    u: f32,
+) -> f32 {
+    let n = old.len();
+    let (new, b) = (&mut new[..n], &b[..n]);
+    for ((w, &o), &bv) in new.iter_mut().zip(old).zip(b) {
+        w.write(o * decay + u * bv);
+    }
+    // SAFETY: the loop above wrote all `n` elements of `new` (`old`, `new`
+    // and `b` are `n` long); `MaybeUninit<f32>` has `f32`'s layout.
+    let new = unsafe { &*(new as *const [std::mem::MaybeUninit<f32>] as *const [f32]) };
+    dot(new, c)
+}
+
+/// The recurrent form for one head; returns `[t, head_dim]`. With `first`
+/// (the first token's outputs, its step already applied to `s` by
+/// [`run_from`]) it starts at the second token.
+fn head_recurrent(
+    d: &Dims,
+    p: &Params<'_>,
+    x: &Inputs<'_>,
+    h: usize,
+    first: Option<Vec<f32>>,
+    s: &mut [f32],
+) -> Vec<f32> {
     let t = x.tokens(d);
     let (pd, n) = (d.head_dim, d.d_state);
     let (a, skip) = (p.a[h], p.d[h]);
-    let mut out = vec![0f32; t * pd];
-    for ti in 0..t {
+    let mut out = Vec::with_capacity(t * pd);
+    let start = match first {
+        Some(y0) => {
+            out.extend_from_slice(&y0);
+            1
+        }
+        None => 0,
+    };
+    out.resize(t * pd, 0.0);
+    for ti in start..t {
         let (xt, bt, ct, dt) = x.at(d, ti, h);
         let decay = (dt * a).exp();
         let o = &mut out[ti * pd..(ti + 1) * pd];
         for ((row, &xi), oi) in s.chunks_exact_mut(n).zip(xt).zip(o.iter_mut()) {
-            let u = dt * xi;
-            for (sv, &bv) in row.iter_mut().zip(bt) {
-                *sv = *sv * decay + u * bv;
-            }
-            *oi = dot(row, ct) + skip * xi;
+            *oi = row_step(row, bt, ct, decay, dt * xi) + skip * xi;
         }
     }
     out
@@ -282,6 +363,9 @@ mod tests {
             let mut s = vec![0f32; d.state_len()];
             let y = run(&d, &Params { a: &a, d: &dd }, &x, &mut s, chunked);
             check_textbook(&d, t, (&xs, &b, &c, &dt, &a, &dd), &y);
+            let zero = vec![0f32; d.state_len()];
+            let (y, _) = run_from(&d, &Params { a: &a, d: &dd }, &x, &zero, chunked);
+            check_textbook(&d, t, (&xs, &b, &c, &dt, &a, &dd), &y);
         }
     }
 
@@ -356,10 +440,146 @@ mod tests {
                 c: &cp,
                 dt: &dp,
             };
-            y2.extend(run(&d, &p, &x, &mut s2, r.len() > 1));
+            if r.len() > 1 {
+                y2.extend(run(&d, &p, &x, &mut s2, true));
+            } else {
+                // Decoded tokens as the model runs them: from the state read in place.
+                let (y, new) = run_from(&d, &p, &x, &s2, false);
+                y2.extend(y);
+                s2 = new;
+            }
         }
         assert!(max_diff(&y, &y2) < 1e-4);
         assert!(max_diff(&s, &s2) < 1e-4);
+    }
+
+    /// Bit-exact equality of two float vectors.
+    fn same_bits(a: &[f32], b: &[f32]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+    }
+
+    /// The decode path (the old state read in place, the new one written in
+    /// the same sweep) gives the in-place scan's outputs and state bit for
+    /// bit, for one token, a few recurrent tokens and a chunked prompt, from
+    /// a non-zero state; and both continue the f64 recurrence.
+    #[test]
+    fn run_from_is_run_bit_for_bit() {
+        let d = DIMS;
+        for (t, chunked) in [(1, false), (3, false), (CHUNK + 5, true), (0, false)] {
+            let (xs, b, c, dt, a, dd) = case(t, &d, 21 + t as u64);
+            let x = Inputs {
+                x: &xs,
+                b: &b,
+                c: &c,
+                dt: &dt,
+            };
+            let p = Params { a: &a, d: &dd };
+            let old: Vec<f32> = (0..d.state_len())
+                .map(|i| (i as f32 * 0.37).sin())
+                .collect();
+            let mut s = old.clone();
+            let y = run(&d, &p, &x, &mut s, chunked);
+            let (y2, s2) = run_from(&d, &p, &x, &old, chunked);
+            assert!(same_bits(&y, &y2), "t {t}: outputs differ");
+            assert!(same_bits(&s, &s2), "t {t}: states differ");
+        }
+    }
+
+    /// One fused row step is the row update followed by [`super::super::nn::dot`],
+    /// bit for bit, for rows with and without a tail past the lanes.
+    #[test]
+    fn the_fused_row_step_is_update_then_dot() {
+        for n in [128, 37, 5] {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(n as u64);
+            let row = random(n, &mut rng, -1.0, 1.0);
+            let b = random(n, &mut rng, -1.0, 1.0);
+            let c = random(n, &mut rng, -1.0, 1.0);
+            let (decay, u) = (0.83f32, -0.41f32);
+            let want: Vec<f32> = row
+                .iter()
+                .zip(&b)
+                .map(|(&r, &bv)| r * decay + u * bv)
+                .collect();
+            let want_y = dot(&want, &c);
+            let mut got = row.clone();
+            let y = row_step(&mut got, &b, &c, decay, u);
+            assert!(same_bits(&got, &want) && y.to_bits() == want_y.to_bits());
+            let mut fresh = vec![std::mem::MaybeUninit::new(f32::NAN); n];
+            let y2 = row_into(&row, &mut fresh, &b, &c, decay, u);
+            // SAFETY: `fresh` was initialised (NaN) at creation and overwritten.
+            let fresh: Vec<f32> = fresh.iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert!(same_bits(&fresh, &want) && y2.to_bits() == want_y.to_bits());
+        }
+    }
+
+    /// At Nemotron-3-Nano-4B's width the decode step runs its heads on the
+    /// worker pool; each head alone (a one-head scan, too small for the
+    /// pool: the calling thread) gives the same bits, so the result depends
+    /// neither on the thread count nor on which thread ran a head. The
+    /// outputs also follow the f64 recurrence from the same non-zero state.
+    #[test]
+    fn decode_at_real_width_equals_each_head_alone_and_f64() {
+        let d = Dims {
+            n_head: 96,
+            head_dim: 80,
+            d_state: 128,
+            n_group: 8,
+        };
+        let (xs, b, c, dt, a, dd) = case(1, &d, 77);
+        let x = Inputs {
+            x: &xs,
+            b: &b,
+            c: &c,
+            dt: &dt,
+        };
+        let p = Params { a: &a, d: &dd };
+        let old: Vec<f32> = (0..d.state_len())
+            .map(|i| ((i % 9973) as f32 * 0.013).sin())
+            .collect();
+        let (y, s) = run_from(&d, &p, &x, &old, false);
+        let one = Dims {
+            n_head: 1,
+            head_dim: d.head_dim,
+            d_state: d.d_state,
+            n_group: 1,
+        };
+        let (pd, n) = (d.head_dim, d.d_state);
+        let hs = pd * n;
+        for h in 0..d.n_head {
+            let g = d.group(h);
+            let xh = Inputs {
+                x: &xs[h * pd..(h + 1) * pd],
+                b: &b[g * n..(g + 1) * n],
+                c: &c[g * n..(g + 1) * n],
+                dt: &dt[h..h + 1],
+            };
+            let ph = Params {
+                a: &a[h..h + 1],
+                d: &dd[h..h + 1],
+            };
+            let (yh, sh) = run_from(&one, &ph, &xh, &old[h * hs..(h + 1) * hs], false);
+            assert!(
+                same_bits(&y[h * pd..(h + 1) * pd], &yh),
+                "head {h}: outputs"
+            );
+            assert!(same_bits(&s[h * hs..(h + 1) * hs], &sh), "head {h}: state");
+            // The f64 step from the same state.
+            let dtv = dt[h] as f64;
+            let decay = (dtv * a[h] as f64).exp();
+            for pi in 0..pd {
+                let xv = xs[h * pd + pi] as f64;
+                let mut yv = dd[h] as f64 * xv;
+                for ni in 0..n {
+                    let sv =
+                        old[h * hs + pi * n + ni] as f64 * decay + dtv * xv * b[g * n + ni] as f64;
+                    yv += sv * c[g * n + ni] as f64;
+                    let got = s[h * hs + pi * n + ni] as f64;
+                    assert!((got - sv).abs() < 1e-5, "head {h} state {pi},{ni}");
+                }
+                let got = y[h * pd + pi] as f64;
+                assert!((got - yv).abs() < 1e-4, "head {h} out {pi}: {got} vs {yv}");
+            }
+        }
     }
 
     #[test]

@@ -29,8 +29,8 @@
 use super::decoder::check_steps;
 use super::mamba2::{self, Dims};
 use super::nn::{
-    attention, host_f32, model_info, pick_rows, rms_norm_plain, split_logits, to_heads, InfoDims,
-    Linear, Loader, Proj, RmsNorm, Rows,
+    attention, host_f32, model_info, pick_rows, rms_norm_plain, split_logits, to_heads,
+    with_host_f32, InfoDims, Linear, Loader, Proj, RmsNorm, Rows,
 };
 use super::qwen35::per_layer;
 use crate::inference::engine::model::{CausalLm, Logits, ModelInfo, SeqState, SeqStep, SlotKind};
@@ -327,18 +327,19 @@ pub(crate) struct HostMixer<'a> {
     pub dims: Dims,
 }
 
-/// One sequence's Mamba-2 core on the host, for its `t` rows of the
-/// in-projection `zxbcdt` (`[t, inner + conv_dim + n_head]`: z, xBC, dt):
-/// causal depthwise conv + bias + SiLU over the conv state (`[kernel − 1,
-/// conv_dim]`, oldest first) and xBC, `dt = softplus(dt + dt_bias)`, the
-/// scan ([`mamba2::run`], the `D` skip included) from `ssm` (updated in
-/// place). Returns `y` `[t, inner]` and the new conv state.
-pub(crate) fn host_core(
-    m: &HostMixer<'_>,
-    zxbcdt: &[f32],
-    conv_state: &[f32],
-    ssm: &mut [f32],
-) -> (Vec<f32>, Vec<f32>) {
+/// The scan's inputs for one sequence's rows, and the new conv state.
+struct Prepared {
+    xs: Vec<f32>,
+    bs: Vec<f32>,
+    cs: Vec<f32>,
+    dt: Vec<f32>,
+    new_conv: Vec<f32>,
+    t: usize,
+}
+
+/// Causal depthwise conv + bias + SiLU over the conv state and xBC, split
+/// into x, B, C; `dt = softplus(dt + dt_bias)`.
+fn prepare(m: &HostMixer<'_>, zxbcdt: &[f32], conv_state: &[f32]) -> Prepared {
     let d = &m.dims;
     let kc = m.kc;
     let inner = d.inner();
@@ -370,15 +371,61 @@ pub(crate) fn host_core(
             dt.push(softplus(raw + m.dt_bias[hh]));
         }
     }
-    let x = mamba2::Inputs {
-        x: &xs,
-        b: &bs,
-        c: &cs,
-        dt: &dt,
-    };
+    Prepared {
+        xs,
+        bs,
+        cs,
+        dt,
+        new_conv,
+        t,
+    }
+}
+
+impl Prepared {
+    fn inputs(&self) -> mamba2::Inputs<'_> {
+        mamba2::Inputs {
+            x: &self.xs,
+            b: &self.bs,
+            c: &self.cs,
+            dt: &self.dt,
+        }
+    }
+}
+
+/// One sequence's Mamba-2 core on the host, for its `t` rows of the
+/// in-projection `zxbcdt` (`[t, inner + conv_dim + n_head]`: z, xBC, dt):
+/// causal depthwise conv + bias + SiLU over the conv state (`[kernel − 1,
+/// conv_dim]`, oldest first) and xBC, `dt = softplus(dt + dt_bias)`, the
+/// scan ([`mamba2::run`], the `D` skip included) from `ssm` (updated in
+/// place). Returns `y` `[t, inner]` and the new conv state. The model runs
+/// [`host_core_from`], which gives the same results.
+#[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
+pub(crate) fn host_core(
+    m: &HostMixer<'_>,
+    zxbcdt: &[f32],
+    conv_state: &[f32],
+    ssm: &mut [f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let pr = prepare(m, zxbcdt, conv_state);
     let params = mamba2::Params { a: m.a, d: m.d };
-    let out = mamba2::run(d, &params, &x, ssm, t > 1);
-    (out, new_conv)
+    let out = mamba2::run(&m.dims, &params, &pr.inputs(), ssm, pr.t > 1);
+    (out, pr.new_conv)
+}
+
+/// [`host_core`] from the committed states read in place (`conv_state`,
+/// `ssm`: borrowed from the sequence's tensors) into new ones
+/// ([`mamba2::run_from`]: a decode step passes over the SSM state once, on
+/// the worker pool). Returns `y`, the new conv state and the new SSM state.
+pub(crate) fn host_core_from(
+    m: &HostMixer<'_>,
+    zxbcdt: &[f32],
+    conv_state: &[f32],
+    ssm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let pr = prepare(m, zxbcdt, conv_state);
+    let params = mamba2::Params { a: m.a, d: m.d };
+    let (out, new_ssm) = mamba2::run_from(&m.dims, &params, &pr.inputs(), ssm, pr.t > 1);
+    (out, pr.new_conv, new_ssm)
 }
 
 impl NemotronH {
@@ -414,30 +461,36 @@ impl NemotronH {
         };
         for ((r, _), step) in rows.iter().zip(batch.iter_mut()) {
             let t = r.t;
-            let (conv_state, mut ssm) = match step.state.recurrent(li)? {
-                Some(s) if s.len() == 2 => (host_f32(&s[0])?, host_f32(&s[1])?),
+            let rows_in = &zxbcdt[r.off * width..(r.off + t) * width];
+            // The committed states are read where they are (shared tensors,
+            // never written: the new ones are staged).
+            let (out, new_conv, new_ssm) = match step.state.recurrent(li)? {
+                Some([conv, ssm]) => {
+                    if conv.elem_count() != keep * conv_dim || ssm.elem_count() != d.state_len() {
+                        anyhow::bail!(
+                            "model `{}`: layer {li}'s recurrent state has the wrong size",
+                            self.info.name
+                        );
+                    }
+                    with_host_f32(conv, |cs| {
+                        with_host_f32(ssm, |ss| host_core_from(&hm, rows_in, cs, ss))
+                    })??
+                }
                 Some(s) => anyhow::bail!(
                     "model `{}`: layer {li} has a recurrent state of {} tensors, expected 2",
                     self.info.name,
                     s.len()
                 ),
-                None => (vec![0f32; keep * conv_dim], vec![0f32; d.state_len()]),
+                None => host_core_from(
+                    &hm,
+                    rows_in,
+                    &vec![0f32; keep * conv_dim],
+                    &vec![0f32; d.state_len()],
+                ),
             };
-            if conv_state.len() != keep * conv_dim || ssm.len() != d.state_len() {
-                anyhow::bail!(
-                    "model `{}`: layer {li}'s recurrent state has the wrong size",
-                    self.info.name
-                );
-            }
-            let (out, new_conv) = host_core(
-                &hm,
-                &zxbcdt[r.off * width..(r.off + t) * width],
-                &conv_state,
-                &mut ssm,
-            );
             y[r.off * inner..(r.off + t) * inner].copy_from_slice(&out);
             let conv_t = Tensor::from_vec(new_conv, (keep, conv_dim), &self.device)?;
-            let ssm_t = Tensor::from_vec(ssm, (d.n_head, d.head_dim, d.d_state), &self.device)?;
+            let ssm_t = Tensor::from_vec(new_ssm, (d.n_head, d.head_dim, d.d_state), &self.device)?;
             step.state.stage_recurrent(li, vec![conv_t, ssm_t])?;
         }
         let y = Tensor::from_vec(y, (n_total, inner), &self.device)?;

@@ -834,24 +834,20 @@ pub fn decay(x: f32) -> f32 {
 const DOT_LANES: usize = 16;
 
 /// `Σ a_i b_i` over the shorter of the two, in [`DOT_LANES`] independent
-/// partial sums that the compiler turns into vector FMAs (a plain
-/// `iter().sum()` is one serial chain of adds, bound by their latency: the
-/// recurrences' inner products at head sizes of 80–128 ran several times
-/// slower that way).
+/// partial sums (a plain `iter().sum()` is one serial chain of adds, bound
+/// by their latency: the recurrences' inner products at head sizes of
+/// 80–128 ran several times slower that way), summed pairwise at the end.
+/// The lanes run as one AVX-512 register where the build has AVX-512 (the
+/// compiler vectorised the portable loop only two lanes wide when `dot`
+/// was not inlined); both give the same bits (a multiply, then an add, per
+/// lane, in the same order).
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let full = n - n % DOT_LANES;
     let mut acc = [0f32; DOT_LANES];
-    for (x, y) in a[..full]
-        .chunks_exact(DOT_LANES)
-        .zip(b[..full].chunks_exact(DOT_LANES))
-    {
-        for k in 0..DOT_LANES {
-            acc[k] += x[k] * y[k];
-        }
-    }
+    dot_lanes(&a[..full], &b[..full], &mut acc);
     let mut tail = 0f32;
     for (x, y) in a[full..].iter().zip(&b[full..]) {
         tail += x * y;
@@ -865,6 +861,33 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc[0] + tail
+}
+
+/// `acc[k] += Σ_j a[16j + k] · b[16j + k]` over whole lanes of equally long
+/// `a` and `b`.
+#[inline]
+fn dot_lanes(a: &[f32], b: &[f32], acc: &mut [f32; DOT_LANES]) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx512f"))]
+    {
+        use std::arch::x86_64::{_mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_storeu_ps};
+        // SAFETY: AVX-512F is enabled for this build (`target_feature`);
+        // every load reads one whole 16-float chunk of `a`, `b` or `acc`,
+        // and the store writes `acc`'s 16 floats (unaligned accesses).
+        unsafe {
+            let mut v = _mm512_loadu_ps(acc.as_ptr());
+            for (x, y) in a.chunks_exact(DOT_LANES).zip(b.chunks_exact(DOT_LANES)) {
+                let p = _mm512_mul_ps(_mm512_loadu_ps(x.as_ptr()), _mm512_loadu_ps(y.as_ptr()));
+                v = _mm512_add_ps(v, p);
+            }
+            _mm512_storeu_ps(acc.as_mut_ptr(), v);
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "avx512f")))]
+    for (x, y) in a.chunks_exact(DOT_LANES).zip(b.chunks_exact(DOT_LANES)) {
+        for k in 0..DOT_LANES {
+            acc[k] += x[k] * y[k];
+        }
+    }
 }
 
 /// `c += a · b` for row-major `a` `[m, k]`, `b` `[k, n]` and `c` `[m, n]`,
@@ -932,17 +955,19 @@ const PARALLEL_MIN_WORK: usize = 1 << 18;
 /// Run a per-head recurrence over `t` tokens: `state` holds every head's
 /// state (`n_heads` blocks), `head(h, state_h)` updates head `h`'s block and
 /// returns its outputs `[t, out_dim]`. Heads run in parallel on candle's CPU
-/// worker pool when the step is large enough. Returns `[t, n_heads, out_dim]`.
-pub fn run_heads(
-    state: &mut [f32],
+/// worker pool (`RAYON_NUM_THREADS` threads) when the step is large enough.
+/// Which thread runs a head does not change its arithmetic, so the result
+/// does not depend on the thread count. Returns `[t, n_heads, out_dim]`.
+pub fn run_heads<T: Send>(
+    state: &mut [T],
     n_heads: usize,
     t: usize,
     out_dim: usize,
-    head: impl Fn(usize, &mut [f32]) -> Vec<f32> + Sync,
+    head: impl Fn(usize, &mut [T]) -> Vec<f32> + Sync,
 ) -> Vec<f32> {
     let total = state.len();
     let hs = total / n_heads.max(1);
-    let heads: Vec<std::sync::Mutex<(&mut [f32], Vec<f32>)>> = state
+    let heads: Vec<std::sync::Mutex<(&mut [T], Vec<f32>)>> = state
         .chunks_exact_mut(hs.max(1))
         .map(|s| std::sync::Mutex::new((s, Vec::new())))
         .collect();
@@ -968,6 +993,115 @@ pub fn run_heads(
         }
     }
     out
+}
+
+/// [`run_heads`] from a state that stays where it is: `old` (every head's
+/// block, read only: a sequence's committed state, borrowed from its tensor
+/// by [`with_host_f32`]) and a new state that each head writes on its first
+/// sweep over its block. A decode step thus reads the old state once and
+/// writes the new one once, spread over the heads, with no copy before or
+/// after (the recurrent states are immutable values once committed:
+/// `engine::state`). `head(h, old_h, new_h)` must write every element of
+/// `new_h` ([`Fresh`] turns the block into a plain slice once it has);
+/// `old.len()` must be a multiple of `n_heads`. Returns the outputs `[t,
+/// n_heads, out_dim]` and the new state.
+pub fn run_heads_from(
+    old: &[f32],
+    n_heads: usize,
+    t: usize,
+    out_dim: usize,
+    head: impl Fn(usize, &[f32], Fresh<'_>) -> Vec<f32> + Sync,
+) -> (Vec<f32>, Vec<f32>) {
+    let len = old.len();
+    let n_heads = n_heads.max(1);
+    assert_eq!(len % n_heads, 0, "state of {len} over {n_heads} heads");
+    let hs = len / n_heads;
+    let mut new = Vec::<f32>::with_capacity(len);
+    let filled = std::sync::atomic::AtomicUsize::new(0);
+    let out = run_heads(
+        &mut new.spare_capacity_mut()[..len],
+        n_heads,
+        t,
+        out_dim,
+        |h, dst| {
+            let fresh = Fresh {
+                block: dst,
+                filled: &filled,
+            };
+            head(h, &old[h * hs..(h + 1) * hs], fresh)
+        },
+    );
+    // Every head's block is written once [`Fresh::written`] counted it
+    // (the blocks cover `new` exactly: `len` is `n_heads · hs`).
+    assert_eq!(
+        filled.load(std::sync::atomic::Ordering::Acquire),
+        len,
+        "a head left its new state unwritten"
+    );
+    // SAFETY: the `len` elements are initialised (each of the `n_heads`
+    // disjoint blocks of `hs` was counted by `Fresh::written` after being
+    // written in full, and the counts add up to `len`).
+    unsafe { new.set_len(len) };
+    (out, new)
+}
+
+/// One head's block of a new state for [`run_heads_from`], not yet written.
+pub struct Fresh<'a> {
+    block: &'a mut [std::mem::MaybeUninit<f32>],
+    filled: &'a std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> Fresh<'a> {
+    /// Write the block row by row: `row(i, new_row)` must write every
+    /// element of `new_row` (`width` of them; the block holds a whole
+    /// number of rows); returns the block, now plain `f32`.
+    pub(crate) fn write_rows(
+        self,
+        width: usize,
+        mut row: impl FnMut(usize, &mut [std::mem::MaybeUninit<f32>]),
+    ) -> &'a mut [f32] {
+        assert!(width > 0 && self.block.len() % width == 0);
+        for (i, r) in self.block.chunks_exact_mut(width).enumerate() {
+            row(i, r);
+        }
+        self.written()
+    }
+
+    /// Copy `src` (the block's length) into the block; returns it as plain `f32`.
+    pub fn copy_from(self, src: &[f32]) -> &'a mut [f32] {
+        assert_eq!(src.len(), self.block.len());
+        for (d, &s) in self.block.iter_mut().zip(src) {
+            d.write(s);
+        }
+        self.written()
+    }
+
+    fn written(self) -> &'a mut [f32] {
+        let n = self.block.len();
+        self.filled
+            .fetch_add(n, std::sync::atomic::Ordering::Release);
+        // SAFETY: every caller wrote each element of the block first
+        // (`copy_from` itself; `write_rows` through its contract, which only
+        // this module's recurrences rely on, each writing a whole row);
+        // `MaybeUninit<f32>` and `f32` have the same layout.
+        unsafe { &mut *(self.block as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) }
+    }
+}
+
+/// Call `f` with `t`'s elements as f32 on the host: borrowed in place when
+/// `t` is a contiguous f32 tensor on the CPU (a sequence's recurrent state),
+/// else copied ([`host_f32`]).
+pub fn with_host_f32<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    if t.dtype() == DType::F32 && t.is_contiguous() {
+        let (guard, layout) = t.storage_and_layout();
+        if let candle_core::Storage::Cpu(candle_core::CpuStorage::F32(v)) = &*guard {
+            let (o, n) = (layout.start_offset(), layout.shape().elem_count());
+            if let Some(s) = v.get(o..o + n) {
+                return Ok(f(s));
+            }
+        }
+    }
+    Ok(f(&host_f32(t)?))
 }
 
 #[cfg(test)]

@@ -383,21 +383,37 @@ pub(crate) struct HostMixer<'a> {
     pub dims: Dims,
 }
 
-/// One sequence's delta-net core on the host, for its `t` rows: causal
-/// depthwise conv + SiLU over the conv state (`[kernel − 1, conv_dim]`,
-/// oldest first) and `qkv` (`[t, conv_dim]`), q/k split and normalised,
-/// decay `g` and `β` from `alpha`/`beta` (`[t, n_v]`), the delta rule from
-/// `ssm` (updated in place). Returns the outputs `[t, n_v, d_v]` and the new
-/// conv state. The CUDA kernels (`cuda_kernels::delta_net`) are tested
-/// against this.
-pub(crate) fn host_core(
+/// The delta rule's inputs for one sequence's rows, and the new conv state.
+struct Prepared {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    b: Vec<f32>,
+    new_conv: Vec<f32>,
+}
+
+impl Prepared {
+    fn inputs(&self) -> delta_net::Inputs<'_> {
+        delta_net::Inputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            g: &self.g,
+            beta: &self.b,
+        }
+    }
+}
+
+/// Causal depthwise conv + SiLU over the conv state and `qkv`, q/k split
+/// and normalised, decay `g` and `β` from `alpha`/`beta`.
+fn prepare(
     m: &HostMixer<'_>,
     qkv: &[f32],
     alpha: &[f32],
     beta: &[f32],
     conv_state: &[f32],
-    ssm: &mut [f32],
-) -> (Vec<f32>, Vec<f32>) {
+) -> Prepared {
     let d = &m.dims;
     let kc = m.kc;
     let conv_dim = 2 * d.n_k * d.d_k + d.n_v * d.d_v;
@@ -431,21 +447,60 @@ pub(crate) fn host_core(
             b.push(sigmoid(beta[idx]));
         }
     }
-    let x = delta_net::Inputs {
-        q: &q,
-        k: &k,
-        v: &v,
-        g: &g,
-        beta: &b,
-    };
-    // The recurrent form for prompts too, as llama.cpp's fused CPU op: at
-    // Qwen3.5's head sizes (128 x 128 state, chunks of 64) the chunked form
-    // does as many multiply-adds per token as the recurrent one, and its two
-    // passes per token over a state that stays in cache ran a 512-token
-    // prompt in 60 ms of CPU against the chunked form's 220 (benches/README.md,
-    // "Layer kinds at real width").
-    let o = delta_net::run(d, &x, ssm, false);
-    (o, new_conv)
+    Prepared {
+        q,
+        k,
+        v,
+        g,
+        b,
+        new_conv,
+    }
+}
+
+/// One sequence's delta-net core on the host, for its `t` rows: causal
+/// depthwise conv + SiLU over the conv state (`[kernel − 1, conv_dim]`,
+/// oldest first) and `qkv` (`[t, conv_dim]`), q/k split and normalised,
+/// decay `g` and `β` from `alpha`/`beta` (`[t, n_v]`), the delta rule from
+/// `ssm` (updated in place). Returns the outputs `[t, n_v, d_v]` and the new
+/// conv state. The CUDA kernels (`cuda_kernels::delta_net`) are tested
+/// against this; the model runs [`host_core_from`], which gives the same
+/// results.
+///
+/// The recurrent form runs prompts too, as llama.cpp's fused CPU op: at
+/// Qwen3.5's head sizes (128 x 128 state, chunks of 64) the chunked form
+/// does as many multiply-adds per token as the recurrent one, and its two
+/// passes per token over a state that stays in cache ran a 512-token
+/// prompt in 60 ms of CPU against the chunked form's 220 (benches/README.md,
+/// "Layer kinds at real width").
+#[cfg_attr(not(any(test, feature = "cuda")), allow(dead_code))]
+pub(crate) fn host_core(
+    m: &HostMixer<'_>,
+    qkv: &[f32],
+    alpha: &[f32],
+    beta: &[f32],
+    conv_state: &[f32],
+    ssm: &mut [f32],
+) -> (Vec<f32>, Vec<f32>) {
+    let pr = prepare(m, qkv, alpha, beta, conv_state);
+    let o = delta_net::run(&m.dims, &pr.inputs(), ssm, false);
+    (o, pr.new_conv)
+}
+
+/// [`host_core`] from the committed states read in place (borrowed from
+/// the sequence's tensors) into new ones ([`delta_net::run_from`]: no copy
+/// of the state before or after the step). Returns the outputs, the new
+/// conv state and the new delta state.
+pub(crate) fn host_core_from(
+    m: &HostMixer<'_>,
+    qkv: &[f32],
+    alpha: &[f32],
+    beta: &[f32],
+    conv_state: &[f32],
+    ssm: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let pr = prepare(m, qkv, alpha, beta, conv_state);
+    let (o, new_ssm) = delta_net::run_from(&m.dims, &pr.inputs(), ssm, false);
+    (o, pr.new_conv, new_ssm)
 }
 
 impl Qwen35 {
@@ -483,25 +538,42 @@ impl Qwen35 {
         };
         for ((r, _), step) in rows.iter().zip(batch.iter_mut()) {
             let t = r.t;
-            // Conv state: the previous `kc − 1` inputs, oldest first.
-            let (conv_state, mut ssm) = match step.state.recurrent(li)? {
-                Some(s) if s.len() == 2 => {
-                    (super::nn::host_f32(&s[0])?, super::nn::host_f32(&s[1])?)
-                }
-                _ => (vec![0f32; keep * conv_dim], vec![0f32; d.state_len()]),
-            };
-            let (o, new_conv) = host_core(
-                &hm,
+            let (qkv_r, alpha_r, beta_r) = (
                 &qkv[r.off * conv_dim..(r.off + t) * conv_dim],
                 &alpha[r.off * d.n_v..(r.off + t) * d.n_v],
                 &beta[r.off * d.n_v..(r.off + t) * d.n_v],
-                &conv_state,
-                &mut ssm,
             );
+            // Conv state: the previous `kc − 1` inputs, oldest first. The
+            // committed states are read where they are (shared tensors,
+            // never written: the new ones are staged).
+            let (o, new_conv, new_ssm) = match step.state.recurrent(li)? {
+                Some([conv, ssm])
+                    if conv.elem_count() == keep * conv_dim
+                        && ssm.elem_count() == d.state_len() =>
+                {
+                    super::nn::with_host_f32(conv, |cs| {
+                        super::nn::with_host_f32(ssm, |ss| {
+                            host_core_from(&hm, qkv_r, alpha_r, beta_r, cs, ss)
+                        })
+                    })??
+                }
+                Some(_) => anyhow::bail!(
+                    "model `{}`: layer {li}'s recurrent state has the wrong shape",
+                    self.info.name
+                ),
+                None => host_core_from(
+                    &hm,
+                    qkv_r,
+                    alpha_r,
+                    beta_r,
+                    &vec![0f32; keep * conv_dim],
+                    &vec![0f32; d.state_len()],
+                ),
+            };
             let vd = d.n_v * d.d_v;
             core[r.off * vd..(r.off + t) * vd].copy_from_slice(&o);
             let conv_t = Tensor::from_vec(new_conv, (keep, conv_dim), &self.device)?;
-            let ssm_t = Tensor::from_vec(ssm, (d.n_v, d.d_k, d.d_v), &self.device)?;
+            let ssm_t = Tensor::from_vec(new_ssm, (d.n_v, d.d_k, d.d_v), &self.device)?;
             step.state.stage_recurrent(li, vec![conv_t, ssm_t])?;
         }
         let core = Tensor::from_vec(core, (n_total, d.n_v, d.d_v), &self.device)?;
