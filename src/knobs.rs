@@ -40,12 +40,12 @@ pub const CPU_KERNEL_TYPES: Knob = Knob {
     name: "JOULE_CPU_KERNEL_TYPES",
     what: "the GGUF types Joule's CPU kernels multiply, whatever the shape and at every row \
            count; the others go to candle's quantised matmul (unset: Q4_0, Q4_1, Q5_0, Q5_1, \
-           Q5_K, and Q8_0, Q4_K, Q6_K where candle does not repack them; `split`: the default, \
+           Q5_K, F16, BF16, Q8_0, Q4_K, Q6_K; `split`: the default, \
            but Q4_K and Q6_K that candle repacks are split by each sequence's rows in a step, \
            Joule's kernels for 1-16 and candle's repacked ones for more, holding those weights \
            twice)",
     values: "`all`, `split`, or a comma-separated list of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, \
-             Q5_K, Q6_K (unset or empty: the default)",
+             Q5_K, Q6_K, F16, BF16 (unset or empty: the default)",
 };
 
 /// Sends every projection and attention to candle's own kernels.

@@ -3,7 +3,7 @@
 //! the plan's keys/values at `kv_capacity(n)` positions plus its recurrent
 //! state; the header's weight estimate is the same from Joule's reader and
 //! from candle's; `joule models inspect --memory` prints the plan; a run on a
-//! roster model plans before round 1.
+//! roster model plans before round 1; an F16 matrix on the CPU is held as 16-bit.
 
 use candle_core::Device;
 use joule::inference::engine::memory_plan::{StateFootprint, WeightEstimate};
@@ -216,4 +216,67 @@ fn a_race_that_does_not_fit_the_gpu_stops_before_any_call() {
         backend.demands[0].sequences.get("qwen2.5-7b-instruct"),
         Some(&races)
     );
+}
+
+/// Gemma 4's F16 `per_layer_model_proj` (a synthesized file in the real layout, two layers,
+/// a small vocabulary) is Joule's 16-bit matrix on the CPU: the load holds 2 bytes per
+/// weight for it (the header's estimate, which cannot tell a matrix from a table, counts
+/// f32) and records it as Joule's.
+#[test]
+fn f16_matrices_are_held_as_16_bit_on_the_cpu() {
+    use candle_core::quantized::GgmlDType;
+    use joule::inference::files::manifest::Catalog;
+    use joule::inference::files::synth::recipe::FileType;
+    use joule::inference::files::synth::{synthesize, SynthOptions};
+    let catalog = Catalog::load(None).unwrap();
+    let m = catalog
+        .iter()
+        .find(|m| m.architecture == "gemma4" && m.synth.is_some())
+        .expect("a Gemma 4 manifest with a [synth] table");
+    let mut cfg = m.synth.clone().unwrap();
+    cfg.vocab = cfg.vocab.min(1024);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gemma4.gguf");
+    let opts = SynthOptions {
+        out: out.clone(),
+        file_type: FileType::Q4KM,
+        layers: Some(2),
+        seed: 1,
+        vocab: None,
+        chat_template: None,
+        quiet: true,
+    };
+    synthesize(&m.name, &m.architecture, &cfg, &opts).unwrap();
+    let mut g = GgufFile::open(&out).unwrap();
+    let name = "per_layer_model_proj.weight";
+    assert_eq!(g.tensor_dtype(name), Some(GgmlDType::F16));
+    let shape = g.tensor_shape(name).unwrap();
+    let (n, k) = (shape[0], shape[1]);
+    let _model = joule::inference::models::load_model_from(&mut g, &Device::Cpu).unwrap();
+    let joule_f16 =
+        joule::knobs::cpu_kernel_types().is_none() && !joule::knobs::candle_kernels_only();
+    let uses: Vec<_> = g
+        .matmuls()
+        .iter()
+        .filter(|u| u.dtype == GgmlDType::F16 && (u.n, u.k) == (n, k))
+        .collect();
+    assert_eq!(uses.len(), 1);
+    if joule_f16 {
+        assert!(uses[0].joule);
+        // k = 2560: whole 16-value steps, no padding.
+        assert_eq!(g.held_of(name), (n * k * 2) as u64);
+        let r = joule::backend::KernelRecord::local(
+            &Device::Cpu,
+            KvCache::F16,
+            &[("gemma4".into(), g.matmuls())],
+        );
+        assert_eq!(r.types["F16"], "joule");
+        assert!(
+            r.models["gemma4"]["F16"].starts_with("joule (1 matrix)"),
+            "{:?}",
+            r.models
+        );
+    } else {
+        assert_eq!(g.held_of(name), (n * k * 4) as u64);
+    }
 }

@@ -73,7 +73,7 @@ fn case(name: &str) -> Result<(usize, usize)> {
 
 /// User plus system CPU seconds of this process, all threads (`/proc/self/stat`, in clock
 /// ticks of 1/100 s; measurements last long enough for that to be fine).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return f64::NAN;
     };

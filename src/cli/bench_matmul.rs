@@ -7,8 +7,11 @@
 //! parameters made of this type would get if every matrix ran at this rate (an estimate: rows/s
 //! × the matrix's parameters / 8e9; attention and the rest of a step are not counted).
 //! The weights are random blocks with sane scales (no quantisation step), so a run starts at
-//! once; on CUDA each timing ends with a device synchronisation.
+//! once; on CUDA each timing ends with a device synchronisation. Besides wall time it reports
+//! the process's CPU time per product (all threads; on a loaded machine compare that, with
+//! `--threads 1` and enough `--repetitions` for the clock's 10 ms ticks).
 
+use super::bench_layers::cpu_seconds;
 use crate::inference::engine::device::{device_name, select_device};
 use crate::inference::kernels::quant_matmul::random_matrix;
 use crate::inference::models::nn::Proj;
@@ -24,7 +27,8 @@ use std::time::Instant;
 
 #[derive(Args, Debug)]
 pub struct MatmulBenchArgs {
-    /// GGUF types (q4_k, q5_k, q6_k, q8_0, q5_0, q4_0, q4_1, q5_1, f16, f32), comma-separated;
+    /// GGUF types (q4_k, q5_k, q6_k, q8_0, q5_0, q4_0, q4_1, q5_1, f16, bf16, f32),
+    /// comma-separated;
     /// default: the types of the paper's Q4_K_M files and llama-quantize's fallbacks.
     #[arg(
         long,
@@ -61,6 +65,8 @@ pub struct MatmulBench {
     pub k: usize,
     pub rows: usize,
     pub seconds: f64,
+    /// Process CPU seconds per product (all threads).
+    pub cpu_seconds: f64,
     /// Activation rows per second through this matrix.
     pub rows_per_s: f64,
     /// Weight bytes of the matrix × products per second, GB/s.
@@ -83,10 +89,11 @@ pub fn parse_type(s: &str) -> Result<GgmlDType> {
         "q4_0" => GgmlDType::Q4_0,
         "q4_1" => GgmlDType::Q4_1,
         "f16" => GgmlDType::F16,
+        "bf16" => GgmlDType::BF16,
         "f32" => GgmlDType::F32,
         other => bail!(
             "--types: `{other}` is not a type this benchmark knows (q4_k, q5_k, q6_k, q8_0, \
-             q5_0, q5_1, q4_0, q4_1, f16, f32)"
+             q5_0, q5_1, q4_0, q4_1, f16, bf16, f32)"
         ),
     })
 }
@@ -133,13 +140,14 @@ fn measure(
             );
         }
         dev.synchronize()?;
-        let t0 = Instant::now();
+        let (t0, c0) = (Instant::now(), cpu_seconds());
         for _ in 0..reps {
             let y = proj.forward(&x)?;
             std::hint::black_box(&y);
         }
         dev.synchronize()?;
         let seconds = t0.elapsed().as_secs_f64() / reps as f64;
+        let cpu_seconds = (cpu_seconds() - c0) / reps as f64;
         let rows_per_s = rows as f64 / seconds;
         out.push(MatmulBench {
             backend: device_name(dev).to_string(),
@@ -148,6 +156,7 @@ fn measure(
             k,
             rows,
             seconds,
+            cpu_seconds,
             rows_per_s,
             weight_gbs: weight_bytes as f64 / seconds / 1e9,
             est_8b_tps: rows_per_s * (n * k) as f64 / 8e9,
@@ -178,18 +187,19 @@ pub fn run(args: MatmulBenchArgs) -> Result<ExitCode> {
             .with_context(|| format!("--types {}", args.types[i]))?;
         if !args.json {
             if all.is_empty() {
-                println!("| backend | type | matrix | rows | ms | rows/s | weight GB/s | est. t/s, 8 B model | kernel |");
-                println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |");
+                println!("| backend | type | matrix | rows | ms | CPU ms | rows/s | weight GB/s | est. t/s, 8 B model | kernel |");
+                println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
             }
             for r in &rs {
                 println!(
-                    "| {} | {} | {}x{} | {} | {:.3} | {:.0} | {:.1} | {:.1} | {} |",
+                    "| {} | {} | {}x{} | {} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} | {} |",
                     r.backend,
                     r.dtype,
                     r.n,
                     r.k,
                     r.rows,
                     r.seconds * 1e3,
+                    r.cpu_seconds * 1e3,
                     r.rows_per_s,
                     r.weight_gbs,
                     r.est_8b_tps,
@@ -221,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_small_cpu_run_gives_finite_rates_for_every_default_type() {
-        for t in ["q4_k", "q5_k", "q6_k", "q8_0", "q5_0"] {
+        for t in ["q4_k", "q5_k", "q6_k", "q8_0", "q5_0", "f16", "bf16"] {
             let t = parse_type(t).unwrap();
             let r = measure(&Device::Cpu, t, (64, 512), &[1, 3], 2).unwrap();
             assert_eq!(r.len(), 2);

@@ -9,14 +9,16 @@
 //!   quantised tensors stay as stored; float tensors (F32, F16, BF16) become
 //!   f32 (candle's matmul dequantises float weights; norms and biases are
 //!   read as f32); a matrix that Joule's CPU kernels multiply is held as
-//!   their regrouped copy instead (about its stored size); a quantised matrix
+//!   their regrouped copy instead (about its stored size; an F16/BF16 matrix
+//!   2 bytes per weight, `quant_matmul::floats`); a quantised matrix
 //!   that candle multiplies on the CPU is held *with* candle's repacked
 //!   copies (`quant_matmul::candle_repack_bytes`: Q4_K 144 bytes per
 //!   super-block in the file + 192 (decode tiles) + 320 (AMX prefill tiles,
 //!   on CPUs with AMX); Q6_K 210 + 320; Q8_0 twice its size). So on an
 //!   AMX CPU a Q4_K_M file needs about 4.5 times its size, on a GPU its
 //!   size. [`WeightEstimate::from_info`] is the header-only estimate
-//!   (without the kernels' copies) for files not loaded.
+//!   (without the kernels' copies, float tensors as f32: it cannot tell a
+//!   matrix from a table) for files not loaded.
 //! - **Sequence state** (measured on the loaded model, one token through a fresh
 //!   [`SeqState`]): keys and values cost `kv_per_token` bytes per position of the
 //!   cache's capacity, which grows in powers of two from 64

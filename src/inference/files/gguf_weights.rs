@@ -133,6 +133,16 @@ impl GgufFile {
         self.held.iter().map(|(_, b)| b).sum()
     }
 
+    /// Bytes the loaded model holds on account of tensor `name` (every read of it and every
+    /// kernel's copy).
+    pub fn held_of(&self, name: &str) -> u64 {
+        self.held
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, b)| b)
+            .sum()
+    }
+
     /// Set what the model keeps of tensor `name` (its latest read).
     pub fn set_held(&mut self, name: &str, bytes: u64) {
         if let Some(h) = self.held.iter_mut().rev().find(|(n, _)| n == name) {

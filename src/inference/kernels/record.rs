@@ -329,6 +329,9 @@ mod tests {
             assert_eq!(r.types["Q6_K"], "joule");
             assert_eq!(r.types["Q5_K"], "joule");
             assert!(r.types["Q8_0"].starts_with("joule"));
+            // F16/BF16 matrices: Joule's 16-bit ones (`quant_matmul::floats`).
+            assert_eq!(r.types["F16"], "joule");
+            assert_eq!(r.types["BF16"], "joule");
         }
         #[derive(serde::Serialize, serde::Deserialize)]
         struct T {

@@ -135,7 +135,8 @@ pub fn rms_norm_plain(x: &Tensor, eps: f32) -> candle_core::Result<Tensor> {
 /// A weight matrix `W` (`[out, in]`) applied as `x @ W^T`: candle's
 /// quantised matmul (every GGML type candle knows: F32, F16, BF16, Q4_K,
 /// Q6_K, ...), on the CPU Joule's own SIMD kernels for the types they compute
-/// faster (`quant_matmul::DEFAULT_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q5_K),
+/// faster (`quant_matmul::DEFAULT_TYPES`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q5_K;
+/// F16 and BF16 held as 16-bit, where candle holds f32: `quant_matmul::floats`),
 /// or both for Q4_K/Q6_K (`quant_matmul::split`: Joule's for decode-sized
 /// segments of the rows, candle's for prompts); `JOULE_CPU_KERNEL_TYPES`
 /// names others (`quant_matmul::choose`).

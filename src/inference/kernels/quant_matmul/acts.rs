@@ -1,9 +1,42 @@
 //! Activation rows quantised once to 8-bit blocks ([`Acts`]: `x ≈ d₈·q₈`, with
 //! `s = d₈·Σq₈` kept per block), and for the k-quant matrices to 256-value blocks with per-16
-//! sums ([`Q8K`]), as llama.cpp quantises them before its integer dot products.
+//! sums ([`Q8K`]), as llama.cpp quantises them before its integer dot products; for the F16
+//! and BF16 matrices (`floats`) rounded to f16 or bf16 and kept as f32 (exactly), as
+//! llama.cpp converts them to the weight's type before its dot products.
 
+use super::floats::{self, HalfType};
 use super::kquants::{quantize_k, Q8K, QK};
-use super::{Q8Ints, SendPtr, BLOCK, GROUP, PARALLEL_QUANTISE_ROWS};
+use super::{ActsForm, Q8Ints, SendPtr, BLOCK, GROUP, PARALLEL_QUANTISE_ROWS};
+
+/// The forms a product needs its activations in (one input can feed matrices of several
+/// forms: [`super::matmul_many`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Forms {
+    /// 32-value 8-bit blocks (the 32-value types).
+    pub blocks: bool,
+    /// 256-value 8-bit blocks (the k-quants).
+    pub supers: bool,
+    /// Values rounded to f16 (F16 matrices).
+    pub f16: bool,
+    /// Values rounded to bf16 (BF16 matrices).
+    pub bf16: bool,
+}
+
+impl Forms {
+    /// The forms matrices of `forms` need.
+    pub fn of(forms: impl IntoIterator<Item = ActsForm>) -> Self {
+        let mut f = Forms::default();
+        for form in forms {
+            match form {
+                ActsForm::Blocks => f.blocks = true,
+                ActsForm::Supers => f.supers = true,
+                ActsForm::F16 => f.f16 = true,
+                ActsForm::Bf16 => f.bf16 = true,
+            }
+        }
+        f
+    }
+}
 
 /// Blocks of a row rounded up to whole groups (the stride of the scale arrays).
 pub(super) fn padded(kb: usize) -> usize {
@@ -31,6 +64,13 @@ pub struct Acts {
     pub(crate) kbs: usize,
     pub(crate) qk: Vec<Q8K>,
     pub(crate) dk: Vec<f32>,
+    /// Rows rounded to f16 ([`floats::F16`]'s layout, [`HalfType::arrange`]) and their
+    /// stride (`k` rounded up to whole chunks, zeros after `k`); empty when not asked for.
+    pub(crate) kf16: usize,
+    pub(crate) f16s: Vec<f32>,
+    /// Rows rounded to bf16 ([`floats::Bf16`]'s layout) and their stride.
+    pub(crate) kbf16: usize,
+    pub(crate) bf16s: Vec<f32>,
 }
 
 impl Acts {
@@ -43,6 +83,26 @@ impl Acts {
     /// Quantise `x` to 32-value blocks (`blocks`), to 256-value blocks (`supers`, `k` a
     /// multiple of 256), or both.
     pub fn quantize_for(x: &[f32], k: usize, blocks: bool, supers: bool) -> Self {
+        Self::prepare(
+            x,
+            k,
+            Forms {
+                blocks,
+                supers,
+                ..Forms::default()
+            },
+        )
+    }
+
+    /// `x` (rows of `k` values) in every form of `forms`: 32-value blocks (`k` a multiple
+    /// of 32), 256-value blocks (`k` a multiple of 256), f16 or bf16 rows (any `k`).
+    pub fn prepare(x: &[f32], k: usize, forms: Forms) -> Self {
+        let Forms {
+            blocks,
+            supers,
+            f16,
+            bf16,
+        } = forms;
         let kb = k / BLOCK;
         let kbp = padded(kb);
         let kbs = if supers { k / QK } else { 0 };
@@ -58,6 +118,10 @@ impl Acts {
             kbs,
             qk: vec![Q8K::default(); m * kbs],
             dk: vec![0f32; m * kbs],
+            kf16: floats::F16::padded(k),
+            f16s: vec![0f32; if f16 { m * floats::F16::padded(k) } else { 0 }],
+            kbf16: floats::Bf16::padded(k),
+            bf16s: vec![0f32; if bf16 { m * floats::Bf16::padded(k) } else { 0 }],
         };
         let (qp, dp, sp, s1p) = (
             SendPtr(acts.qs.as_mut_ptr()),
@@ -66,7 +130,25 @@ impl Acts {
             SendPtr(acts.s1.as_mut_ptr()),
         );
         let (kp, kdp) = (SendPtr(acts.qk.as_mut_ptr()), SendPtr(acts.dk.as_mut_ptr()));
+        let (kf16, kbf16) = (acts.kf16, acts.kbf16);
+        let (f16p, bf16p) = (
+            SendPtr(acts.f16s.as_mut_ptr()),
+            SendPtr(acts.bf16s.as_mut_ptr()),
+        );
         let row = |r: usize| {
+            let xr = &x[r * k..(r + 1) * k];
+            if f16 {
+                // SAFETY: row r's values are written by this call alone, inside the
+                // vector sized above.
+                let out = unsafe { std::slice::from_raw_parts_mut(f16p.get().add(r * kf16), kf16) };
+                floats::F16::arrange(xr, out);
+            }
+            if bf16 {
+                // SAFETY: as above.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(bf16p.get().add(r * kbf16), kbf16) };
+                floats::Bf16::arrange(xr, out);
+            }
             for b in 0..kbs {
                 let (q, d) = quantize_k(&x[(r * kbs + b) * QK..(r * kbs + b + 1) * QK]);
                 // SAFETY: as below.
@@ -110,9 +192,16 @@ impl Acts {
     }
 
     pub(super) fn rows(&self) -> usize {
-        (self.qs.len().checked_div(self.kb))
-            .max(self.qk.len().checked_div(self.kbs))
-            .unwrap_or(0)
+        [
+            self.qs.len().checked_div(self.kb),
+            self.qk.len().checked_div(self.kbs),
+            self.f16s.len().checked_div(self.kf16),
+            self.bf16s.len().checked_div(self.kbf16),
+        ]
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0)
     }
 }
 

@@ -685,8 +685,8 @@ impl<B: KBlock> CpuMatmul for KMatrix<B> {
         self.k
     }
 
-    fn super_blocks(&self) -> bool {
-        true
+    fn acts_form(&self) -> super::ActsForm {
+        super::ActsForm::Supers
     }
 
     fn dequantize(&self) -> Vec<f32> {

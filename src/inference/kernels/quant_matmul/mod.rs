@@ -82,10 +82,9 @@ pub trait CpuMatmul: Debug + Send + Sync {
     fn k(&self) -> usize;
     /// The weight as f32, row major (for tests and reference checks).
     fn dequantize(&self) -> Vec<f32>;
-    /// Whether the matrix takes 256-value activation blocks ([`Acts::qk`], the
-    /// k-quants) rather than 32-value ones.
-    fn super_blocks(&self) -> bool {
-        false
+    /// The form the matrix takes its activations in ([`Acts`]).
+    fn acts_form(&self) -> ActsForm {
+        ActsForm::Blocks
     }
     /// Bytes the matrix holds (its payloads and scales; the memory plan).
     fn resident_bytes(&self) -> u64;
@@ -96,6 +95,19 @@ pub trait CpuMatmul: Debug + Send + Sync {
     /// floats (`m` the rows of `acts`), and no other thread may write the same
     /// `(r, j)` while this runs.
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32);
+}
+
+/// The form of the activations a [`CpuMatmul`] multiplies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActsForm {
+    /// 32-value 8-bit blocks (`Acts::qs`: the 32-value types).
+    Blocks,
+    /// 256-value 8-bit blocks with per-16 sums (`Acts::qk`: the k-quants).
+    Supers,
+    /// Values rounded to f16 (`Acts::f16s`: F16 matrices).
+    F16,
+    /// Values rounded to bf16 (`Acts::bf16s`: BF16 matrices).
+    Bf16,
 }
 
 /// `y = x · Wᵀ` for `x` of `m = x.len() / k` rows; `y` row major (`[m, n]`).
@@ -117,7 +129,8 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
             w.k()
         );
     }
-    if k == 0 || k % BLOCK != 0 || x.len() % k != 0 {
+    let forms = acts::Forms::of(ws.iter().map(|w| w.acts_form()));
+    if k == 0 || (forms.blocks && k % BLOCK != 0) || x.len() % k != 0 {
         bail!(
             "activations of {} values are not rows of {k} for a [{}, {k}] weight",
             x.len(),
@@ -125,11 +138,10 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
         );
     }
     let m = x.len() / k;
-    let supers = ws.iter().any(|w| w.super_blocks());
-    if supers && k % kquants::QK != 0 {
+    if forms.supers && k % kquants::QK != 0 {
         bail!("k-quant weights of {k} columns are not whole super-blocks of 256");
     }
-    let acts = Acts::quantize_for(x, k, ws.iter().any(|w| !w.super_blocks()), supers);
+    let acts = Acts::prepare(x, k, forms);
     let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.n()]).collect();
     let ptrs: Vec<SendPtr<f32>> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
     // Work items are (matrix, block of activation rows, chunk of weight
@@ -176,13 +188,17 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 /// multiplied prompts about 2× faster than Joule's 2×4 tile (before the AVX-512 prompt
 /// path of session 12, `x86::kquants512::run_prompt_k512`) but hold about 4.5× the
 /// file; see benches/README.md, "k-quant super-block kernels" and "session 11".
-pub const DEFAULT_TYPES: [GgmlDType; 6] = [
+/// F16 and BF16 ([`floats`]) are held as 16-bit values where candle would hold f32, and
+/// multiplied as llama.cpp does (benches/README.md, session 14).
+pub const DEFAULT_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
     GgmlDType::Q5_1,
     GgmlDType::Q8_0,
     GgmlDType::Q5K,
+    GgmlDType::F16,
+    GgmlDType::BF16,
 ];
 
 /// Whether candle 0.11.1 multiplies a `[n, k]` matrix of `dtype` with its
@@ -289,7 +305,7 @@ pub(crate) fn cpu_has_amx_int8() -> bool {
 }
 
 /// Every type this module can multiply.
-pub const ALL_TYPES: [GgmlDType; 8] = [
+pub const ALL_TYPES: [GgmlDType; 10] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
@@ -298,6 +314,8 @@ pub const ALL_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,
+    GgmlDType::F16,
+    GgmlDType::BF16,
 ];
 
 /// The types a [`TYPES_ENV`] value names, or `None` when it names none
@@ -445,6 +463,11 @@ pub fn cpu_matrix_of(
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
         in_lanes(kquants::KMatrix::<B>::from_gguf_bytes(bytes, n, k)?)
     }
+    fn fboxed<H: floats::HalfType>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(floats::FloatMatrix::<H>::from_gguf_bytes(
+            bytes, n, k,
+        )?))
+    }
     Some(match dtype {
         GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
         GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
@@ -454,13 +477,15 @@ pub fn cpu_matrix_of(
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
         GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
+        GgmlDType::F16 => fboxed::<floats::F16>(bytes, n, k),
+        GgmlDType::BF16 => fboxed::<floats::Bf16>(bytes, n, k),
         _ => return None,
     })
 }
 
 /// [`cpu_matrix_of`] for a matrix whose bytes are read as it is built (a model load:
 /// [`source::RowSource::Read`]), for the types whose matrix converts its rows as they are
-/// read (the k-quants), else `None` (the caller reads the tensor whole).
+/// read (the k-quants, F16, BF16), else `None` (the caller reads the tensor whole).
 pub fn cpu_matrix_read(
     dtype: GgmlDType,
     read: &source::ReadAt<'_>,
@@ -478,10 +503,23 @@ pub fn cpu_matrix_read(
             k,
         )?)
     }
+    fn fboxed<H: floats::HalfType>(
+        read: &source::ReadAt<'_>,
+        n: usize,
+        k: usize,
+    ) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(floats::FloatMatrix::<H>::from_source(
+            &source::RowSource::Read(read),
+            n,
+            k,
+        )?))
+    }
     Some(match dtype {
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
         GgmlDType::Q5K => kboxed::<kquants::KQ5>(read, n, k),
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
+        GgmlDType::F16 => fboxed::<floats::F16>(read, n, k),
+        GgmlDType::BF16 => fboxed::<floats::Bf16>(read, n, k),
         _ => return None,
     })
 }
@@ -499,6 +537,7 @@ fn in_lanes<B: kquants::KBlock>(m: kquants::KMatrix<B>) -> Result<Box<dyn CpuMat
 
 mod acts;
 mod blocks;
+pub(crate) mod floats;
 pub(crate) mod kquants;
 pub mod source;
 pub mod split;
@@ -888,6 +927,11 @@ pub fn random_matrix(rng: &mut impl rand::Rng, dtype: GgmlDType, n: usize, k: us
                 b = rng.gen_range(-0.05f32..0.05).to_le_bytes().to_vec();
             }
             GgmlDType::F16 => b = f16(rng.gen_range(-0.05f32..0.05)).to_vec(),
+            GgmlDType::BF16 => {
+                b = half::bf16::from_f32(rng.gen_range(-0.05f32..0.05))
+                    .to_le_bytes()
+                    .to_vec()
+            }
             GgmlDType::Q4_1 | GgmlDType::Q5_1 => {
                 b[..2].copy_from_slice(&f16(rng.gen_range(0.001..0.05)));
                 b[2..4].copy_from_slice(&f16(-0.1));

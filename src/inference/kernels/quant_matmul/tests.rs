@@ -1,6 +1,7 @@
 //! Tests of the quantised matrix products: every type and SIMD path against a dequantised
 //! reference, candle's matmul and ggml's dequantisation; tiles bit for bit.
 
+use super::floats::HalfType;
 use super::*;
 use rand::{Rng, SeedableRng};
 
@@ -457,9 +458,24 @@ fn takes_follows_the_named_types_or_the_default_rule() {
         Choice::Candle
     );
     assert_eq!(
-        choose(None, GgmlDType::F16, 16, 256).unwrap(),
+        choose(None, GgmlDType::F32, 16, 256).unwrap(),
         Choice::Candle
     );
+    // F16/BF16: Joule's (16-bit, where candle holds f32), unless the named types leave
+    // them out.
+    assert_eq!(
+        choose(None, GgmlDType::F16, 10752, 2560).unwrap(),
+        Choice::Joule
+    );
+    assert_eq!(
+        choose(None, GgmlDType::BF16, 16, 256).unwrap(),
+        Choice::Joule
+    );
+    assert_eq!(
+        choose(Some("Q4_K,Q6_K"), GgmlDType::F16, 10752, 2560).unwrap(),
+        Choice::Candle
+    );
+    assert!(takes(Some("f16"), GgmlDType::F16, 3, 7).unwrap());
     // Q8_0 whatever the shape and CPU (see `candle_repack_rounds_as_llama`).
     assert!(takes(None, GgmlDType::Q8_0, 16, 256).unwrap());
     assert!(takes(None, GgmlDType::Q8_0, 9728, 2560).unwrap());
@@ -531,8 +547,13 @@ fn extreme_q8_0_weights_do_not_overflow() {
 
 #[test]
 fn types_candle_keeps_are_not_taken_and_bad_shapes_are_errors() {
-    assert!(cpu_matrix(GgmlDType::F16, &[], 1, 256).is_none());
-    assert!(cpu_matrix_of(GgmlDType::F16, &[], 1, 256).is_none());
+    assert!(cpu_matrix(GgmlDType::F32, &[], 1, 256).is_none());
+    assert!(cpu_matrix_of(GgmlDType::F32, &[], 1, 256).is_none());
+    // An F16 matrix needs 2 bytes a value.
+    let err = cpu_matrix_of(GgmlDType::F16, &[0u8; 511], 1, 256)
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("512"), "{err}");
     assert!(cpu_matrix_of(GgmlDType::Q4K, &[0u8; 144], 1, 256)
         .unwrap()
         .is_ok());
@@ -1027,4 +1048,255 @@ fn k_quant_matrices_read_piece_by_piece_equal_those_built_whole() {
     check_k_read::<kquants::KQ4, BlockQ4K>(51);
     check_k_read::<kquants::KQ5, BlockQ5K>(52);
     check_k_read::<kquants::KQ6, BlockQ6K>(53);
+}
+
+/// Random 16-bit weights of `H` for an `[n, k]` matrix (GGUF bytes), with a few zeros,
+/// negative zeros and extreme values among ordinary ones.
+fn random_floats<H: floats::HalfType>(rng: &mut impl Rng, n: usize, k: usize) -> Vec<u8> {
+    (0..n * k)
+        .flat_map(|_| {
+            let v: f32 = match rng.gen_range(0..50) {
+                0 => 0.0,
+                1 => -0.0,
+                2 => 1000.0,
+                3 => 1e-6,
+                _ => rng.gen_range(-0.5..0.5),
+            };
+            let bits = if H::NAME == "F16" {
+                half::f16::from_f32(v).to_bits()
+            } else {
+                half::bf16::from_f32(v).to_bits()
+            };
+            bits.to_le_bytes()
+        })
+        .collect()
+}
+
+/// The dot product as llama.cpp's tinyBLAS computes it, written from the definition on the
+/// natural order of the values (not through `arrange`/`dot_portable`): 16 lanes, F16 value
+/// `i` into lane `i mod 16`, BF16 of each 32 the pair `2l + 1`, `2l` into lane `l`; then the
+/// lanes' tree.
+fn tinyblas_dot<H: floats::HalfType>(w: &[f32], x: &[f32]) -> f32 {
+    let k = w.len();
+    let at = |v: &[f32], i: usize| if i < k { v[i] } else { 0.0 };
+    let mut l = [0f32; 16];
+    let kp = H::padded(k);
+    if H::NAME == "F16" {
+        for i in 0..kp {
+            l[i % 16] = at(w, i).mul_add(H::round(at(x, i)), l[i % 16]);
+        }
+    } else {
+        for c in (0..kp).step_by(32) {
+            for (lane, acc) in l.iter_mut().enumerate() {
+                let (o, e) = (c + 2 * lane + 1, c + 2 * lane);
+                *acc = at(w, o).mul_add(H::round(at(x, o)), *acc);
+                *acc = at(w, e).mul_add(H::round(at(x, e)), *acc);
+            }
+        }
+    }
+    let s8: Vec<f32> = (0..8).map(|i| l[i] + l[i + 8]).collect();
+    let s4: Vec<f32> = (0..4).map(|i| s8[i] + s8[i + 4]).collect();
+    (s4[0] + s4[2]) + (s4[1] + s4[3])
+}
+
+/// An F16/BF16 matrix: dequantises to the file's values; on every path, every row count
+/// and every tile the products are the bits of [`tinyblas_dot`] (so the paths, the tiles
+/// and a row alone or batched agree bit for bit), and close to the f64 product.
+fn check_floats<H: floats::HalfType>(seed: u64) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Whole steps, a partial last step, fewer values than one step; 4-row weight tiles
+    // and a remainder.
+    for (n, k) in [(11, 256), (6, 80), (5, 7), (9, 2560)] {
+        let bytes = random_floats::<H>(&mut rng, n, k);
+        let wf: Vec<f32> = bytes
+            .chunks_exact(2)
+            .map(|b| H::to_f32(u16::from_le_bytes([b[0], b[1]])))
+            .collect();
+        let w = floats::FloatMatrix::<H>::from_gguf_bytes(&bytes, n, k).unwrap();
+        assert_eq!(bits(&w.dequantize()), bits(&wf), "{} [{n}, {k}]", H::NAME);
+        assert_eq!(w.resident_bytes(), (n * H::padded(k) * 2) as u64);
+        let m = 11;
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+        let want: Vec<f32> = (0..m)
+            .flat_map(|r| {
+                let (wf, x) = (&wf, &x);
+                (0..n).map(move |j| {
+                    tinyblas_dot::<H>(&wf[j * k..(j + 1) * k], &x[r * k..(r + 1) * k])
+                })
+            })
+            .collect();
+        // Against the f64 product: the activations' rounding (2⁻¹¹ or 2⁻⁸ of each value)
+        // bounds the error by that share of Σ|w·x|.
+        let exact = reference(&wf, &x, n, k);
+        let abs = |v: &[f32]| v.iter().map(|a| a.abs()).collect::<Vec<f32>>();
+        let mag = reference(&abs(&wf), &abs(&x), n, k);
+        let rel = if H::NAME == "F16" {
+            2f32.powi(-11)
+        } else {
+            2f32.powi(-8)
+        };
+        for ((g, e), s) in want.iter().zip(&exact).zip(&mag) {
+            assert!(
+                (g - e).abs() <= 1.01 * rel * s + 1e-4,
+                "{}: {g} vs {e}",
+                H::NAME
+            );
+        }
+        for simd in Simd::available() {
+            let p = w.clone().with_simd(simd);
+            let all = matmul(&p, &x).unwrap();
+            assert_eq!(bits(&all), bits(&want), "{} {simd:?} [{n}, {k}]", H::NAME);
+            for rows in [1, 2, 3, 5] {
+                let part = matmul(&p, &x[..rows * k]).unwrap();
+                assert_eq!(
+                    bits(&part),
+                    bits(&want[..rows * n]),
+                    "{} {simd:?} {rows} rows",
+                    H::NAME
+                );
+            }
+            // Uneven chunks of weight rows and activation rows.
+            let acts = Acts::prepare(&x, k, acts::Forms::of([H::FORM]));
+            let mut y = vec![f32::NAN; m * n];
+            for (js, rows) in [(0..3, 0..5), (3..n, 0..5), (0..1, 5..m), (1..n, 5..m)] {
+                // SAFETY: the rows exist, y holds m·n values, one writer.
+                unsafe { p.run_chunk(&acts, rows, js, y.as_mut_ptr()) };
+            }
+            assert_eq!(bits(&y), bits(&want), "{} {simd:?} chunks", H::NAME);
+        }
+    }
+}
+
+#[test]
+fn f16_and_bf16_matrices_multiply_as_tinyblas_on_every_path_and_tile() {
+    check_floats::<floats::F16>(61);
+    check_floats::<floats::Bf16>(62);
+}
+
+#[test]
+fn f16_and_bf16_activations_round_to_nearest_even() {
+    // Halfway cases round to even; NaN stays NaN; overflow goes to infinity.
+    let one = 1.0f32;
+    let f16_half_ulp = one + 2f32.powi(-11);
+    let x = [
+        f16_half_ulp,
+        one + 3.0 * 2f32.powi(-11),
+        70000.0,
+        f32::NAN,
+        -0.0,
+    ];
+    let mut out = vec![0f32; floats::F16::padded(x.len())];
+    floats::F16::arrange(&x, &mut out);
+    assert_eq!(out[0], 1.0);
+    assert_eq!(out[1], one + 2.0 * 2f32.powi(-10));
+    assert_eq!(out[2], f32::INFINITY);
+    assert!(out[3].is_nan());
+    assert_eq!(out[4].to_bits(), (-0.0f32).to_bits());
+    assert!(out[5..].iter().all(|&v| v.to_bits() == 0));
+    // BF16: 8 significant bits; the odd values of each 32 first, then the even ones.
+    let x: Vec<f32> = (0..40).map(|i| i as f32).collect();
+    let mut out = vec![0f32; floats::Bf16::padded(x.len())];
+    floats::Bf16::arrange(&x, &mut out);
+    assert_eq!(out.len(), 64);
+    assert_eq!(&out[..3], &[1.0, 3.0, 5.0]);
+    assert_eq!(&out[16..19], &[0.0, 2.0, 4.0]);
+    assert_eq!(&out[32..36], &[33.0, 35.0, 37.0, 39.0]);
+    assert!(out[36..48].iter().all(|&v| v == 0.0));
+    assert_eq!(&out[48..52], &[32.0, 34.0, 36.0, 38.0]);
+    let mut one_val = vec![0f32; 32];
+    floats::Bf16::arrange(&[0.0, 1.0 + 2f32.powi(-8)], &mut one_val);
+    assert_eq!(one_val[0], 1.0, "halfway rounds to even");
+    floats::Bf16::arrange(&[0.0, 1.0 + 3.0 * 2f32.powi(-8)], &mut one_val);
+    assert_eq!(one_val[0], 1.0 + 2.0 * 2f32.powi(-7));
+}
+
+#[test]
+fn float_matrices_read_piece_by_piece_equal_those_built_whole() {
+    use source::{RowSource, PIECE_BYTES};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(63);
+    let k = 1000;
+    for n in [1, PIECE_BYTES / (2 * k) + 1, 3 * PIECE_BYTES / (2 * k) + 5] {
+        let bytes = random_floats::<floats::F16>(&mut rng, n, k);
+        let whole = floats::FloatMatrix::<floats::F16>::from_gguf_bytes(&bytes, n, k).unwrap();
+        let read = |off: u64, buf: &mut [u8]| -> std::io::Result<()> {
+            let off = off as usize;
+            buf.copy_from_slice(&bytes[off..off + buf.len()]);
+            Ok(())
+        };
+        let got =
+            floats::FloatMatrix::<floats::F16>::from_source(&RowSource::Read(&read), n, k).unwrap();
+        assert_eq!(got.w, whole.w, "n={n}");
+        assert_eq!(got.resident_bytes(), whole.resident_bytes());
+    }
+    let fail = |off: u64, _: &mut [u8]| -> std::io::Result<()> {
+        Err(std::io::Error::other(format!("no bytes at {off}")))
+    };
+    let err = floats::FloatMatrix::<floats::Bf16>::from_source(&RowSource::Read(&fail), 4, 64)
+        .unwrap_err();
+    assert!(err.to_string().contains("no bytes at"), "{err}");
+}
+
+#[test]
+fn float_k_quant_and_32_value_matrices_share_one_input() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(64);
+    let (n, k) = (12, 512);
+    let f16 = floats::FloatMatrix::<floats::F16>::from_gguf_bytes(
+        &random_floats::<floats::F16>(&mut rng, n, k),
+        n,
+        k,
+    )
+    .unwrap();
+    let bf16 = floats::FloatMatrix::<floats::Bf16>::from_gguf_bytes(
+        &random_floats::<floats::Bf16>(&mut rng, n, k),
+        n,
+        k,
+    )
+    .unwrap();
+    let q6 = kquants::KMatrix::<kquants::KQ6>::from_gguf_bytes(
+        &random_blocks::<BlockQ6K>(&mut rng, n, k),
+        n,
+        k,
+    )
+    .unwrap();
+    let q8 =
+        QuantMatrix::<BlockQ80>::from_gguf_bytes(&random_blocks::<BlockQ80>(&mut rng, n, k), n, k)
+            .unwrap();
+    let x: Vec<f32> = (0..3 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let ws: [&dyn CpuMatmul; 4] = [&f16, &q6, &bf16, &q8];
+    let many = matmul_many(&ws, &x).unwrap();
+    for (w, y) in ws.iter().zip(&many) {
+        assert_eq!(bits(y), bits(&matmul(*w, &x).unwrap()));
+    }
+}
+
+#[test]
+fn f16_products_match_candles_f32_product() {
+    use candle_core::{Device, Module, Tensor};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(65);
+    let (n, k, m) = (24, 768, 3);
+    let bytes = random_matrix(&mut rng, GgmlDType::F16, n, k);
+    let w = cpu_matrix_of(GgmlDType::F16, &bytes, n, k)
+        .unwrap()
+        .unwrap();
+    let q = candle_core::quantized::ggml_file::qtensor_from_ggml(
+        GgmlDType::F16,
+        &bytes,
+        vec![n, k],
+        &Device::Cpu,
+    )
+    .unwrap();
+    let qm = candle_core::quantized::QMatMul::from_qtensor(q).unwrap();
+    let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let want = qm
+        .forward(&Tensor::from_vec(x.clone(), (m, k), &Device::Cpu).unwrap())
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let got = matmul(w.as_ref(), &x).unwrap();
+    for (g, e) in got.iter().zip(&want) {
+        // Activations rounded to f16: a relative 2⁻¹¹ per value, |w| ≤ 0.05.
+        assert!((g - e).abs() < 0.05 * k as f32 * 1e-3, "{g} vs {e}");
+    }
 }

@@ -1,10 +1,11 @@
 //! The x86-64 SIMD paths of the integer dot products: shared unpacking of block payloads
 //! here, the AVX-512 VNNI tile in [`avx512`], the AVX2 and AVX-VNNI tiles in [`avx2`]. Which
 //! runs is [`super::Simd`], chosen at run time. The k-quant tiles are [`kquants512`] and
-//! [`kquants256`].
+//! [`kquants256`], the F16/BF16 tiles [`floats`].
 
 pub(super) mod avx2;
 pub(super) mod avx512;
+pub(super) mod floats;
 pub(super) mod klanes512;
 pub(super) mod kquants256;
 pub(super) mod kquants512;

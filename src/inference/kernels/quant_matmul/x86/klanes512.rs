@@ -391,8 +391,8 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
         self.k
     }
 
-    fn super_blocks(&self) -> bool {
-        true
+    fn acts_form(&self) -> super::super::ActsForm {
+        super::super::ActsForm::Supers
     }
 
     fn resident_bytes(&self) -> u64 {
