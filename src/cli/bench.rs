@@ -380,16 +380,11 @@ fn read_bandwidth(bytes: usize) -> f64 {
         let total = AtomicU64::new(0);
         let t0 = Instant::now();
         candle_core::utils::barrier_pool().execute_chunked(items, |range| {
-            let mut lanes = [0u64; 8];
+            let mut sum = 0u64;
             for item in range {
                 let end = words.min((item + 1) * CHUNK);
-                for c in buf[item * CHUNK..end].chunks_exact(8) {
-                    for (l, &v) in lanes.iter_mut().zip(c) {
-                        *l = l.wrapping_add(v);
-                    }
-                }
+                sum = sum.wrapping_add(sum_words(&buf[item * CHUNK..end]));
             }
-            let sum = lanes.iter().fold(0u64, |a, &v| a.wrapping_add(v));
             total.fetch_add(sum, Ordering::Relaxed);
         });
         best = best.min(t0.elapsed().as_secs_f64());
@@ -398,9 +393,54 @@ fn read_bandwidth(bytes: usize) -> f64 {
     (words * 8) as f64 / best
 }
 
+/// The wrapping sum of `words` in 32 lanes (the whole words; a tail of fewer than 32 is
+/// left out), with the widest vector loads this CPU has: compiled for the baseline
+/// x86-64 the loop is two words per instruction, too slow to keep up with memory on
+/// some machines (session 14's AVX-512 EPYC: 9.5 GB/s against 23 GB/s read by 64-byte
+/// loads).
+fn sum_words(words: &[u64]) -> u64 {
+    fn lanes(words: &[u64]) -> u64 {
+        let mut l = [0u64; 32];
+        for c in words.chunks_exact(32) {
+            for (a, &v) in l.iter_mut().zip(c) {
+                *a = a.wrapping_add(v);
+            }
+        }
+        l.iter().fold(0u64, |a, &v| a.wrapping_add(v))
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide512(words: &[u64]) -> u64 {
+            lanes(words)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn wide256(words: &[u64]) -> u64 {
+            lanes(words)
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 F.
+            return unsafe { wide512(words) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2.
+            return unsafe { wide256(words) };
+        }
+    }
+    lanes(words)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{mean_sd, read_bandwidth, step_weight_bytes};
+    use super::{mean_sd, read_bandwidth, step_weight_bytes, sum_words};
+
+    #[test]
+    fn the_bandwidth_read_sums_every_word() {
+        let words: Vec<u64> = (0..4096u64).map(|i| i * 7 + 1).collect();
+        let want = words.iter().fold(0u64, |a, &v| a.wrapping_add(v));
+        assert_eq!(sum_words(&words), want);
+        assert_eq!(sum_words(&[u64::MAX; 64]), 0u64.wrapping_sub(64));
+    }
     use crate::inference::files::gguf_weights::MatmulUse;
     use candle_core::quantized::GgmlDType;
 
