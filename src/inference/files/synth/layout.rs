@@ -33,6 +33,8 @@ pub struct Plan {
 
 struct Builder {
     arch: String,
+    /// Std multiplier of the projections that write into the residual stream ([`branch_gain`]).
+    branch: f32,
     metadata: Vec<(String, Value)>,
     tensors: Vec<PlannedTensor>,
 }
@@ -59,10 +61,10 @@ impl Builder {
             init,
         });
     }
-    /// A matrix `[fan_in, out]` read by `x · W`: std 1/√fan_in, or BRANCH/√fan_in when it
+    /// A matrix `[fan_in, out]` read by `x · W`: std 1/√fan_in, or `branch`/√fan_in when it
     /// writes into the residual stream.
     fn mat(&mut self, name: &str, fan_in: u64, out: u64, residual: bool) {
-        let gain = if residual { BRANCH } else { 1.0 };
+        let gain = if residual { self.branch } else { 1.0 };
         self.t(
             name,
             &[fan_in, out],
@@ -70,15 +72,33 @@ impl Builder {
         );
     }
     fn norm(&mut self, name: &str, n: u64) {
-        self.t(name, &[n], Init::Uniform(0.8, 1.2));
+        self.t(name, &[n], Init::Uniform(NORM.0, NORM.1));
     }
 }
+
+/// The range of RMS-norm weights.
+const NORM: (f32, f32) = (0.8, 1.2);
 
 /// One token in this many has boosted output weights (see `plan`).
 const FREQUENT: u64 = 1000;
 
-/// Std multiplier of projections that write into the residual stream (as the fixtures use).
-const BRANCH: f32 = 0.5;
+/// Std multiplier of the projections that write into the residual stream, for a model whose
+/// full depth writes `branches` times into it (a dense layer twice, a Nemotron-H layer once):
+/// 0.5·√(16 / branches), so that the branches of the whole model add up to the same share of
+/// the stream whatever its depth (what 16 branches at 0.5 give: the stream ends about 2/3
+/// branch, 1/3 embedding), as depth-scaled initialisers do (GPT-2's 1/√(2·layers)). With 0.5
+/// at every depth, 64 branches (Qwen3.5, 32 layers) rewrote the stream so often that the
+/// synthesized hybrids amplified rounding with depth (llama.cpp against Joule at full size:
+/// KL 0.02). Gemma 4's branches pass a post-norm of their own and keep 0.5. Computed from the
+/// real depth, so a `--layers` reduction keeps the real model's weights' scale.
+fn branch_gain(arch: &str, cfg: &SynthConfig) -> f32 {
+    let branches = match arch {
+        "gemma4" => return 0.5,
+        "nemotron_h" => cfg.layers,
+        _ => 2 * cfg.layers,
+    };
+    0.5 * (16.0 / branches.max(1) as f32).sqrt()
+}
 
 fn need(v: Option<u64>, model: &str, key: &str) -> Result<u64> {
     v.ok_or_else(|| {
@@ -124,6 +144,7 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
     }
     let mut b = Builder {
         arch: arch.to_string(),
+        branch: branch_gain(arch, cfg),
         metadata: Vec::new(),
         tensors: Vec::new(),
     };
@@ -140,20 +161,30 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
             bail!("models/{model}.toml: `joule models synth` cannot write architecture {other:?}")
         }
     };
-    // embeddings and head; tied models reuse token_embd as the output matrix, so it is
-    // scaled for logits (the first op on it is an RMS norm, so its input scale is free). One
-    // token in FREQUENT has 4x larger output weights: the distribution is peaked, as a trained
-    // model's is, so the top token stands clear of rounding noise.
-    let head = Init::StdBoostRows {
-        std: 1.5 / (h as f32).sqrt(),
+    // Embeddings and head. The residual stream starts at the embedding's scale, so every
+    // architecture's embedding rows enter it at RMS ~1 (Gemma 4 multiplies its rows by √h, so
+    // its rows are drawn 1/√h smaller): a smaller start lets the first layers' branches rewrite
+    // the whole stream, and a synthesized model then amplifies rounding with depth (Qwen3.5-4B,
+    // tied, drew its rows at the head's scale 1.5/√h and parted from llama.cpp by KL 0.19 at
+    // full depth). The logits' scale is the head's 1.5/√h: in the head itself when untied.
+    // A tied head is the embedding matrix, and the last hidden state still holds the input
+    // token's own row, whose product with itself (Σ e²) would give that token every logit: so
+    // for the other tied models `output_norm`'s weights, which multiply every product, are
+    // zero-mean with std 1.5/√h (the self product then averages out like any other). One
+    // token in FREQUENT has 4× larger rows: the next-token distribution is peaked, as a
+    // trained model's is, so the top token stands clear of rounding noise.
+    let head_std = 1.5 / (h as f32).sqrt();
+    let boosted = |std: f32| Init::StdBoostRows {
+        std,
         row: h,
         every: FREQUENT,
         boost: 4.0,
     };
-    let embd = if cfg.tied {
-        head.clone()
-    } else {
-        Init::Std(1.0)
+    let scales_embeddings = arch == "gemma4";
+    let (embd, out_norm) = match (cfg.tied, scales_embeddings) {
+        (false, _) => (Init::Std(1.0), Init::Uniform(NORM.0, NORM.1)),
+        (true, true) => (boosted(head_std), Init::Uniform(NORM.0, NORM.1)),
+        (true, false) => (boosted(1.0), Init::Std(head_std)),
     };
     b.tensors.insert(
         0,
@@ -169,11 +200,11 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
             PlannedTensor {
                 name: "output.weight".into(),
                 ne: vec![h, vocab],
-                init: head,
+                init: boosted(head_std),
             },
         );
     }
-    b.norm("output_norm.weight", h);
+    b.t("output_norm.weight", &[h], out_norm);
     Ok(Plan {
         metadata: b.metadata,
         tensors: b.tensors,
