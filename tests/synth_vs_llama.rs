@@ -255,10 +255,13 @@ fn llama_logits(bin: &Path, gguf: &Path, out: &Path, prefill: Option<usize>) -> 
     data
 }
 
-/// (mean KL(llama ‖ joule), top-1 agreement) over positions.
-fn compare(theirs: &[f32], ours: &[f32], vocab: usize) -> (f64, f64) {
+/// (mean KL(llama ‖ joule), top-1 agreement) over positions. Fails if llama.cpp's logits are
+/// degenerate: flat, or echoing the input (its top token the position's own input token at
+/// half the positions or more: a tied head reading back the token's own embedding row, which
+/// any two engines agree on whatever the layers compute).
+fn compare(theirs: &[f32], ours: &[f32], vocab: usize, input: &[u32]) -> (f64, f64) {
     assert_eq!(theirs.len(), ours.len());
-    let (mut kl, mut agree) = (0.0, 0usize);
+    let (mut kl, mut agree, mut echo) = (0.0, 0usize, 0usize);
     let n = theirs.len() / vocab;
     for i in 0..n {
         let (a, b) = (
@@ -301,7 +304,13 @@ fn compare(theirs: &[f32], ours: &[f32], vocab: usize) -> (f64, f64) {
                 .0
         };
         agree += usize::from(argmax(a) == argmax(b));
+        echo += usize::from(input.get(i).is_some_and(|&t| t as usize == argmax(a)));
     }
+    assert!(
+        2 * echo < n,
+        "llama.cpp's top token is the input token at {echo} of {n} positions: the synthesized \
+         model is degenerate (it echoes its input)"
+    );
     (kl / n as f64, agree as f64 / n as f64)
 }
 
@@ -331,7 +340,7 @@ fn logits_check(vocab_rows: Option<u64>) {
                 let ours =
                     joule::inference::engine::logits::compute(model.as_ref(), &ids(), prefill)
                         .unwrap();
-                let (kl, top1) = compare(&theirs, &ours, vocab);
+                let (kl, top1) = compare(&theirs, &ours, vocab, &ids());
                 let how = if prefill.is_some() {
                     "prefill+decode"
                 } else {

@@ -168,10 +168,11 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
     // tied, drew its rows at the head's scale 1.5/√h and parted from llama.cpp by KL 0.19 at
     // full depth). The logits' scale is the head's 1.5/√h: in the head itself when untied.
     // A tied head is the embedding matrix, and the last hidden state still holds the input
-    // token's own row, whose product with itself (Σ e²) would give that token every logit: so
-    // for the other tied models `output_norm`'s weights, which multiply every product, are
-    // zero-mean with std 1.5/√h (the self product then averages out like any other). One
-    // token in FREQUENT has 4× larger rows: the next-token distribution is peaked, as a
+    // token's own row, whose product with itself (Σ e²) would give that token nearly all the
+    // probability (synthesized Gemma 4 echoed its input at full depth): so for tied models
+    // `output_norm`'s weights, which multiply every product, are zero-mean, with the std that
+    // gives the logits the head's scale (the self product then averages out like any other).
+    // One token in FREQUENT has 4× larger rows: the next-token distribution is peaked, as a
     // trained model's is, so the top token stands clear of rounding noise.
     let head_std = 1.5 / (h as f32).sqrt();
     let boosted = |std: f32| Init::StdBoostRows {
@@ -183,7 +184,7 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
     let scales_embeddings = arch == "gemma4";
     let (embd, out_norm) = match (cfg.tied, scales_embeddings) {
         (false, _) => (Init::Std(1.0), Init::Uniform(NORM.0, NORM.1)),
-        (true, true) => (boosted(head_std), Init::Uniform(NORM.0, NORM.1)),
+        (true, true) => (boosted(head_std), Init::Std(1.0)),
         (true, false) => (boosted(1.0), Init::Std(head_std)),
     };
     b.tensors.insert(
@@ -492,6 +493,8 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
         anyhow::anyhow!("models/{model}.toml: [synth] needs `rope_theta_swa` for gemma4")
     })?;
     let rotary = cfg.full_rotary_fraction.unwrap_or(1.0);
+    // three post-normed branches per layer: attention, FFN, per-layer input
+    let post_gain = (16.0 / (3 * cfg.layers).max(1) as f32).sqrt();
     let full: Vec<char> = (0..cfg.layers)
         .map(|i| {
             let sliding = (i + 1) % period != 0;
@@ -570,7 +573,11 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
         // post-normed branches. With scalars in [0.6, 1.2] and post norms in [0.4, 0.6] the
         // branches rewrote ~40 % of the stream per layer and 42 layers were chaotic: llama.cpp's
         // own one-pass and step-by-step logits differed by mean KL 0.76 on the full-size file
-        // (0.047 at 512 wide). With [0.9, 1.1] and [0.3, 0.5]: 0.0014 at 512 wide.
+        // (0.047 at 512 wide). With [0.9, 1.1] and [0.3, 0.5]: 0.0014 at 512 wide. That
+        // full-size file echoed its input, though (see `plan`); once it did not, its 126
+        // branches at [0.3, 0.5] still parted llama.cpp from Joule by KL 0.023 at full size, so
+        // the post norms are scaled by depth as every other architecture's branches are
+        // (√(16 / branches) of [0.3, 0.5], the real layer count's branches).
         b.t(
             &format!("{p}layer_output_scale.weight"),
             &[1],
@@ -582,7 +589,11 @@ fn gemma4(b: &mut Builder, model: &str, cfg: &SynthConfig, n: u64) -> Result<(Ve
         b.mat(&format!("{p}inp_gate.weight"), h, ple, false);
         b.mat(&format!("{p}proj.weight"), ple, h, true);
         for post in ["post_attention_norm", "post_ffw_norm", "post_norm"] {
-            b.t(&format!("{p}{post}.weight"), &[h], Init::Uniform(0.3, 0.5));
+            b.t(
+                &format!("{p}{post}.weight"),
+                &[h],
+                Init::Uniform(0.3 * post_gain, 0.5 * post_gain),
+            );
         }
         b.norm(&format!("{p}ffn_norm.weight"), h);
         if k.is_lowercase() {
