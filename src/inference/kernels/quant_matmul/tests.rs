@@ -846,7 +846,16 @@ fn q6_k_in_lanes_gives_the_row_major_bits_on_extreme_blocks() {
             assert_eq!(bits(&a), bits(&batch[r * n..(r + 1) * n]), "row {r}");
         }
         let acts = Acts::quantize_for(&x, k, false, true);
-        for (j0, j1, r0, r1) in [(1, 36, 0, 21), (17, 18, 3, 4), (30, 37, 5, 19)] {
+        // Row steps of 8, 8, 4, 1; 1; 8, 4, 2; 2, 1; 2; 4; 4, 2, 1.
+        for (j0, j1, r0, r1) in [
+            (1, 36, 0, 21),
+            (17, 18, 3, 4),
+            (30, 37, 5, 19),
+            (0, 16, 0, 3),
+            (15, 33, 10, 12),
+            (2, 5, 1, 5),
+            (16, 37, 14, 21),
+        ] {
             let mut y = vec![f32::NAN; rows_in * n];
             // SAFETY: acts has rows_in rows of k values; y holds rows_in·n floats.
             unsafe { lanes.run_chunk(&acts, r0..r1, j0..j1, y.as_mut_ptr()) };
