@@ -527,10 +527,11 @@ pub fn cpu_matrix_read(
 /// A k-quant matrix as this CPU multiplies it fastest: with AVX-512 VNNI with its rows in
 /// lanes ([`x86::klanes512::KLanes`], the same bits; the row-major matrix is dropped),
 /// else as it is. Q6_K goes in lanes only where the CPU also has GFNI (its six-bit values
-/// unpack with `vgf2p8affineqb`); elsewhere it stays row-major (session 15, AVX-512 EPYC,
-/// one thread, one activation row, per 12,288 × 4,096 product: Q6_K in lanes Q6LANES_MS
-/// against ROWMAJOR_MS row-major; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68 in
-/// session 14; benches/README.md).
+/// unpack with `vgf2p8affineqb`); elsewhere it stays row-major. Session 15, AVX-512 EPYC,
+/// one thread, per 12,288 × 4,096 product, best of 12 on a shared machine: Q6_K in lanes
+/// 2.29 ms against 4.01 row-major for one activation row, 5.49 against 7.34 for 5, 11.1
+/// against 13.0 for 16; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68 in session 14
+/// (benches/README.md).
 fn in_lanes<B: kquants::KBlock>(m: kquants::KMatrix<B>) -> Result<Box<dyn CpuMatmul>> {
     #[cfg(target_arch = "x86_64")]
     if x86::klanes512::available::<B>(m.simd) {
