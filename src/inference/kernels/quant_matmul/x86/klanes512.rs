@@ -464,11 +464,11 @@ unsafe fn rows_block6<B: KBlock, const R: usize>(
         }
     }
     let d = _mm512_load_ps(blk.add(Layout::<B>::D) as *const f32);
-    for i in 0..R {
+    for (i, m) in main.iter().enumerate() {
         let d8 = *acts.dk.get_unchecked((r0 + i) * kbs + s);
         let a = acc.get_unchecked_mut(i);
         *a = _mm512_fmadd_ps(
-            _mm512_cvtepi32_ps(main[i]),
+            _mm512_cvtepi32_ps(*m),
             _mm512_mul_ps(d, _mm512_set1_ps(d8)),
             *a,
         );
@@ -496,7 +496,8 @@ unsafe fn group<B: KBlock>(
         let mut r = rows.start;
         while r < rows.end {
             let a = &mut acc[r - rows.start..];
-            let st = starts.get_unchecked((r - rows.start) * mat.kbs..);
+            // (Q4_K, Q5_K: none)
+            let st = starts.get((r - rows.start) * mat.kbs..).unwrap_or(&[]);
             let left = rows.end - r;
             macro_rules! step {
                 ($r:literal) => {{
