@@ -524,15 +524,17 @@ pub fn cpu_matrix_read(
     })
 }
 
-/// A k-quant matrix as this CPU multiplies it fastest: Q4_K and Q5_K with AVX-512 VNNI
-/// with their rows in lanes ([`x86::klanes512::KLanes`], the same bits; the row-major
-/// matrix is dropped), else as it is. Q6_K stays row-major: in lanes its six-bit values
-/// take more instructions to unpack than the row-major tile spends (session 14, AVX-512
-/// EPYC, one thread: Q6_K 5.39 ms in lanes against 4.31 row-major per 12,288 × 4,096
-/// product; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68; benches/README.md).
+/// A k-quant matrix as this CPU multiplies it fastest: with AVX-512 VNNI with its rows in
+/// lanes ([`x86::klanes512::KLanes`], the same bits; the row-major matrix is dropped),
+/// else as it is. Q6_K goes in lanes only where the CPU also has GFNI (its six-bit values
+/// unpack with `vgf2p8affineqb`); elsewhere it stays row-major. Session 15, AVX-512 EPYC,
+/// one thread, per 12,288 × 4,096 product, best of 12 on a shared machine: Q6_K in lanes
+/// 2.29 ms against 4.01 row-major for one activation row, 5.49 against 7.34 for 5, 11.1
+/// against 13.0 for 16; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68 in session 14
+/// (benches/README.md).
 fn in_lanes<B: kquants::KBlock>(m: kquants::KMatrix<B>) -> Result<Box<dyn CpuMatmul>> {
     #[cfg(target_arch = "x86_64")]
-    if B::OFFSET == 0 && x86::klanes512::available(m.simd) {
+    if x86::klanes512::available::<B>(m.simd) {
         return Ok(Box::new(x86::klanes512::KLanes::from_kmatrix(&m)?));
     }
     Ok(Box::new(m))

@@ -667,7 +667,7 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     // the row-major paths for the batch, for each row alone, and for every weight-row
     // range a work item may take (unaligned ones included).
     #[cfg(target_arch = "x86_64")]
-    if super::x86::klanes512::available(Simd::detect().unwrap()) {
+    if super::x86::klanes512::available::<B>(Simd::detect().unwrap()) {
         let lanes = super::x86::klanes512::KLanes::from_kmatrix(&w).unwrap();
         assert_eq!(
             bits(&lanes.dequantize()),
@@ -757,6 +757,120 @@ fn k_quant_paths_agree_and_tiles_are_bit_identical() {
     check_k_paths_agree::<kquants::KQ4, BlockQ4K>(51);
     check_k_paths_agree::<kquants::KQ5, BlockQ5K>(52);
     check_k_paths_agree::<kquants::KQ6, BlockQ6K>(53);
+}
+
+/// Q6_K blocks at the ends of their ranges: every value 63 with every scale −128, every
+/// value 0 with scales 127, and random values with scales drawn from −128, −1, 0, 63, 127;
+/// `d` random. One row per super-block takes each kind in turn.
+fn extreme_q6_k_bytes(rng: &mut impl Rng, n: usize, k: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for b in 0..n * k / 256 {
+        let mut blk: Vec<u8> = (0..210).map(|_| rng.gen()).collect();
+        let kind = b % 4;
+        let fill = match kind {
+            0 => Some(0xff),
+            1 => Some(0x00),
+            _ => None,
+        };
+        if let Some(v) = fill {
+            blk[..192].fill(v);
+        }
+        for sc in &mut blk[192..208] {
+            *sc = match kind {
+                0 => 0x80,
+                1 => 127,
+                2 => [0x80, 0xff, 0, 63, 127][rng.gen_range(0..5)],
+                _ => [0x80, 127][rng.gen_range(0..2)],
+            };
+        }
+        let d = half::f16::from_f32(rng.gen_range(0.0001..0.001)).to_le_bytes();
+        blk[208..210].copy_from_slice(&d);
+        bytes.extend_from_slice(&blk);
+    }
+    bytes
+}
+
+/// Q6_K in lanes (AVX-512 VNNI with GFNI) gives the row-major paths' bits on blocks with
+/// extreme values and scales against extreme activations, for the batch, each row alone
+/// and unaligned weight-row ranges; CPUs or levels without it keep the row-major matrix.
+#[test]
+fn q6_k_in_lanes_gives_the_row_major_bits_on_extreme_blocks() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(57);
+    let (n, k) = (37, 768);
+    let bytes = extreme_q6_k_bytes(&mut rng, n, k);
+    let w = kquants::KMatrix::<kquants::KQ6>::from_gguf_bytes(&bytes, n, k).unwrap();
+    // The largest activations of each sign, alternating signs, and random rows: 21 rows
+    // (in lanes: steps of 8, 8, 4, 1).
+    let rows_in = 21;
+    let x: Vec<f32> = (0..rows_in)
+        .flat_map(|r| {
+            let row: Vec<f32> = match r {
+                0 => vec![3.0; k],
+                1 => vec![-3.0; k],
+                2 => (0..k)
+                    .map(|i| if i % 2 == 0 { 3.0 } else { -3.0 })
+                    .collect(),
+                _ => (0..k).map(|_| rng.gen_range(-3.0..3.0)).collect(),
+            };
+            row
+        })
+        .collect();
+    let wf = w.dequantize();
+    let want = reference(&wf, &x, n, k);
+    // 8-bit activations per 256 values (|x| <= 3): error about Σ|w|·|x|/254.
+    let tol = 0.03 * k as f32 * wf.iter().fold(0f32, |a, v| a.max(v.abs()));
+    for simd in Simd::available() {
+        let m = w.clone().with_simd(simd);
+        let got = matmul(&m, &x).unwrap();
+        for (g, e) in got.iter().zip(&want) {
+            assert!((g - e).abs() < tol, "{simd:?}: {g} vs {e}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if simd != Simd::Avx512Vnni {
+            assert!(!super::x86::klanes512::available::<kquants::KQ6>(simd));
+            assert!(!super::x86::klanes512::available::<kquants::KQ4>(simd));
+            assert!(super::x86::klanes512::KLanes::from_kmatrix(&m).is_err());
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::klanes512::available::<kquants::KQ6>(Simd::detect().unwrap()) {
+        let rm = w.clone().with_simd(Simd::Avx512Vnni);
+        let lanes = super::x86::klanes512::KLanes::from_kmatrix(&rm).unwrap();
+        assert_eq!(bits(&lanes.dequantize()), bits(&wf));
+        let batch = matmul(&rm, &x).unwrap();
+        assert_eq!(bits(&matmul(&lanes, &x).unwrap()), bits(&batch), "batch");
+        for r in 0..rows_in {
+            let row = &x[r * k..(r + 1) * k];
+            let (a, b) = (matmul(&lanes, row).unwrap(), matmul(&rm, row).unwrap());
+            assert_eq!(bits(&a), bits(&b), "row {r} alone");
+            assert_eq!(bits(&a), bits(&batch[r * n..(r + 1) * n]), "row {r}");
+        }
+        let acts = Acts::quantize_for(&x, k, false, true);
+        // Row steps of 8, 8, 4, 1; 1; 8, 4, 2; 2, 1; 2; 4; 4, 2, 1.
+        for (j0, j1, r0, r1) in [
+            (1, 36, 0, 21),
+            (17, 18, 3, 4),
+            (30, 37, 5, 19),
+            (0, 16, 0, 3),
+            (15, 33, 10, 12),
+            (2, 5, 1, 5),
+            (16, 37, 14, 21),
+        ] {
+            let mut y = vec![f32::NAN; rows_in * n];
+            // SAFETY: acts has rows_in rows of k values; y holds rows_in·n floats.
+            unsafe { lanes.run_chunk(&acts, r0..r1, j0..j1, y.as_mut_ptr()) };
+            for r in 0..rows_in {
+                for j in 0..n {
+                    let got = y[r * n + j];
+                    if (r0..r1).contains(&r) && (j0..j1).contains(&j) {
+                        assert_eq!(got.to_bits(), batch[r * n + j].to_bits(), "({r}, {j})");
+                    } else {
+                        assert!(got.is_nan(), "wrote ({r}, {j}) outside its range");
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! The k-quant matrices (Q4_K, Q5_K, Q6_K) stored for AVX-512 VNNI with weight rows in
 //! vector lanes: [`KLanes`]. Each group of 16 weight rows keeps, per super-block, the
 //! values of all 16 rows interleaved so that one 64-byte line holds four consecutive
-//! values of every row (lane `l`, bytes `4l .. 4l + 4`), two such quads per line as low
-//! and high nibbles, followed by the quads' fifth (Q5_K) or fifth and sixth bits (Q6_K),
-//! the integer scales of all 16 rows per sub-block, the mins as pairs (Q4_K, Q5_K) and
-//! `d`, `dmin` as 16 floats. llama.cpp's CPU backend repacks its k-quants the same way
+//! values (a quad) of every row (lane `l`, bytes `4l .. 4l + 4`), then the integer scales
+//! of all 16 rows per sub-block, the mins as pairs (Q4_K, Q5_K) and `d`, `dmin` as 16
+//! floats. Q4_K and Q5_K keep two quads per line as low and high nibbles, followed by
+//! Q5_K's fifth bits; Q6_K keeps the four quads of each 16-value sub-block in three lines
+//! of six-bit values, the fourth quad's bits spread over the three lines' spare bits
+//! ([`sixes`]: one `and`, three `vgf2p8affineqb` and two `vpternlogd` unpack them, so
+//! Q6_K in lanes needs GFNI). llama.cpp's CPU backend repacks its k-quants the same way
 //! (rows in lanes) for its gemv/gemm kernels.
 //!
 //! Why: with one activation row (decode), [`super::kquants512::dot_tile_k512`] spends most
@@ -21,13 +24,16 @@
 //! `Σ mn·bsum`), then `acc = fma(main, d·d₈, acc)` and `acc = fma(min, −dmin·d₈, acc)` in
 //! super-block order. So a row's result is the same bits as in [`KMatrix`]'s paths (and
 //! the portable one's integers), whatever the tile of activation rows it is computed in.
+//! (Q6_K's offset term starts each sub-block's sum at `−32·bsum_b`, so a sub-block costs
+//! one `vpmulld` and one add per activation row besides its four `vpdpbusd`; the integer
+//! is the same whatever order its exact parts are added in.)
 
 use std::arch::x86_64::*;
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 
 use super::super::kquants::{KBlock, KMatrix, Q8K, QK};
 use super::super::source::Slots;
@@ -47,20 +53,28 @@ struct Line([u8; 64]);
 struct Layout<B: KBlock>(PhantomData<B>);
 
 impl<B: KBlock> Layout<B> {
-    /// Lines of the low four bits: quad `t` in line `t % 32` (`t < 32` low nibbles).
+    /// Whether `B` is Q6_K (six-bit values: [`Self::SIXES`]).
+    const SIX: bool = B::BYTES == 210;
+    /// Q4_K, Q5_K: lines of the low four bits: quad `t` in line `t % 32` (`t < 32` low
+    /// nibbles).
     const NIB: usize = 0;
+    /// Q6_K: the 16-value sub-block `b` (quads `4b .. 4b + 4`) in lines `3b .. 3b + 3`.
+    /// Byte `4l + c` of each line is value `c` of its quad for row `l`: line `3b` holds
+    /// quad `4b` in bits 0–5, line `3b + 1` quad `4b + 1` in bits 0, 1, 4–7, line `3b + 2`
+    /// quad `4b + 2` in bits 0–3, 6, 7; quad `4b + 3`'s bits 0, 1 are bits 6, 7 of line
+    /// `3b`, its bits 2, 3 and 4, 5 lie in place in lines `3b + 1` and `3b + 2`.
+    const SIXES: usize = 0;
     /// Lines of the high bits: Q5_K's fifth bit (quads `8h .. 8h + 8` in line `h`, bit
-    /// `t % 8` of each byte), Q6_K's fifth and sixth (quads `4h .. 4h + 4`, bits
-    /// `2(t % 4)`, `2(t % 4) + 1`); none for Q4_K.
+    /// `t % 8` of each byte); none for Q4_K and Q6_K.
     const HI: usize = 32;
-    const HI_LINES: usize = match B::BYTES {
-        176 => 8,
-        210 => 16,
-        _ => 0,
-    };
+    const HI_LINES: usize = if B::BYTES == 176 { 8 } else { 0 };
     /// Lines of the integer scales: sub-block `b` of [`KBlock::SUB`] values at bytes
     /// `16b .. 16b + 16` (one per lane; Q6_K's signed).
-    const SC: usize = Self::HI + Self::HI_LINES;
+    const SC: usize = if Self::SIX {
+        Self::SIXES + 48
+    } else {
+        Self::HI + Self::HI_LINES
+    };
     const SC_LINES: usize = (QK / B::SUB) * ROWS / 64;
     /// Lines of the mins (Q4_K, Q5_K): pair `q` (32-value sub-blocks `2q`, `2q + 1`) at
     /// bytes `32q .. 32q + 32`, lane `l`'s two bytes at `2l`.
@@ -69,6 +83,27 @@ impl<B: KBlock> Layout<B> {
     /// `d` of the 16 rows as f32, then `dmin` (Q4_K, Q5_K).
     const D: usize = Self::MN + Self::MN_LINES;
     const LINES: usize = Self::D + if B::WITH_MIN { 2 } else { 1 };
+}
+
+/// Q6_K's quad bytes of sub-block lines `a`, `b`, `c` ([`Layout::SIXES`]) from the values
+/// `q` of the four quads at one byte position.
+fn six_bytes(q: [u8; 4]) -> [u8; 3] {
+    [
+        q[0] | (q[3] & 0x03) << 6,
+        (q[1] & 0x03) | (q[3] & 0x0c) | (q[1] & 0x3c) << 2,
+        (q[2] & 0x0f) | (q[3] & 0x30) | (q[2] & 0x30) << 2,
+    ]
+}
+
+/// The values of the four quads at one byte position of Q6_K sub-block lines `a`, `b`,
+/// `c` (the inverse of [`six_bytes`]).
+fn six_values([a, b, c]: [u8; 3]) -> [u8; 4] {
+    [
+        a & 0x3f,
+        (b & 0x03) | (b >> 4) << 2,
+        (c & 0x0f) | (c >> 6) << 4,
+        (a >> 6) | (b & 0x0c) | (c & 0x30),
+    ]
 }
 
 /// A `[n, k]` k-quant weight of type `B` with its rows in lanes (see the module's text).
@@ -91,6 +126,14 @@ impl<B: KBlock> KLanes<B> {
     /// The same weights as `m`, rows in lanes (on candle's worker pool, a group of rows
     /// per item). Rows past `n` in the last group are zeros.
     pub(crate) fn from_kmatrix(m: &KMatrix<B>) -> Result<Self> {
+        if !available::<B>(m.simd) {
+            bail!(
+                "{} rows in lanes need AVX-512 VNNI{} (this matrix runs {:?})",
+                B::NAME,
+                if Layout::<B>::SIX { " and GFNI" } else { "" },
+                m.simd
+            );
+        }
         let (n, kbs) = (m.n, m.kbs);
         let groups = n.div_ceil(ROWS);
         let per_group = kbs * Layout::<B>::LINES;
@@ -128,21 +171,24 @@ impl<B: KBlock> KLanes<B> {
             }
             let (qs, meta) = (&m.qs[j * m.kbs + s], &m.meta[j * m.kbs + s]);
             let u = B::values(qs, meta);
-            for t in 0..QUADS {
+            if Layout::<B>::SIX {
+                for b in 0..QK / 16 {
+                    for c in 0..4 {
+                        let bytes = six_bytes(std::array::from_fn(|i| u[16 * b + 4 * i + c]));
+                        for (i, v) in bytes.into_iter().enumerate() {
+                            out[line(Layout::<B>::SIXES + 3 * b + i) + 4 * l + c] = v;
+                        }
+                    }
+                }
+            }
+            for t in 0..if Layout::<B>::SIX { 0 } else { QUADS } {
                 for c in 0..4 {
                     let v = u[4 * t + c];
                     let byte = line(Layout::<B>::NIB + t % 32) + 4 * l + c;
                     out[byte] |= (v & 0x0f) << (4 * (t / 32));
-                    match Layout::<B>::HI_LINES {
-                        8 => {
-                            let hb = line(Layout::<B>::HI + t / 8) + 4 * l + c;
-                            out[hb] |= ((v >> 4) & 1) << (t % 8);
-                        }
-                        16 => {
-                            let hb = line(Layout::<B>::HI + t / 4) + 4 * l + c;
-                            out[hb] |= ((v >> 4) & 3) << (2 * (t % 4));
-                        }
-                        _ => {}
+                    if Layout::<B>::HI_LINES == 8 {
+                        let hb = line(Layout::<B>::HI + t / 8) + 4 * l + c;
+                        out[hb] |= ((v >> 4) & 1) << (t % 8);
                     }
                 }
             }
@@ -183,11 +229,16 @@ impl<B: KBlock> KLanes<B> {
         let byte = |i: usize, b: usize| blk[i].0[b];
         let u = std::array::from_fn(|v| {
             let (t, c) = (v / 4, v % 4);
+            if Layout::<B>::SIX {
+                let (b, i) = (t / 4, t % 4);
+                let at = |j: usize| byte(Layout::<B>::SIXES + 3 * b + j, 4 * l + c);
+                return six_values([at(0), at(1), at(2)])[i];
+            }
             let low = (byte(Layout::<B>::NIB + t % 32, 4 * l + c) >> (4 * (t / 32))) & 0x0f;
-            let high = match Layout::<B>::HI_LINES {
-                8 => ((byte(Layout::<B>::HI + t / 8, 4 * l + c) >> (t % 8)) & 1) << 4,
-                16 => ((byte(Layout::<B>::HI + t / 4, 4 * l + c) >> (2 * (t % 4))) & 3) << 4,
-                _ => 0,
+            let high = if Layout::<B>::HI_LINES == 8 {
+                ((byte(Layout::<B>::HI + t / 8, 4 * l + c) >> (t % 8)) & 1) << 4
+            } else {
+                0
             };
             low | high
         });
@@ -224,34 +275,80 @@ impl<B: KBlock> KLanes<B> {
     }
 }
 
-/// Quad `t` (values `4t .. 4t + 4` of all 16 rows) of a group's super-block `blk`.
+/// Quad `t` (values `4t .. 4t + 4` of all 16 rows) of a Q4_K or Q5_K group's super-block
+/// `blk`.
 #[inline(always)]
 unsafe fn quad<B: KBlock>(blk: *const Line, t: usize) -> __m512i {
     let v = _mm512_load_si512(blk.add(Layout::<B>::NIB + t % 32) as *const _);
     let v = if t < 32 { v } else { _mm512_srli_epi16::<4>(v) };
     let mut w = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-    match Layout::<B>::HI_LINES {
-        8 => {
-            let h = _mm512_load_si512(blk.add(Layout::<B>::HI + t / 8) as *const _);
-            let set = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1 << (t % 8)));
-            // (a nibble is below 16, so adding 16 sets bit 4)
-            w = _mm512_mask_add_epi8(w, set, w, _mm512_set1_epi8(0x10));
-        }
-        16 => {
-            let h = _mm512_load_si512(blk.add(Layout::<B>::HI + t / 4) as *const _);
-            // Bits 2i, 2i + 1 of each byte to bits 4, 5 (the mask drops what a 16-bit
-            // shift carries in from the neighbouring byte).
-            let h = match t % 4 {
-                0 => _mm512_slli_epi16::<4>(h),
-                1 => _mm512_slli_epi16::<2>(h),
-                2 => h,
-                _ => _mm512_srli_epi16::<2>(h),
-            };
-            w = _mm512_or_si512(w, _mm512_and_si512(h, _mm512_set1_epi8(0x30)));
-        }
-        _ => {}
+    if Layout::<B>::HI_LINES == 8 {
+        let h = _mm512_load_si512(blk.add(Layout::<B>::HI + t / 8) as *const _);
+        let set = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1 << (t % 8)));
+        // (a nibble is below 16, so adding 16 sets bit 4)
+        w = _mm512_mask_add_epi8(w, set, w, _mm512_set1_epi8(0x10));
     }
     w
+}
+
+/// The 8×8 bit matrix of `vgf2p8affineqb` (one per 64-bit lane) that sets bit `i` of each
+/// byte to bit `from[i]` of the source byte (none: 0). Output bit `i` is the parity of
+/// the source byte and matrix byte `7 − i`.
+const fn gf_bits(from: [Option<u32>; 8]) -> i64 {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        if let Some(f) = from[i] {
+            m |= (1u64 << f) << (8 * (7 - i));
+        }
+        i += 1;
+    }
+    m as i64
+}
+
+/// Line `3b + 1` of [`Layout::SIXES`] to its quad: bits 0, 1, 4–7 to 0–5.
+const GF_B: i64 = gf_bits([
+    Some(0),
+    Some(1),
+    Some(4),
+    Some(5),
+    Some(6),
+    Some(7),
+    None,
+    None,
+]);
+/// Line `3b + 2` to its quad: bits 0–3, 6, 7 to 0–5.
+const GF_C: i64 = gf_bits([
+    Some(0),
+    Some(1),
+    Some(2),
+    Some(3),
+    Some(6),
+    Some(7),
+    None,
+    None,
+]);
+/// Line `3b`'s bits 6, 7 (the fourth quad's bits 0, 1) to bits 0, 1, the rest 0.
+const GF_A: i64 = gf_bits([Some(6), Some(7), None, None, None, None, None, None]);
+
+/// The four quads (values `16b .. 16b + 16` of all 16 rows, quad `4b + i` in `[i]`) of
+/// Q6_K sub-block `b` of a group's super-block `blk` ([`Layout::SIXES`]): one `and`, three
+/// affine bit maps and two bitwise selects for three lines.
+#[inline(always)]
+unsafe fn sixes<B: KBlock>(blk: *const Line, b: usize) -> [__m512i; 4] {
+    let p = blk.add(Layout::<B>::SIXES + 3 * b);
+    let a = _mm512_load_si512(p as *const _);
+    let bb = _mm512_load_si512(p.add(1) as *const _);
+    let c = _mm512_load_si512(p.add(2) as *const _);
+    let w0 = _mm512_and_si512(a, _mm512_set1_epi8(0x3f));
+    let w1 = _mm512_gf2p8affine_epi64_epi8::<0>(bb, _mm512_set1_epi64(GF_B));
+    let w2 = _mm512_gf2p8affine_epi64_epi8::<0>(c, _mm512_set1_epi64(GF_C));
+    let low = _mm512_gf2p8affine_epi64_epi8::<0>(a, _mm512_set1_epi64(GF_A));
+    // 0xca: bitwise `first ? second : third`. Bits 2, 3 from line 3b + 1, 4, 5 from line
+    // 3b + 2 (both in place), then bits 0, 1 (and the zeros of 6, 7) from `low`.
+    let mid = _mm512_ternarylogic_epi32::<0xca>(_mm512_set1_epi8(0x0c), bb, c);
+    let w3 = _mm512_ternarylogic_epi32::<0xca>(_mm512_set1_epi8(0x3c), mid, low);
+    [w0, w1, w2, w3]
 }
 
 /// The integer scale of sub-block `b` ([`KBlock::SUB`] values) of the 16 rows.
@@ -266,9 +363,9 @@ unsafe fn scales<B: KBlock>(blk: *const Line, b: usize) -> __m512i {
     }
 }
 
-/// `R` activation rows from `r0` against group super-block `blk` (super-block `s`), added
-/// to `acc[i]` (lane `l`: the group's weight row `l`). The integer and float steps are
-/// [`super::kquants512::run_prompt_k512`]'s.
+/// Q4_K, Q5_K: `R` activation rows from `r0` against group super-block `blk` (super-block
+/// `s`), added to `acc[i]` (lane `l`: the group's weight row `l`). The integer and float
+/// steps are [`super::kquants512::run_prompt_k512`]'s.
 #[inline(always)]
 unsafe fn rows_block<B: KBlock, const R: usize>(
     blk: *const Line,
@@ -299,16 +396,7 @@ unsafe fn rows_block<B: KBlock, const R: usize>(
         }
         let sc = scales::<B>(blk, b);
         for i in 0..R {
-            // Q6_K: the offset of its stored values, `OFFSET·bsum` of the sub-block
-            // (SUB = 16: one bsum), taken off before the scale: the same integer as
-            // `Σ sc·part − OFFSET·Σ sc·bsum`.
-            let p = if B::OFFSET != 0 {
-                let bsum = *xs[i].bsums.get_unchecked(b);
-                _mm512_sub_epi32(part[i], _mm512_set1_epi32(B::OFFSET * bsum))
-            } else {
-                part[i]
-            };
-            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(p, sc));
+            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(part[i], sc));
         }
     }
     let d = _mm512_load_ps(blk.add(Layout::<B>::D) as *const f32);
@@ -342,13 +430,61 @@ unsafe fn rows_block<B: KBlock, const R: usize>(
     }
 }
 
+/// Q6_K's [`rows_block`]: `R` activation rows from `r0` against group super-block `blk`
+/// (super-block `s`), added to `acc[i]`. `starts[i·kbs + s]` holds row `r0 + i`'s
+/// `−OFFSET·bsum_b` of each 16-value sub-block `b`, where that sub-block's sum starts (so
+/// the offset costs nothing per sub-block): then four `vpdpbusd` ([`sixes`]), and
+/// `main += sc_b·part` in one `vpmulld` and one add. The integers are exact, so `main` is
+/// [`super::kquants512::run_prompt_k512`]'s integer and the float step is its step.
+#[inline(always)]
+unsafe fn rows_block6<B: KBlock, const R: usize>(
+    blk: *const Line,
+    acts: &Acts,
+    starts: &[[i32; 16]],
+    r0: usize,
+    s: usize,
+    acc: &mut [__m512],
+) {
+    let kbs = acts.kbs;
+    let xq: [*const i32; R] = std::array::from_fn(|i| {
+        let x = acts.qk.get_unchecked((r0 + i) * kbs + s);
+        x.qs.as_ptr() as *const i32
+    });
+    let st: [*const i32; R] = std::array::from_fn(|i| starts.get_unchecked(i * kbs + s).as_ptr());
+    let mut main = [_mm512_setzero_si512(); R];
+    for b in 0..QK / 16 {
+        let w = sixes::<B>(blk, b);
+        let sc = scales::<B>(blk, b);
+        for i in 0..R {
+            let mut part = _mm512_set1_epi32(*st[i].add(b));
+            for (q, &wq) in w.iter().enumerate() {
+                part = _mm512_dpbusd_epi32(part, wq, _mm512_set1_epi32(*xq[i].add(4 * b + q)));
+            }
+            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(part, sc));
+        }
+    }
+    let d = _mm512_load_ps(blk.add(Layout::<B>::D) as *const f32);
+    for (i, m) in main.iter().enumerate() {
+        let d8 = *acts.dk.get_unchecked((r0 + i) * kbs + s);
+        let a = acc.get_unchecked_mut(i);
+        *a = _mm512_fmadd_ps(
+            _mm512_cvtepi32_ps(*m),
+            _mm512_mul_ps(d, _mm512_set1_ps(d8)),
+            *a,
+        );
+    }
+}
+
 /// Group `g` against activation rows `rows`, results for the group's lanes in `mask`
-/// (weight rows `16g + l`). Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW and VNNI,
-/// that the rows exist, and that it owns `y[r, 16g + l]` for the lanes of `mask`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-unsafe fn run_group<B: KBlock>(
+/// (weight rows `16g + l`); Q6_K's sub-block starts in `starts` ([`rows_block6`]; row
+/// `rows.start + i`'s super-block `s` at `i·kbs + s`). Caller guarantees that the rows
+/// exist and that it owns `y[r, 16g + l]` for the lanes of `mask`; compiled into
+/// [`run_group`] and [`run_group_gfni`].
+#[inline(always)]
+unsafe fn group<B: KBlock>(
     mat: &KLanes<B>,
     acts: &Acts,
+    starts: &[[i32; 16]],
     rows: Range<usize>,
     g: usize,
     mask: __mmask16,
@@ -360,19 +496,27 @@ unsafe fn run_group<B: KBlock>(
         let mut r = rows.start;
         while r < rows.end {
             let a = &mut acc[r - rows.start..];
+            // (Q4_K, Q5_K: none)
+            let st = starts.get((r - rows.start) * mat.kbs..).unwrap_or(&[]);
             let left = rows.end - r;
+            macro_rules! step {
+                ($r:literal) => {{
+                    if Layout::<B>::SIX {
+                        rows_block6::<B, $r>(blk, acts, st, r, s, a);
+                    } else {
+                        rows_block::<B, $r>(blk, acts, r, s, a);
+                    }
+                    $r
+                }};
+            }
             let step = if left >= 8 {
-                rows_block::<B, 8>(blk, acts, r, s, a);
-                8
+                step!(8)
             } else if left >= 4 {
-                rows_block::<B, 4>(blk, acts, r, s, a);
-                4
+                step!(4)
             } else if left >= 2 {
-                rows_block::<B, 2>(blk, acts, r, s, a);
-                2
+                step!(2)
             } else {
-                rows_block::<B, 1>(blk, acts, r, s, a);
-                1
+                step!(1)
             };
             r += step;
         }
@@ -380,6 +524,35 @@ unsafe fn run_group<B: KBlock>(
     for (i, a) in acc.iter().enumerate() {
         _mm512_mask_storeu_ps(y.add((rows.start + i) * mat.n + ROWS * g), mask, *a);
     }
+}
+
+/// [`group`] for Q4_K and Q5_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW and VNNI,
+/// and [`group`]'s conditions.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn run_group<B: KBlock>(
+    mat: &KLanes<B>,
+    acts: &Acts,
+    rows: Range<usize>,
+    g: usize,
+    mask: __mmask16,
+    y: *mut f32,
+) {
+    group(mat, acts, &[], rows, g, mask, y)
+}
+
+/// [`group`] for Q6_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW, VNNI and GFNI,
+/// and [`group`]'s conditions.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,gfni")]
+unsafe fn run_group_gfni<B: KBlock>(
+    mat: &KLanes<B>,
+    acts: &Acts,
+    starts: &[[i32; 16]],
+    rows: Range<usize>,
+    g: usize,
+    mask: __mmask16,
+    y: *mut f32,
+) {
+    group(mat, acts, starts, rows, g, mask, y)
 }
 
 impl<B: KBlock> CpuMatmul for KLanes<B> {
@@ -420,18 +593,35 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
         if js.is_empty() || rows.is_empty() {
             return;
         }
+        // Q6_K: each row's sub-block starts (−OFFSET·bsum), computed once for the groups.
+        let starts: Vec<[i32; 16]> = if Layout::<B>::SIX {
+            acts.qk[rows.start * self.kbs..rows.end * self.kbs]
+                .iter()
+                .map(|x| x.bsums.map(|b| -B::OFFSET * b))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for g in js.start / ROWS..js.end.div_ceil(ROWS) {
             let lo = js.start.max(ROWS * g) - ROWS * g;
             let hi = js.end.min(ROWS * (g + 1)) - ROWS * g;
             let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
-            // SAFETY: a KLanes is only built where `Simd::detect` found AVX-512 VNNI (and
-            // AVX2, FMA, F16C); the caller guarantees the rows and owns y for `js`.
-            unsafe { run_group(self, acts, rows.clone(), g, mask, y) };
+            // SAFETY: a KLanes is only built where `available` holds (`Simd::detect` found
+            // AVX-512 VNNI, AVX2, FMA, F16C; GFNI for Q6_K); the caller guarantees the
+            // rows and owns y for `js`; `starts` has every row's super-blocks.
+            unsafe {
+                if Layout::<B>::SIX {
+                    run_group_gfni(self, acts, &starts, rows.clone(), g, mask, y)
+                } else {
+                    run_group(self, acts, rows.clone(), g, mask, y)
+                }
+            };
         }
     }
 }
 
-/// Whether this CPU runs [`KLanes`] (the SIMD level [`Simd::detect`] chose).
-pub(crate) fn available(simd: Simd) -> bool {
-    simd == Simd::Avx512Vnni
+/// Whether this CPU runs [`KLanes`] of `B` (the SIMD level [`Simd::detect`] chose; Q6_K
+/// also needs GFNI for [`sixes`]).
+pub(crate) fn available<B: KBlock>(simd: Simd) -> bool {
+    simd == Simd::Avx512Vnni && (!Layout::<B>::SIX || std::arch::is_x86_feature_detected!("gfni"))
 }
