@@ -158,6 +158,7 @@ fn synth_real_width(name: &str, layers: u64, dir: &Path, vocab: u64) -> std::pat
         &SynthOptions {
             out: file.clone(),
             file_type: FileType::Q4KM,
+            layout: joule::inference::files::synth::Layout::LlamaCpp,
             layers: Some(layers),
             seed: 1,
             vocab: None,

@@ -240,6 +240,7 @@ fn f16_matrices_are_held_as_16_bit_on_the_cpu() {
     let opts = SynthOptions {
         out: out.clone(),
         file_type: FileType::Q4KM,
+        layout: joule::inference::files::synth::Layout::LlamaCpp,
         layers: Some(2),
         seed: 1,
         vocab: None,

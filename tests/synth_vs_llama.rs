@@ -96,6 +96,7 @@ fn options(out: PathBuf, file_type: FileType, layers: Option<u64>) -> SynthOptio
     SynthOptions {
         out,
         file_type,
+        layout: joule::inference::files::synth::Layout::LlamaCpp,
         layers,
         seed: 1,
         vocab: None,

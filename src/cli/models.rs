@@ -69,7 +69,8 @@ pub struct SynthArgs {
     /// `--vocab`.
     #[arg(long, value_name = "FILE", requires = "vocab")]
     pub chat_template: Option<PathBuf>,
-    /// llama.cpp (the converter's layout; the only one written so far) or ollama.
+    /// llama.cpp (llama.cpp's converter and llama-quantize) or ollama (Ollama's own converter
+    /// and quantizer: q4_k_m, q8_0, f16 or bf16; not for qwen3, which Ollama does not import).
     #[arg(long, default_value = "llama.cpp")]
     pub layout: String,
     /// No progress lines.
@@ -205,7 +206,7 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
 }
 
 fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    use crate::inference::files::synth::{recipe::FileType, synthesize, SynthOptions};
+    use crate::inference::files::synth::{recipe::FileType, synthesize, Layout, SynthOptions};
     let m = catalog.get(&a.name)?;
     let cfg = m.synth.as_ref().ok_or_else(|| {
         anyhow::anyhow!(
@@ -220,14 +221,8 @@ fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result
             FileType::NAMES.join(", ")
         )
     })?;
-    match a.layout.as_str() {
-        "llama.cpp" => {}
-        "ollama" => anyhow::bail!(
-            "--layout ollama: not written yet (only llama.cpp's converter layout is); \
-             Joule loads both layouts from real files"
-        ),
-        other => anyhow::bail!("--layout {other}: expected llama.cpp or ollama"),
-    }
+    let layout = Layout::parse(&a.layout)
+        .ok_or_else(|| anyhow::anyhow!("--layout {}: expected llama.cpp or ollama", a.layout))?;
     let chat_template = match &a.chat_template {
         Some(p) => Some(read_chat_template(p)?),
         None => None,
@@ -235,6 +230,7 @@ fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result
     let opts = SynthOptions {
         out: a.out,
         file_type,
+        layout,
         layers: a.layers,
         seed: a.seed,
         vocab: a.vocab,

@@ -114,6 +114,7 @@ pub fn synthesized_smollm2_q4_k_m() -> (tempfile::TempDir, std::path::PathBuf) {
     let opts = SynthOptions {
         out: gguf.clone(),
         file_type: FileType::Q4KM,
+        layout: joule::inference::files::synth::Layout::LlamaCpp,
         layers: Some(3),
         seed: 1,
         vocab: None,

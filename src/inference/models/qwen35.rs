@@ -23,11 +23,14 @@
 //!
 //! Layouts: llama.cpp's converter stores value heads in tiled order (value
 //! head `h` reads key head `h mod n_k`) and adds 1 to every RMS-norm weight
-//! but `ssm_norm`. Ollama's converter (`convert_qwen35.go`) differs in keys
+//! but `ssm_norm`. Ollama's (`convert_qwen3next.go`) does too, but differs in keys
 //! and names: per-layer `attention.head_count_kv` arrays, 3-entry rope
 //! sections, `ssm_dt` without `.bias`, vision (`v.*`) and MTP (`mtp.*`)
-//! tensors in the same file, and `ssm.v_head_reordered`. Both load; tensors
-//! generation does not use (vision tower, MTP/nextn heads) are skipped.
+//! tensors in the same file, and `ssm.v_head_reordered` (true: the value heads
+//! are in the same tiled order as llama.cpp's). Ollama writes no
+//! `attention.recurrent_layers`: a layer whose KV head count is 0 is a
+//! delta-net layer. Both load; tensors generation does not use (vision tower,
+//! MTP/nextn heads) are skipped.
 
 use super::decoder::check_steps;
 use super::delta_net::{self, Dims};
@@ -237,6 +240,11 @@ pub fn load(g: &mut GgufFile, device: &Device) -> Result<Qwen35> {
     };
     let recurrent: Vec<bool> = match bool_array(g, &k("attention.recurrent_layers"), n_layer)? {
         Some(r) => r,
+        // Ollama's files: no flags, but a KV head count of 0 on each delta-net layer (its
+        // runtime reads the layer kinds from that array, as here)
+        None if kv_heads.contains(&0) && kv_heads.iter().any(|&h| h > 0) => {
+            kv_heads.iter().map(|&h| h == 0).collect()
+        }
         None => {
             let interval = g
                 .opt(&k("full_attention_interval"), GgufFile::usize)?

@@ -2,7 +2,7 @@
 //! (`ne[0]` first) and initialisers, and the architecture's metadata keys, in the layout
 //! llama.cpp's converter writes (`convert_hf_to_gguf.py` / `conversion/*.py`, checked against
 //! the small converter-made fixtures in tests/fixtures/roster and golden). Ollama's layout is
-//! not written (`--layout ollama` is refused with a clear message).
+//! derived from this plan in [`super::ollama`].
 //!
 //! `layers` below the real count keeps every width and the same kinds of layer: the real
 //! sequence of layer kinds is sampled evenly, then any kind the sample missed replaces a
@@ -17,6 +17,10 @@ use anyhow::{bail, Result};
 #[derive(Debug, Clone)]
 pub struct PlannedTensor {
     pub name: String,
+    /// The name whose generator key draws the values ([`super::weights::tensor_key`]): the
+    /// tensor's name in llama.cpp's layout, so that a file in another layout that renames a
+    /// tensor still holds the same model for the same seed.
+    pub seed_name: String,
     pub ne: Vec<u64>,
     pub init: Init,
 }
@@ -57,6 +61,7 @@ impl Builder {
     fn t(&mut self, name: &str, ne: &[u64], init: Init) {
         self.tensors.push(PlannedTensor {
             name: name.to_string(),
+            seed_name: name.to_string(),
             ne: ne.to_vec(),
             init,
         });
@@ -191,6 +196,7 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
         0,
         PlannedTensor {
             name: "token_embd.weight".into(),
+            seed_name: "token_embd.weight".into(),
             ne: vec![h, vocab],
             init: embd,
         },
@@ -200,6 +206,7 @@ pub fn plan(model: &str, arch: &str, cfg: &SynthConfig, layers: u64) -> Result<P
             0,
             PlannedTensor {
                 name: "output.weight".into(),
+                seed_name: "output.weight".into(),
                 ne: vec![h, vocab],
                 init: boosted(head_std),
             },

@@ -6,6 +6,8 @@
 //! memory plans and benchmarks at real size.
 //!
 //! - [`layout`]: each architecture's tensors and metadata keys, and `--layers` scaling;
+//! - [`ollama`]: the same model in the layout Ollama's own converter and quantizer write
+//!   (`--layout ollama`);
 //! - [`recipe`]: llama-quantize's quant mix (which tensor gets which type);
 //! - [`weights`]: the seeded, chunkable random initialisers;
 //! - [`gguf_writer`]: the streaming GGUF writer (header first, then tensor by tensor).
@@ -15,6 +17,7 @@
 
 pub mod gguf_writer;
 pub mod layout;
+pub mod ollama;
 pub mod recipe;
 pub mod weights;
 
@@ -101,11 +104,32 @@ pub struct SynthConfig {
     pub full_rotary_fraction: Option<f32>,
 }
 
+/// Whose converter's layout the file has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// llama.cpp's `convert_hf_to_gguf.py` and `llama-quantize` ([`layout`], [`recipe`]).
+    LlamaCpp,
+    /// Ollama's own converter and quantizer ([`ollama`]).
+    Ollama,
+}
+
+impl Layout {
+    pub fn parse(s: &str) -> Option<Layout> {
+        match s {
+            "llama.cpp" => Some(Layout::LlamaCpp),
+            "ollama" => Some(Layout::Ollama),
+            _ => None,
+        }
+    }
+}
+
 /// What to write.
 #[derive(Debug, Clone)]
 pub struct SynthOptions {
     pub out: PathBuf,
     pub file_type: FileType,
+    /// llama.cpp's layout and quant mix, or Ollama's (same values for the same seed).
+    pub layout: Layout,
     /// Fewer layers than the real model (same widths, same layer kinds).
     pub layers: Option<u64>,
     pub seed: u64,
@@ -139,11 +163,17 @@ pub fn plan_file(
 ) -> Result<(
     Vec<(String, Value)>,
     Vec<TensorEntry>,
-    Vec<weights::Init>,
+    Vec<(weights::Init, String)>,
     layout::Plan,
 )> {
     let layers = opts.layers.unwrap_or(cfg.layers);
-    let mut plan = layout::plan(model, arch, cfg, layers)?;
+    let ollama = opts.layout == Layout::Ollama;
+    let mut plan = if ollama {
+        ollama::check(model, arch, opts.file_type)?;
+        ollama::plan(model, arch, cfg, layers)?
+    } else {
+        layout::plan(model, arch, cfg, layers)?
+    };
     let shapes: Vec<recipe::Shape<'_>> = plan
         .tensors
         .iter()
@@ -152,7 +182,11 @@ pub fn plan_file(
             ne: &t.ne,
         })
         .collect();
-    let types = recipe::assign(opts.file_type, &shapes, plan.block_count);
+    let types = if ollama {
+        ollama::assign(opts.file_type, arch, &shapes)
+    } else {
+        recipe::assign(opts.file_type, &shapes, plan.block_count)
+    };
     let entries: Vec<TensorEntry> = plan
         .tensors
         .iter()
@@ -163,16 +197,22 @@ pub fn plan_file(
             dtype,
         })
         .collect();
-    let inits = plan.tensors.iter().map(|t| t.init.clone()).collect();
+    let inits = plan
+        .tensors
+        .iter()
+        .map(|t| (t.init.clone(), t.seed_name.clone()))
+        .collect();
     let mut metadata = std::mem::take(&mut plan.metadata);
-    metadata.push((
-        "general.file_type".into(),
-        Value::U32(opts.file_type.ftype()),
-    ));
+    let file_type = if ollama {
+        ollama::file_type(opts.file_type)
+    } else {
+        opts.file_type.ftype()
+    };
+    metadata.push(("general.file_type".into(), Value::U32(file_type)));
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     match &opts.vocab {
         Some(path) => {
-            metadata.extend(vocab_metadata(path, cfg.vocab)?);
+            metadata.extend(vocab_metadata(path, cfg.vocab, opts.layout)?);
             if let Some(t) = &opts.chat_template {
                 metadata.retain(|(k, _)| k != "tokenizer.chat_template");
                 metadata.push(("tokenizer.chat_template".into(), Value::Str(t.clone())));
@@ -191,12 +231,16 @@ pub fn plan_file(
             metadata.push(("tokenizer.ggml.model".into(), Value::Str("none".into())));
         }
     }
+    if ollama {
+        ollama::sort_metadata(&mut metadata, arch, opts.file_type);
+    }
     Ok((metadata, entries, inits, plan))
 }
 
 /// The `tokenizer.*` keys of a vocabulary GGUF, with the token list (and its per-token
-/// arrays) padded to `vocab` entries as converters pad real files (`[PADn]`, type unused).
-fn vocab_metadata(path: &Path, vocab: u64) -> Result<Vec<(String, Value)>> {
+/// arrays) padded to `vocab` entries as the layout's converter pads real files (llama.cpp:
+/// `[PADn]` from the first missing id, score 0, type unused; Ollama: [`ollama::pad_token`]).
+fn vocab_metadata(path: &Path, vocab: u64, layout: Layout) -> Result<Vec<(String, Value)>> {
     use candle_core::quantized::gguf_file::{Content, Value as C};
     let mut f = std::fs::File::open(path)
         .with_context(|| format!("--vocab {}: cannot open", path.display()))?;
@@ -219,22 +263,26 @@ fn vocab_metadata(path: &Path, vocab: u64) -> Result<Vec<(String, Value)>> {
         );
     }
     let pad = vocab - n_tokens;
+    let padding = |i: u64| match layout {
+        Layout::LlamaCpp => (format!("[PAD{}]", n_tokens + i), 0.0, 5),
+        Layout::Ollama => ollama::pad_token(i),
+    };
     let mut out = Vec::new();
     for (k, v) in keys {
         let v = match (k.as_str(), v) {
             ("tokenizer.ggml.tokens", C::Array(items)) => {
                 let mut items = items.clone();
-                items.extend((0..pad).map(|i| C::String(format!("[PAD{}]", n_tokens + i))));
+                items.extend((0..pad).map(|i| C::String(padding(i).0)));
                 C::Array(items)
             }
             ("tokenizer.ggml.token_type", C::Array(items)) => {
                 let mut items = items.clone();
-                items.extend((0..pad).map(|_| C::I32(5)));
+                items.extend((0..pad).map(|i| C::I32(padding(i).2)));
                 C::Array(items)
             }
             ("tokenizer.ggml.scores", C::Array(items)) => {
                 let mut items = items.clone();
-                items.extend((0..pad).map(|_| C::F32(0.0)));
+                items.extend((0..pad).map(|i| C::F32(padding(i).1)));
                 C::Array(items)
             }
             (_, v) => v.clone(),
@@ -290,7 +338,7 @@ fn write_all(
     file: std::fs::File,
     metadata: &[(String, Value)],
     entries: &[TensorEntry],
-    inits: &[weights::Init],
+    inits: &[(weights::Init, String)],
     opts: &SynthOptions,
 ) -> Result<u64> {
     let mut w = BufWriter::with_capacity(8 << 20, file);
@@ -301,8 +349,8 @@ fn write_all(
         total,
     );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for (entry, init) in entries.iter().zip(inits) {
-        let key = weights::tensor_key(opts.seed, &entry.name);
+    for (entry, (init, seed_name)) in entries.iter().zip(inits) {
+        let key = weights::tensor_key(opts.seed, seed_name);
         let mut sink = TensorSink::new(&mut w, entry);
         let row = entry.ne[0];
         let rows = entry.elements() / row;
@@ -400,6 +448,7 @@ mod tests {
         SynthOptions {
             out: PathBuf::from("unused.gguf"),
             file_type: FileType::Q8_0,
+            layout: Layout::LlamaCpp,
             layers: Some(1),
             seed: 0,
             vocab,
@@ -451,6 +500,54 @@ mod tests {
         assert_eq!(rows_per_task(4096, 1024, 16), 64);
         assert_eq!(rows_per_task(4096, 151_936, 16), 1024);
         assert_eq!(rows_per_task(128, 1, 16), 1);
+    }
+
+    #[test]
+    fn each_layout_pads_the_vocabulary_as_its_converter_does() {
+        use candle_core::quantized::gguf_file::Value as C;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vocab.gguf");
+        let arr = |f: fn(usize) -> Value| Value::Array((0..3).map(f).collect());
+        let meta = vec![
+            (
+                "general.architecture".to_string(),
+                Value::Str("llama".into()),
+            ),
+            (
+                "tokenizer.ggml.tokens".to_string(),
+                arr(|i| Value::Str(format!("t{i}"))),
+            ),
+            (
+                "tokenizer.ggml.scores".to_string(),
+                arr(|_| Value::F32(0.5)),
+            ),
+            (
+                "tokenizer.ggml.token_type".to_string(),
+                arr(|_| Value::I32(1)),
+            ),
+        ];
+        let mut f = std::fs::File::create(&path).unwrap();
+        gguf_writer::write_header(&mut f, &meta, &[]).unwrap();
+        drop(f);
+        let last = |layout| {
+            let m = vocab_metadata(&path, 5, layout).unwrap();
+            let get = |key: &str| match &m.iter().find(|(k, _)| k == key).unwrap().1 {
+                Value::Other(C::Array(items)) => {
+                    assert_eq!(items.len(), 5, "{key}");
+                    items[3].clone()
+                }
+                other => panic!("{key}: {other:?}"),
+            };
+            let token = match get("tokenizer.ggml.tokens") {
+                C::String(s) => s,
+                other => panic!("{other:?}"),
+            };
+            let score = get("tokenizer.ggml.scores").to_f32().unwrap();
+            let ty = get("tokenizer.ggml.token_type").to_i32().unwrap();
+            (token, score, ty)
+        };
+        assert_eq!(last(Layout::LlamaCpp), ("[PAD3]".to_string(), 0.0, 5));
+        assert_eq!(last(Layout::Ollama), ("[PAD0]".to_string(), -1.0, 4));
     }
 
     #[test]

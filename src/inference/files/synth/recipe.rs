@@ -126,11 +126,11 @@ fn category(name: &str) -> Category {
     }
 }
 
-fn use_more_bits(i: i64, n: i64) -> bool {
+pub(super) fn use_more_bits(i: i64, n: i64) -> bool {
     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
-fn fallback(t: GgmlDType, ncols: u64) -> GgmlDType {
+pub(super) fn fallback(t: GgmlDType, ncols: u64) -> GgmlDType {
     if ncols % t.block_size() as u64 == 0 {
         return t;
     }
