@@ -589,6 +589,21 @@ impl<B: KBlock> KMatrix<B> {
         })
     }
 
+    /// A few rows' super-blocks parsed on the calling thread (no pool): `bytes` holds `n`
+    /// whole rows of `k / QK` super-blocks (`k` already checked to be whole super-blocks).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub(crate) fn from_piece(bytes: &[u8], n: usize, k: usize, simd: Simd) -> Self {
+        let (qs, meta) = bytes.chunks_exact(B::BYTES).map(B::parse).unzip();
+        Self {
+            n,
+            k,
+            kbs: k / QK,
+            qs,
+            meta,
+            simd,
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn with_simd(mut self, simd: Simd) -> Self {
         self.simd = simd;

@@ -461,7 +461,13 @@ pub fn cpu_matrix_of(
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        in_lanes(kquants::KMatrix::<B>::from_gguf_bytes(bytes, n, k)?)
+        if k.is_multiple_of(kquants::QK) && bytes.len() != n * (k / kquants::QK) * B::BYTES {
+            // the row-major build names the sizes
+            return Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(
+                bytes, n, k,
+            )?));
+        }
+        k_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
     }
     fn fboxed<H: floats::HalfType>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
         Ok(Box::new(floats::FloatMatrix::<H>::from_gguf_bytes(
@@ -497,11 +503,7 @@ pub fn cpu_matrix_read(
         n: usize,
         k: usize,
     ) -> Result<Box<dyn CpuMatmul>> {
-        in_lanes(kquants::KMatrix::<B>::from_source(
-            &source::RowSource::Read(read),
-            n,
-            k,
-        )?)
+        k_matrix::<B>(&source::RowSource::Read(read), n, k)
     }
     fn fboxed<H: floats::HalfType>(
         read: &source::ReadAt<'_>,
@@ -525,19 +527,30 @@ pub fn cpu_matrix_read(
 }
 
 /// A k-quant matrix as this CPU multiplies it fastest: with AVX-512 VNNI with its rows in
-/// lanes ([`x86::klanes512::KLanes`], the same bits; the row-major matrix is dropped),
-/// else as it is. Q6_K goes in lanes only where the CPU also has GFNI (its six-bit values
+/// lanes ([`x86::klanes512::KLanes`], the same bits), else row major ([`kquants::KMatrix`]). Q6_K goes in lanes only where the CPU also has GFNI (its six-bit values
 /// unpack with `vgf2p8affineqb`); elsewhere it stays row-major. Session 15, AVX-512 EPYC,
 /// one thread, per 12,288 × 4,096 product, best of 12 on a shared machine: Q6_K in lanes
 /// 2.29 ms against 4.01 row-major for one activation row, 5.49 against 7.34 for 5, 11.1
 /// against 13.0 for 16; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68 in session 14
 /// (benches/README.md).
-fn in_lanes<B: kquants::KBlock>(m: kquants::KMatrix<B>) -> Result<Box<dyn CpuMatmul>> {
+///
+/// Built straight from the GGUF rows (`KLanes::from_source`): the row-major matrix is never
+/// held whole beside the lanes.
+fn k_matrix<B: kquants::KBlock>(
+    src: &source::RowSource<'_>,
+    n: usize,
+    k: usize,
+) -> Result<Box<dyn CpuMatmul>> {
     #[cfg(target_arch = "x86_64")]
-    if x86::klanes512::available::<B>(m.simd) {
-        return Ok(Box::new(x86::klanes512::KLanes::from_kmatrix(&m)?));
+    {
+        let simd = Simd::detect()?;
+        if x86::klanes512::available::<B>(simd) {
+            return Ok(Box::new(x86::klanes512::KLanes::<B>::from_source(
+                src, n, k, simd,
+            )?));
+        }
     }
-    Ok(Box::new(m))
+    Ok(Box::new(kquants::KMatrix::<B>::from_source(src, n, k)?))
 }
 
 mod acts;

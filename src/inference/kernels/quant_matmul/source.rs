@@ -47,6 +47,19 @@ pub fn for_row_pieces(
     row_bytes: usize,
     convert: impl Fn(usize, &[u8]) + Sync,
 ) -> Result<()> {
+    for_row_groups(src, n, row_bytes, 1, convert)
+}
+
+/// [`for_row_pieces`] with every piece a whole number of groups of `group` rows (the last
+/// may end early at `n`), so each piece's first row is a multiple of `group`: a layout that
+/// interleaves `group` rows (`x86::klanes512`) builds each group from one piece.
+pub fn for_row_groups(
+    src: &RowSource<'_>,
+    n: usize,
+    row_bytes: usize,
+    group: usize,
+    convert: impl Fn(usize, &[u8]) + Sync,
+) -> Result<()> {
     if n == 0 || row_bytes == 0 {
         return Ok(());
     }
@@ -59,7 +72,8 @@ pub fn for_row_pieces(
             ));
         }
     }
-    let rows_per_piece = (PIECE_BYTES / row_bytes).max(1);
+    let group = group.max(1);
+    let rows_per_piece = (PIECE_BYTES / row_bytes).max(1).div_ceil(group) * group;
     let pieces = n.div_ceil(rows_per_piece);
     let failed = AtomicBool::new(false);
     let error: Mutex<Option<std::io::Error>> = Mutex::new(None);

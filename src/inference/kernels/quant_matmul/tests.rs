@@ -759,6 +759,60 @@ fn k_quant_paths_agree_and_tiles_are_bit_identical() {
     check_k_paths_agree::<kquants::KQ6, BlockQ6K>(53);
 }
 
+/// Rows in lanes built straight from the file's rows (a model load: pieces of whole 16-row
+/// groups, several pieces, a partial last group; from bytes and from a reader) hold the same
+/// weights as the lanes built from the row-major matrix.
+#[cfg(target_arch = "x86_64")]
+fn check_lanes_from_source<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
+    use super::source::RowSource;
+    use super::x86::klanes512::{available, KLanes};
+    let simd = Simd::detect().unwrap();
+    if !available::<B>(simd) {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // 256-value rows: 1,248–1,820 rows per 256 KiB piece, so 3,000 rows are two or three
+    // pieces, the last group 8 rows
+    let (n, k) = (3000, 256);
+    let bytes = random_blocks::<Old>(&mut rng, n, k);
+    let from_matrix =
+        KLanes::from_kmatrix(&kquants::KMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap())
+            .unwrap()
+            .dequantize();
+    let from_bytes = KLanes::<B>::from_source(&RowSource::Bytes(&bytes), n, k, simd)
+        .unwrap()
+        .dequantize();
+    assert_eq!(
+        bits(&from_bytes),
+        bits(&from_matrix),
+        "{} from bytes",
+        B::NAME
+    );
+    let read = |at: u64, buf: &mut [u8]| -> std::io::Result<()> {
+        let at = at as usize;
+        buf.copy_from_slice(&bytes[at..at + buf.len()]);
+        Ok(())
+    };
+    let from_read = KLanes::<B>::from_source(&RowSource::Read(&read), n, k, simd)
+        .unwrap()
+        .dequantize();
+    assert_eq!(
+        bits(&from_read),
+        bits(&from_matrix),
+        "{} from a reader",
+        B::NAME
+    );
+    assert!(KLanes::<B>::from_source(&RowSource::Bytes(&bytes), n, k + 1, simd).is_err());
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn k_quant_lanes_build_straight_from_the_file_rows() {
+    check_lanes_from_source::<kquants::KQ4, BlockQ4K>(61);
+    check_lanes_from_source::<kquants::KQ5, BlockQ5K>(62);
+    check_lanes_from_source::<kquants::KQ6, BlockQ6K>(63);
+}
+
 /// Q6_K blocks at the ends of their ranges: every value 63 with every scale −128, every
 /// value 0 with scales 127, and random values with scales drawn from −128, −1, 0, 63, 127;
 /// `d` random. One row per super-block takes each kind in turn.

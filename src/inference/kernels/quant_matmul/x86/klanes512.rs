@@ -36,7 +36,7 @@ use std::ops::Range;
 use anyhow::{bail, Result};
 
 use super::super::kquants::{KBlock, KMatrix, Q8K, QK};
-use super::super::source::Slots;
+use super::super::source::{for_row_groups, RowSource, Slots};
 use super::super::{Acts, CpuMatmul, Simd};
 
 /// Weight rows per group (lanes of a 512-bit register of i32).
@@ -125,6 +125,7 @@ impl<B: KBlock> Debug for KLanes<B> {
 impl<B: KBlock> KLanes<B> {
     /// The same weights as `m`, rows in lanes (on candle's worker pool, a group of rows
     /// per item). Rows past `n` in the last group are zeros.
+    #[cfg(test)]
     pub(crate) fn from_kmatrix(m: &KMatrix<B>) -> Result<Self> {
         if !available::<B>(m.simd) {
             bail!(
@@ -154,6 +155,56 @@ impl<B: KBlock> KLanes<B> {
         Ok(Self {
             n,
             k: m.k,
+            kbs,
+            lines,
+            _b: PhantomData,
+        })
+    }
+
+    /// The matrix straight from its GGUF bytes (a `[n, k]` tensor, row major, in `src`):
+    /// each piece of whole groups of rows is parsed on its worker and packed into its
+    /// groups' lines, so the row-major matrix is never held whole beside the lanes (a load's
+    /// peak stays at the weights: building [`KMatrix`] first held a Q6_K output head twice).
+    /// The same lines as packing the row-major matrix (tested against `from_kmatrix`).
+    pub(crate) fn from_source(src: &RowSource<'_>, n: usize, k: usize, simd: Simd) -> Result<Self> {
+        if !available::<B>(simd) {
+            bail!(
+                "{} rows in lanes need AVX-512 VNNI{} (this CPU runs {simd:?})",
+                B::NAME,
+                if Layout::<B>::SIX { " and GFNI" } else { "" },
+            );
+        }
+        if k == 0 || !k.is_multiple_of(QK) {
+            bail!(
+                "{} rows of {k} values are not whole blocks of {QK}",
+                B::NAME
+            );
+        }
+        let kbs = k / QK;
+        let row_bytes = kbs * B::BYTES;
+        let groups = n.div_ceil(ROWS);
+        let per_group = kbs * Layout::<B>::LINES;
+        let mut lines: Vec<Line> = Vec::with_capacity(groups * per_group);
+        let slots = Slots::of(&mut lines);
+        for_row_groups(src, n, row_bytes, ROWS, |r0, bytes| {
+            let rows = bytes.len() / row_bytes;
+            let m = KMatrix::<B>::from_piece(bytes, rows, k, simd);
+            for gl in 0..rows.div_ceil(ROWS) {
+                let g = r0 / ROWS + gl;
+                for s in 0..kbs {
+                    let at = (g * kbs + s) * Layout::<B>::LINES;
+                    // SAFETY: the piece starts at a whole group (`for_row_groups`), so group g
+                    // is this piece's alone; its lines are below the capacity.
+                    let out = unsafe { slots.bytes(at * 64..(at + Layout::<B>::LINES) * 64) };
+                    Self::pack(&m, gl, s, out);
+                }
+            }
+        })?;
+        // SAFETY: `for_row_groups` returned Ok: every group's every super-block was written.
+        unsafe { lines.set_len(groups * per_group) };
+        Ok(Self {
+            n,
+            k,
             kbs,
             lines,
             _b: PhantomData,
