@@ -85,9 +85,11 @@ field() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
 ids="1 5 900 33 2048 77 15000 8 91 4000 123 64 7 300 2500 11 42 19 6000 250 3 8191 512 70 1234 99 30000 16 777 5555 21 640"
 prefill=16  # the decode check: 16 ids in one pass, then 16 steps of one
 
-# mean KL(a ‖ b) and top-1 agreement of two [n, vocab] float32 .npy files (no numpy needed).
+# mean KL(a ‖ b) and top-1 agreement of two [n, vocab] float32 .npy files (no numpy needed),
+# and "DEGENERATE" when a's top token is the position's own input id at half the positions or
+# more (a tied head reading back the token's own embedding: any two engines agree on that).
 compare() {
-    python3 - "$1" "$2" <<'EOF'
+    python3 - "$1" "$2" "$ids" <<'EOF'
 import array, ast, math, sys
 def load(p):
     with open(p, 'rb') as f:
@@ -100,7 +102,8 @@ def load(p):
 (sa, a), (sb, b) = load(sys.argv[1]), load(sys.argv[2])
 assert sa == sb, (sa, sb)
 n, v = sa
-kl = agree = 0.0
+ids = [int(t) for t in sys.argv[3].split()]
+kl = agree = echo = 0.0
 for i in range(n):
     x, y = a[i*v:(i+1)*v], b[i*v:(i+1)*v]
     mx, my = max(x), max(y)
@@ -108,7 +111,8 @@ for i in range(n):
     ly = my + math.log(sum(math.exp(t - my) for t in y))
     kl += sum(math.exp(p - lx) * ((p - lx) - (q - ly)) for p, q in zip(x, y))
     agree += x.index(mx) == y.index(my)
-print(f"{kl / n:.4f} / {agree / n:.2f}")
+    echo += i < len(ids) and x.index(mx) == ids[i]
+print(f"{kl / n:.4f} / {agree / n:.2f}" + (f" DEGENERATE (input echoed at {echo:.0f} of {n})" if 2 * echo >= n else ""))
 EOF
 }
 
