@@ -129,43 +129,16 @@ fn type_differences(name: &str, arch: &str, cfg: &SynthConfig, ft: FileType) -> 
     diffs
 }
 
-/// (mean KL(a ‖ b), top-1 agreement) over positions; panics on degenerate logits.
+/// (mean KL(a ‖ b), top-1 agreement) over positions (`joule logits --against`'s
+/// comparison); panics on degenerate logits.
 fn compare(a: &[f32], b: &[f32], vocab: usize) -> (f64, f64) {
-    let n = a.len() / vocab;
-    let (mut kl, mut agree) = (0.0, 0usize);
-    for i in 0..n {
-        let (x, y) = (
-            &a[i * vocab..(i + 1) * vocab],
-            &b[i * vocab..(i + 1) * vocab],
-        );
+    for (i, x) in a.chunks_exact(vocab).enumerate() {
         let spread =
             x.iter().cloned().fold(f32::MIN, f32::max) - x.iter().cloned().fold(f32::MAX, f32::min);
         assert!(spread > 1.0, "degenerate logits at {i}");
-        let lse = |v: &[f32]| {
-            let m = v.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-            m + v.iter().map(|&t| (t as f64 - m).exp()).sum::<f64>().ln()
-        };
-        let (lx, ly) = (lse(x), lse(y));
-        kl += x
-            .iter()
-            .zip(y)
-            .map(|(&p, &q)| {
-                let (p, q) = (p as f64 - lx, q as f64 - ly);
-                p.exp() * (p - q)
-            })
-            .sum::<f64>();
-        let argmax = |v: &[f32]| {
-            v.iter()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |m, (j, &t)| if t > m.1 { (j, t) } else { m },
-                )
-                .0
-        };
-        agree += usize::from(argmax(x) == argmax(y));
     }
-    (kl / n as f64, agree as f64 / n as f64)
+    let g = joule::cli::logits::agreement(a, b, vocab).unwrap();
+    (g.mean_kl, g.top1)
 }
 
 #[test]

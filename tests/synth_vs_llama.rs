@@ -262,17 +262,18 @@ fn llama_logits(bin: &Path, gguf: &Path, out: &Path, prefill: Option<usize>) -> 
 /// any two engines agree on whatever the layers compute).
 fn compare(theirs: &[f32], ours: &[f32], vocab: usize, input: &[u32]) -> (f64, f64) {
     assert_eq!(theirs.len(), ours.len());
-    let (mut kl, mut agree, mut echo) = (0.0, 0usize, 0usize);
     let n = theirs.len() / vocab;
-    for i in 0..n {
-        let (a, b) = (
-            &theirs[i * vocab..(i + 1) * vocab],
-            &ours[i * vocab..(i + 1) * vocab],
-        );
-        assert!(
-            b.iter().all(|x| x.is_finite()),
-            "joule's logits are not finite at {i}"
-        );
+    let argmax = |x: &[f32]| {
+        x.iter()
+            .enumerate()
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |m, (j, &v)| if v > m.1 { (j, v) } else { m },
+            )
+            .0
+    };
+    let mut echo = 0usize;
+    for (i, a) in theirs.chunks_exact(vocab).enumerate() {
         let std = |x: &[f32]| {
             let m = x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64;
             (x.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / x.len() as f64).sqrt()
@@ -282,29 +283,6 @@ fn compare(theirs: &[f32], ours: &[f32], vocab: usize, input: &[u32]) -> (f64, f
             "llama.cpp's logits are degenerate at {i} (std {})",
             std(a)
         );
-        let lse = |x: &[f32]| {
-            let m = x.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-            m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln()
-        };
-        let (la, lb) = (lse(a), lse(b));
-        kl += a
-            .iter()
-            .zip(b)
-            .map(|(&x, &y)| {
-                let (px, py) = (x as f64 - la, y as f64 - lb);
-                px.exp() * (px - py)
-            })
-            .sum::<f64>();
-        let argmax = |x: &[f32]| {
-            x.iter()
-                .enumerate()
-                .fold(
-                    (0, f32::NEG_INFINITY),
-                    |m, (j, &v)| if v > m.1 { (j, v) } else { m },
-                )
-                .0
-        };
-        agree += usize::from(argmax(a) == argmax(b));
         echo += usize::from(input.get(i).is_some_and(|&t| t as usize == argmax(a)));
     }
     assert!(
@@ -312,7 +290,10 @@ fn compare(theirs: &[f32], ours: &[f32], vocab: usize, input: &[u32]) -> (f64, f
         "llama.cpp's top token is the input token at {echo} of {n} positions: the synthesized \
          model is degenerate (it echoes its input)"
     );
-    (kl / n as f64, agree as f64 / n as f64)
+    // `joule logits --against`'s comparison (errors on Joule's non-finite logits)
+    let g = joule::cli::logits::agreement(theirs, ours, vocab)
+        .unwrap_or_else(|e| panic!("joule's logits: {e:#}"));
+    (g.mean_kl, g.top1)
 }
 
 fn logits_check(vocab_rows: Option<u64>) {

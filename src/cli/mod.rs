@@ -7,7 +7,8 @@ pub(crate) mod bench_society;
 pub(crate) mod calibrate;
 pub(crate) mod generate;
 pub(crate) mod jobs;
-pub(crate) mod logits;
+/// Public for the logits comparisons of the tests (`agreement`).
+pub mod logits;
 pub(crate) mod meters;
 pub(crate) mod models;
 pub(crate) mod race;
