@@ -55,7 +55,7 @@
 //! q/k/v, or gate/up) after quantising it once, in one pass of the pool.
 
 use crate::inference::files::gguf_weights::ggml_name;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::quantized::GgmlDType;
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -461,12 +461,6 @@ pub fn cpu_matrix_of(
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        if k.is_multiple_of(kquants::QK) && bytes.len() != n * (k / kquants::QK) * B::BYTES {
-            // the row-major build names the sizes
-            return Ok(Box::new(kquants::KMatrix::<B>::from_gguf_bytes(
-                bytes, n, k,
-            )?));
-        }
         k_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
     }
     fn fboxed<H: floats::HalfType>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
@@ -545,12 +539,14 @@ fn k_matrix<B: kquants::KBlock>(
     {
         let simd = Simd::detect()?;
         if x86::klanes512::available::<B>(simd) {
-            return Ok(Box::new(x86::klanes512::KLanes::<B>::from_source(
-                src, n, k, simd,
-            )?));
+            let lanes = x86::klanes512::KLanes::<B>::from_source(src, n, k, simd)
+                .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+            return Ok(Box::new(lanes));
         }
     }
-    Ok(Box::new(kquants::KMatrix::<B>::from_source(src, n, k)?))
+    let rows = kquants::KMatrix::<B>::from_source(src, n, k)
+        .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+    Ok(Box::new(rows))
 }
 
 mod acts;

@@ -557,6 +557,17 @@ fn types_candle_keeps_are_not_taken_and_bad_shapes_are_errors() {
     assert!(cpu_matrix_of(GgmlDType::Q4K, &[0u8; 144], 1, 256)
         .unwrap()
         .is_ok());
+    // A k-quant matrix of the wrong byte count names its type and the bytes it needs.
+    for (t, name, bytes) in [(GgmlDType::Q4K, "Q4_K", 144), (GgmlDType::Q6K, "Q6_K", 210)] {
+        let err = cpu_matrix_of(t, &vec![0u8; bytes - 1], 1, 256)
+            .unwrap()
+            .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains(name) && msg.contains(&bytes.to_string()),
+            "{msg}"
+        );
+    }
     // A k-quant row is whole super-blocks of 256 values.
     let err = QuantMatrix::<BlockQ4K>::from_gguf_bytes(&[0u8; 144], 1, 128).unwrap_err();
     assert!(err.to_string().contains("256"), "{err}");
