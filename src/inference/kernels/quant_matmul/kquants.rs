@@ -531,6 +531,7 @@ impl<B: KBlock> Debug for KMatrix<B> {
 
 impl<B: KBlock> KMatrix<B> {
     /// Build from GGUF super-block bytes of a `[n, k]` tensor (row major).
+    #[cfg(test)]
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
         if k == 0 || !k.is_multiple_of(QK) {
             bail!(
