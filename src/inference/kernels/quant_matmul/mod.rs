@@ -88,6 +88,11 @@ pub trait CpuMatmul: Debug + Send + Sync {
     }
     /// Bytes the matrix holds (its payloads and scales; the memory plan).
     fn resident_bytes(&self) -> u64;
+    /// Weight rows per work item of [`matmul_many`] when `threads` workers share the
+    /// product (a multiple of any row grouping the kernel needs).
+    fn chunk_rows(&self, _threads: usize) -> usize {
+        WEIGHT_CHUNK
+    }
     /// `y[r·n + j]` for activation rows `rows` of `acts` and weight rows `js`.
     ///
     /// # Safety
@@ -148,8 +153,14 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
     // rows): a block of activations stays in L2 and a chunk of weights in L1
     // while every pair is multiplied. Run on candle's own worker pool, so
     // its threads are not left spinning while another pool works.
+    let threads = candle_core::utils::get_num_threads();
     let row_blocks = m.div_ceil(ROW_BLOCK);
-    let chunks: Vec<usize> = ws.iter().map(|w| w.n().div_ceil(WEIGHT_CHUNK)).collect();
+    let wchunks: Vec<usize> = ws.iter().map(|w| w.chunk_rows(threads).max(1)).collect();
+    let chunks: Vec<usize> = ws
+        .iter()
+        .zip(&wchunks)
+        .map(|(w, c)| w.n().div_ceil(*c))
+        .collect();
     let mut starts = Vec::with_capacity(ws.len() + 1);
     starts.push(0usize);
     for c in &chunks {
@@ -163,7 +174,7 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
             let (rb, wc) = (local / chunks[wi], local % chunks[wi]);
             let w = ws[wi];
             let rows = rb * ROW_BLOCK..m.min((rb + 1) * ROW_BLOCK);
-            let js = wc * WEIGHT_CHUNK..w.n().min((wc + 1) * WEIGHT_CHUNK);
+            let js = wc * wchunks[wi]..w.n().min((wc + 1) * wchunks[wi]);
             // SAFETY: `acts` has rows of k values; `ys[wi]` holds m·n floats
             // and outlives the pass; item (wi, rb, wc) is the only writer of
             // its rows and weight rows.

@@ -642,9 +642,10 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
     let (n, k) = (20, 512);
     let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
         .unwrap();
-    // 37 rows: on AVX-512 VNNI the prompt path, 8-row steps and 5 single rows, for a
-    // whole 16-row weight group and a group of 4 (n = 20).
-    let rows_in = 37;
+    // 70 rows: on AVX-512 VNNI the prompt path, 8-row steps, a 4-row and a 2-row step,
+    // for a whole 16-row weight group and a group of 4 (n = 20); more rows than a lanes
+    // group holds at once (64), so a work item of all rows is split.
+    let rows_in = 70;
     let x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
     let acts = Acts::quantize_for(&x, k, false, true);
     let paths: Vec<_> = Simd::available()
@@ -652,9 +653,8 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
         .map(|p| w.clone().with_simd(p))
         .collect();
     // Every path: the batch (the prompt paths of AVX2 and AVX-VNNI, 8 weight rows per
-    // register: 8-row steps and 5 single rows, or 4-row steps and 1 single row, for two
-    // whole 8-row weight groups and a group of 4) against each row alone (the tiles), bit
-    // for bit.
+    // register, in steps of several rows then single rows, for two whole 8-row weight
+    // groups and a group of 4) against each row alone (the tiles), bit for bit.
     let mut batches = Vec::new();
     for p in &paths {
         let batch = matmul(p, &x).unwrap();
@@ -702,6 +702,7 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
             (0, 1, 5, 6),
             (15, 17, 2, 9),
             (16, 20, 30, 37),
+            (0, 20, 0, 70),
         ] {
             let mut y = vec![f32::NAN; rows_in * n];
             // SAFETY: acts has rows_in rows of k values; y holds rows_in·n floats.

@@ -41,6 +41,8 @@ use super::super::{Acts, CpuMatmul, Simd};
 
 /// Weight rows per group (lanes of a 512-bit register of i32).
 const ROWS: usize = 16;
+/// Activation rows a group's accumulators hold at once (on the stack).
+const ACC_ROWS: usize = 64;
 /// Quads (four values) per super-block.
 const QUADS: usize = QK / 4;
 
@@ -326,20 +328,30 @@ impl<B: KBlock> KLanes<B> {
     }
 }
 
-/// Quad `t` (values `4t .. 4t + 4` of all 16 rows) of a Q4_K or Q5_K group's super-block
-/// `blk`.
+/// Quads `t` and `t + 32` (`t < 32`: values `4t .. 4t + 4` and `128 + 4t ..` of all 16
+/// rows) of a Q4_K group's super-block `blk`: the low and high nibbles of line `t`, so
+/// each line is loaded once.
 #[inline(always)]
-unsafe fn quad<B: KBlock>(blk: *const Line, t: usize) -> __m512i {
+unsafe fn quad_pair<B: KBlock>(blk: *const Line, t: usize) -> (__m512i, __m512i) {
+    let v = _mm512_load_si512(blk.add(Layout::<B>::NIB + t) as *const _);
+    let nib = _mm512_set1_epi8(0x0f);
+    (
+        _mm512_and_si512(v, nib),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(v), nib),
+    )
+}
+
+/// Quad `t` (values `4t .. 4t + 4` of all 16 rows) of a Q5_K group's super-block `blk`:
+/// its nibble and its fifth bit.
+#[inline(always)]
+unsafe fn quad5<B: KBlock>(blk: *const Line, t: usize) -> __m512i {
     let v = _mm512_load_si512(blk.add(Layout::<B>::NIB + t % 32) as *const _);
     let v = if t < 32 { v } else { _mm512_srli_epi16::<4>(v) };
-    let mut w = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-    if Layout::<B>::HI_LINES == 8 {
-        let h = _mm512_load_si512(blk.add(Layout::<B>::HI + t / 8) as *const _);
-        let set = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1 << (t % 8)));
-        // (a nibble is below 16, so adding 16 sets bit 4)
-        w = _mm512_mask_add_epi8(w, set, w, _mm512_set1_epi8(0x10));
-    }
-    w
+    let w = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+    let h = _mm512_load_si512(blk.add(Layout::<B>::HI + t / 8) as *const _);
+    let set = _mm512_test_epi8_mask(h, _mm512_set1_epi8(1 << (t % 8)));
+    // (a nibble is below 16, so adding 16 sets bit 4)
+    _mm512_mask_add_epi8(w, set, w, _mm512_set1_epi8(0x10))
 }
 
 /// The 8×8 bit matrix of `vgf2p8affineqb` (one per 64-bit lane) that sets bit `i` of each
@@ -414,43 +426,112 @@ unsafe fn scales<B: KBlock>(blk: *const Line, b: usize) -> __m512i {
     }
 }
 
-/// Q4_K, Q5_K: `R` activation rows from `r0` against group super-block `blk` (super-block
-/// `s`), added to `acc[i]` (lane `l`: the group's weight row `l`). The integer and float
-/// steps are [`super::kquants512::run_prompt_k512`]'s.
+/// Q4_K: `R` activation rows from `r0` against group super-block `blk` (super-block `s`),
+/// added to `acc[i]` (lane `l`: the group's weight row `l`). `pairs[i·kbs + s]` holds row
+/// `r0 + i`'s sums of 32 activations two to an `i32` ([`min_pairs`], made once per call).
+/// The integer and float steps are [`super::kquants512::run_prompt_k512`]'s.
+///
+/// Sub-blocks `b` and `b + 4` are taken together, so each line of nibbles is loaded once
+/// for both of its quads; with one or two activation rows each half keeps two chains of
+/// `vpdpbusd` (exact integers: how they are split changes nothing).
 #[inline(always)]
 unsafe fn rows_block<B: KBlock, const R: usize>(
     blk: *const Line,
     acts: &Acts,
+    pairs: &[[i32; 16]],
     r0: usize,
     s: usize,
     acc: &mut [__m512],
 ) {
-    let kbs = acts.kbs;
-    let xs: [&Q8K; R] = std::array::from_fn(|i| acts.qk.get_unchecked((r0 + i) * kbs + s));
-    let xq: [*const i32; R] = std::array::from_fn(|i| xs[i].qs.as_ptr() as *const i32);
+    let xq = act_quads::<R>(acts, r0, s);
+    let per = B::SUB / 4;
+    let chains = if R <= 2 { 2 } else { 1 };
+    let mut main = [_mm512_setzero_si512(); R];
+    for b in 0..QK / B::SUB / 2 {
+        let mut lo = [[_mm512_setzero_si512(); 2]; R];
+        let mut hi = [[_mm512_setzero_si512(); 2]; R];
+        for u in 0..per {
+            let t = per * b + u;
+            let (wl, wh) = quad_pair::<B>(blk, t);
+            let c = u % chains;
+            for i in 0..R {
+                let xl = _mm512_set1_epi32(*xq[i].add(t));
+                let xh = _mm512_set1_epi32(*xq[i].add(t + QUADS / 2));
+                lo[i][c] = _mm512_dpbusd_epi32(lo[i][c], wl, xl);
+                hi[i][c] = _mm512_dpbusd_epi32(hi[i][c], wh, xh);
+            }
+        }
+        let sl = scales::<B>(blk, b);
+        let sh = scales::<B>(blk, b + QK / B::SUB / 2);
+        for i in 0..R {
+            let pl = _mm512_add_epi32(lo[i][0], lo[i][1]);
+            let ph = _mm512_add_epi32(hi[i][0], hi[i][1]);
+            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(pl, sl));
+            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(ph, sh));
+        }
+    }
+    finish_with_mins::<B, R>(blk, acts, pairs, r0, s, &main, acc);
+}
+
+/// Q5_K's [`rows_block`]: one 32-value sub-block at a time (each quad's fifth bits sit in
+/// the line of its sub-block, [`quad5`]); two chains of `vpdpbusd` per row.
+#[inline(always)]
+unsafe fn rows_block5<B: KBlock, const R: usize>(
+    blk: *const Line,
+    acts: &Acts,
+    pairs: &[[i32; 16]],
+    r0: usize,
+    s: usize,
+    acc: &mut [__m512],
+) {
+    let xq = act_quads::<R>(acts, r0, s);
     let per = B::SUB / 4;
     let mut main = [_mm512_setzero_si512(); R];
     for b in 0..QK / B::SUB {
-        // Two chains of vpdpbusd per row (exact integers: the split changes nothing).
         let mut part = [_mm512_setzero_si512(); R];
         let mut part2 = [_mm512_setzero_si512(); R];
         for t in (per * b..per * (b + 1)).step_by(2) {
-            let w = quad::<B>(blk, t);
-            let w2 = quad::<B>(blk, t + 1);
+            let w = quad5::<B>(blk, t);
+            let w2 = quad5::<B>(blk, t + 1);
             for i in 0..R {
                 part[i] = _mm512_dpbusd_epi32(part[i], w, _mm512_set1_epi32(*xq[i].add(t)));
                 part2[i] = _mm512_dpbusd_epi32(part2[i], w2, _mm512_set1_epi32(*xq[i].add(t + 1)));
             }
         }
-        for i in 0..R {
-            part[i] = _mm512_add_epi32(part[i], part2[i]);
-        }
         let sc = scales::<B>(blk, b);
         for i in 0..R {
-            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(part[i], sc));
+            let p = _mm512_add_epi32(part[i], part2[i]);
+            main[i] = _mm512_add_epi32(main[i], _mm512_mullo_epi32(p, sc));
         }
     }
+    finish_with_mins::<B, R>(blk, acts, pairs, r0, s, &main, acc);
+}
+
+/// The activation rows `r0 ..` quantised values of super-block `s`, as quads.
+#[inline(always)]
+unsafe fn act_quads<const R: usize>(acts: &Acts, r0: usize, s: usize) -> [*const i32; R] {
+    std::array::from_fn(|i| {
+        let x = acts.qk.get_unchecked((r0 + i) * acts.kbs + s);
+        x.qs.as_ptr() as *const i32
+    })
+}
+
+/// Q4_K, Q5_K's float step of one super-block: `acc = fma(main, d·d₈, acc)`, then
+/// `acc = fma(min, −dmin·d₈, acc)` with `min = Σ mn·bsum` (the pairs of 32-value sums of
+/// [`min_pairs`], two per `vpdpwssd`).
+#[inline(always)]
+unsafe fn finish_with_mins<B: KBlock, const R: usize>(
+    blk: *const Line,
+    acts: &Acts,
+    pairs: &[[i32; 16]],
+    r0: usize,
+    s: usize,
+    main: &[__m512i; R],
+    acc: &mut [__m512],
+) {
+    let kbs = acts.kbs;
     let d = _mm512_load_ps(blk.add(Layout::<B>::D) as *const f32);
+    let dmin = _mm512_load_ps(blk.add(Layout::<B>::D + 1) as *const f32);
     for i in 0..R {
         let d8 = *acts.dk.get_unchecked((r0 + i) * kbs + s);
         let a = acc.get_unchecked_mut(i);
@@ -459,26 +540,32 @@ unsafe fn rows_block<B: KBlock, const R: usize>(
             _mm512_mul_ps(d, _mm512_set1_ps(d8)),
             *a,
         );
-        if B::WITH_MIN {
-            let dmin = _mm512_load_ps(blk.add(Layout::<B>::D + 1) as *const f32);
-            // The sums of each 32 activations (each fits 16 bits), two per vpdpwssd.
-            let bs = _mm512_load_si512(xs[i].bsums.as_ptr() as *const _);
-            let b32 = _mm512_add_epi32(bs, _mm512_srli_epi64::<32>(bs));
-            let mut b32s = [0i32; 4];
-            _mm_storeu_si128(b32s.as_mut_ptr() as *mut _, _mm512_cvtepi64_epi16(b32));
-            let mut mins = _mm512_setzero_si512();
-            for (q, &b) in b32s.iter().enumerate() {
-                let p = (blk.add(Layout::<B>::MN) as *const u8).add(32 * q) as *const __m256i;
-                let mn = _mm512_cvtepu8_epi16(_mm256_load_si256(p));
-                mins = _mm512_dpwssd_epi32(mins, mn, _mm512_set1_epi32(b));
-            }
-            *a = _mm512_fnmadd_ps(
-                _mm512_cvtepi32_ps(mins),
-                _mm512_mul_ps(dmin, _mm512_set1_ps(d8)),
-                *a,
-            );
+        let pr = pairs.get_unchecked(i * kbs + s);
+        let mut mins = _mm512_setzero_si512();
+        for (q, &p) in pr[..4].iter().enumerate() {
+            let at = (blk.add(Layout::<B>::MN) as *const u8).add(32 * q) as *const __m256i;
+            let mn = _mm512_cvtepu8_epi16(_mm256_load_si256(at));
+            mins = _mm512_dpwssd_epi32(mins, mn, _mm512_set1_epi32(p));
         }
+        *a = _mm512_fnmadd_ps(
+            _mm512_cvtepi32_ps(mins),
+            _mm512_mul_ps(dmin, _mm512_set1_ps(d8)),
+            *a,
+        );
     }
+}
+
+/// Q4_K, Q5_K's activation terms of one row's super-block `x` for [`rows_block`]: in
+/// `[q]` (`q < 4`) the sums of its 32-value sub-blocks `2q` and `2q + 1` as two 16-bit
+/// halves (each sum of 32 values of at most 127 in size fits), the pair a `vpdpwssd`
+/// multiplies with the mins of those sub-blocks.
+fn min_pairs(x: &Q8K) -> [i32; 16] {
+    let sum32 = |j: usize| (x.bsums[2 * j] + x.bsums[2 * j + 1]) as i16 as u16 as u32;
+    let mut out = [0i32; 16];
+    for (q, o) in out[..4].iter_mut().enumerate() {
+        *o = (sum32(2 * q) | sum32(2 * q + 1) << 16) as i32;
+    }
+    out
 }
 
 /// Q6_K's [`rows_block`]: `R` activation rows from `r0` against group super-block `blk`
@@ -527,10 +614,12 @@ unsafe fn rows_block6<B: KBlock, const R: usize>(
 }
 
 /// Group `g` against activation rows `rows`, results for the group's lanes in `mask`
-/// (weight rows `16g + l`); Q6_K's sub-block starts in `starts` ([`rows_block6`]; row
-/// `rows.start + i`'s super-block `s` at `i·kbs + s`). Caller guarantees that the rows
-/// exist and that it owns `y[r, 16g + l]` for the lanes of `mask`; compiled into
-/// [`run_group`] and [`run_group_gfni`].
+/// (weight rows `16g + l`); each row's activation terms in `starts` (Q6_K's sub-block
+/// starts for [`rows_block6`], Q4_K and Q5_K's [`min_pairs`] for [`rows_block`]; row
+/// `rows.start + i`'s super-block `s` at `i·kbs + s`). At most [`ACC_ROWS`] rows (the
+/// accumulators live on the stack). Caller guarantees that the rows exist and that it
+/// owns `y[r, 16g + l]` for the lanes of `mask`; compiled into [`run_group`] and
+/// [`run_group_gfni`].
 #[inline(always)]
 unsafe fn group<B: KBlock>(
     mat: &KLanes<B>,
@@ -541,21 +630,30 @@ unsafe fn group<B: KBlock>(
     mask: __mmask16,
     y: *mut f32,
 ) {
-    let mut acc = vec![_mm512_setzero_ps(); rows.len()];
+    debug_assert!(rows.len() <= ACC_ROWS);
+    // Only the rows' accumulators are zeroed (a whole array's 4 KiB memset per group was
+    // 2 % of a decode step).
+    let mut store = [std::mem::MaybeUninit::<__m512>::uninit(); ACC_ROWS];
+    for a in &mut store[..rows.len()] {
+        a.write(_mm512_setzero_ps());
+    }
+    // SAFETY: the first rows.len() (≤ ACC_ROWS) accumulators were written just above.
+    let acc = std::slice::from_raw_parts_mut(store.as_mut_ptr() as *mut __m512, rows.len());
     for s in 0..mat.kbs {
         let blk = mat.block(g, s).as_ptr();
         let mut r = rows.start;
         while r < rows.end {
             let a = &mut acc[r - rows.start..];
-            // (Q4_K, Q5_K: none)
             let st = starts.get((r - rows.start) * mat.kbs..).unwrap_or(&[]);
             let left = rows.end - r;
             macro_rules! step {
                 ($r:literal) => {{
                     if Layout::<B>::SIX {
                         rows_block6::<B, $r>(blk, acts, st, r, s, a);
+                    } else if Layout::<B>::HI_LINES == 0 {
+                        rows_block::<B, $r>(blk, acts, st, r, s, a);
                     } else {
-                        rows_block::<B, $r>(blk, acts, r, s, a);
+                        rows_block5::<B, $r>(blk, acts, st, r, s, a);
                     }
                     $r
                 }};
@@ -583,12 +681,13 @@ unsafe fn group<B: KBlock>(
 unsafe fn run_group<B: KBlock>(
     mat: &KLanes<B>,
     acts: &Acts,
+    pairs: &[[i32; 16]],
     rows: Range<usize>,
     g: usize,
     mask: __mmask16,
     y: *mut f32,
 ) {
-    group(mat, acts, &[], rows, g, mask, y)
+    group(mat, acts, pairs, rows, g, mask, y)
 }
 
 /// [`group`] for Q6_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW, VNNI and GFNI,
@@ -644,30 +743,47 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
         if js.is_empty() || rows.is_empty() {
             return;
         }
-        // Q6_K: each row's sub-block starts (−OFFSET·bsum), computed once for the groups.
-        let starts: Vec<[i32; 16]> = if Layout::<B>::SIX {
-            acts.qk[rows.start * self.kbs..rows.end * self.kbs]
-                .iter()
-                .map(|x| x.bsums.map(|b| -B::OFFSET * b))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        // Each row's activation terms, computed once for all groups: Q6_K's sub-block
+        // starts (−OFFSET·bsum), Q4_K and Q5_K's pairs of 32-value sums ([`min_pairs`]).
+        let starts: Vec<[i32; 16]> = acts.qk[rows.start * self.kbs..rows.end * self.kbs]
+            .iter()
+            .map(|x| {
+                if Layout::<B>::SIX {
+                    x.bsums.map(|b| -B::OFFSET * b)
+                } else {
+                    min_pairs(x)
+                }
+            })
+            .collect();
         for g in js.start / ROWS..js.end.div_ceil(ROWS) {
             let lo = js.start.max(ROWS * g) - ROWS * g;
             let hi = js.end.min(ROWS * (g + 1)) - ROWS * g;
             let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
-            // SAFETY: a KLanes is only built where `available` holds (`Simd::detect` found
-            // AVX-512 VNNI, AVX2, FMA, F16C; GFNI for Q6_K); the caller guarantees the
-            // rows and owns y for `js`; `starts` has every row's super-blocks.
-            unsafe {
-                if Layout::<B>::SIX {
-                    run_group_gfni(self, acts, &starts, rows.clone(), g, mask, y)
-                } else {
-                    run_group(self, acts, rows.clone(), g, mask, y)
-                }
-            };
+            for r0 in rows.clone().step_by(ACC_ROWS) {
+                let part = r0..rows.end.min(r0 + ACC_ROWS);
+                let st = &starts[(r0 - rows.start) * self.kbs..];
+                // SAFETY: a KLanes is only built where `available` holds (`Simd::detect`
+                // found AVX-512 VNNI, AVX2, FMA, F16C; GFNI for Q6_K); the caller
+                // guarantees the rows and owns y for `js`; `st` has every row's
+                // super-blocks from `r0`; `part` has at most ACC_ROWS rows.
+                unsafe {
+                    if Layout::<B>::SIX {
+                        run_group_gfni(self, acts, st, part, g, mask, y)
+                    } else {
+                        run_group(self, acts, st, part, g, mask, y)
+                    }
+                };
+            }
         }
+    }
+
+    fn chunk_rows(&self, threads: usize) -> usize {
+        // Whole groups, about eight items per thread, from one group to 16: a work item's
+        // fixed costs (the activation terms above, the call) spread over more weights.
+        // One-group items left decode of a 65,536 × 4,096 Q4_K matrix a quarter slower
+        // (benches/README, "Work items of whole groups").
+        let per_thread = self.n / (8 * threads.max(1));
+        (per_thread / ROWS).clamp(1, 16) * ROWS
     }
 }
 
