@@ -781,7 +781,7 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
         // Whole groups, about eight items per thread, from one group to 16: a work item's
         // fixed costs (the activation terms above, the call) spread over more weights.
         // One-group items left decode of a 65,536 × 4,096 Q4_K matrix a quarter slower
-        // (benches/README, "Work items of whole groups").
+        // (benches/README, "Decode: what the profile showed").
         let per_thread = self.n / (8 * threads.max(1));
         (per_thread / ROWS).clamp(1, 16) * ROWS
     }
