@@ -153,7 +153,9 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
     // rows): a block of activations stays in L2 and a chunk of weights in L1
     // while every pair is multiplied. Run on candle's own worker pool, so
     // its threads are not left spinning while another pool works.
-    let threads = candle_core::utils::get_num_threads();
+    // The pool that runs the items (its workers and this thread): no environment read per product.
+    let pool = candle_core::utils::barrier_pool();
+    let threads = pool.n_workers() + 1;
     let row_blocks = m.div_ceil(ROW_BLOCK);
     let wchunks: Vec<usize> = ws.iter().map(|w| w.chunk_rows(threads).max(1)).collect();
     let chunks: Vec<usize> = ws
@@ -167,7 +169,7 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
         starts.push(starts[starts.len() - 1] + row_blocks * c);
     }
     let total = starts[ws.len()];
-    candle_core::utils::barrier_pool().execute_chunked(total, |items| {
+    pool.execute_chunked(total, |items| {
         for item in items {
             let wi = starts.partition_point(|&s| s <= item) - 1;
             let local = item - starts[wi];

@@ -584,10 +584,7 @@ unsafe fn rows_block6<B: KBlock, const R: usize>(
     acc: &mut [__m512],
 ) {
     let kbs = acts.kbs;
-    let xq: [*const i32; R] = std::array::from_fn(|i| {
-        let x = acts.qk.get_unchecked((r0 + i) * kbs + s);
-        x.qs.as_ptr() as *const i32
-    });
+    let xq = act_quads::<R>(acts, r0, s);
     let st: [*const i32; R] = std::array::from_fn(|i| starts.get_unchecked(i * kbs + s).as_ptr());
     let mut main = [_mm512_setzero_si512(); R];
     for b in 0..QK / 16 {
