@@ -107,8 +107,17 @@ pub const PURGE_DELAY: Knob = Knob {
              3600000, an hour)",
 };
 
+/// Transparent huge pages for the `joule` binary's heap (`inference::engine::huge_pages`).
+pub const HUGE_PAGES: Knob = Knob {
+    name: "JOULE_HUGE_PAGES",
+    what: "let the kernel back the `joule` binary's heap with transparent huge pages (set once \
+           at start-up): about 2 % faster decode on the EPYC measured, but the process then \
+           holds up to ~10 % more than the memory plan, by an amount no plan predicts",
+    values: "1, true, yes or on (anything else or unset: off, the process holds what is planned)",
+};
+
 /// Every variable a run reads.
-pub const RUNTIME: [Knob; 7] = [
+pub const RUNTIME: [Knob; 8] = [
     SIMD,
     CPU_KERNEL_TYPES,
     CANDLE_KERNELS_ONLY,
@@ -116,6 +125,7 @@ pub const RUNTIME: [Knob; 7] = [
     OFFLINE,
     MODELS_DIR,
     PURGE_DELAY,
+    HUGE_PAGES,
 ];
 
 /// Variables that change only what is drawn on standard error. A run reads
@@ -167,6 +177,11 @@ pub fn purge_delay() -> Option<i64> {
         .ok()
         .and_then(|v| v.trim().parse::<i64>().ok())
         .filter(|&d| d >= -1)
+}
+
+/// Whether [`HUGE_PAGES`] allows transparent huge pages.
+pub fn huge_pages() -> bool {
+    flag(std::env::var(HUGE_PAGES.name).ok().as_deref())
 }
 
 /// A switch's value: on for `1`, `true`, `yes` or `on` (exactly those

