@@ -3,10 +3,10 @@
 //! mimalloc asks the kernel for transparent huge pages on its arenas (`madvise(MADV_HUGEPAGE)`,
 //! the `hg` flag in `/proc/PID/smaps`), and the kernel then counts resident memory in 2 MiB
 //! pieces: a huge page is resident as a whole once one byte of it is written, and `khugepaged`
-//! later fills mostly empty 2 MiB ranges (a freed conversion buffer, the tail of a sequence's
-//! keys and values) back into whole huge pages. What the process holds then drifts above what
-//! it uses by an amount that depends on the allocation order and on time, so no plan can
-//! predict it: measured with `joule models inspect F --memory --measure` (issue #26 item 3),
+//! may later collapse a mostly empty 2 MiB range (a freed conversion buffer beside a live one)
+//! into a whole huge page again. What the process holds then exceeds what it uses by an amount
+//! that depends on the allocation order (and, through `khugepaged`, on time), which no plan
+//! predicts: measured with `joule models inspect F --memory --measure` (issue #26 item 3),
 //! huge pages made SmolLM2 at 5 × 4,096 tokens hold 1.13 GiB against 1.01 GiB without them
 //! (plan −10.8 % against −1.3 %), and full-size Qwen3.5-4B's load 0.13 GiB beyond its weights
 //! against 0.01 GiB. Decode gained about 2 % from them on the EPYC of session 17 (inside that
