@@ -237,7 +237,7 @@ mod tests {
             assert!(all[i + 1..].iter().all(|o| o.name != k.name), "{}", k.name);
             assert_eq!(find(k.name), Some(*k));
         }
-        assert_eq!(RUNTIME.len(), 7);
+        assert_eq!(RUNTIME.len(), 8);
         assert_eq!(find("JOULE_NOPE"), None);
     }
 
