@@ -10,8 +10,8 @@
 //! huge pages made SmolLM2 at 5 × 4,096 tokens hold 1.13 GiB against 1.01 GiB without them
 //! (plan −10.8 % against −1.3 %), and full-size Qwen3.5-4B's load 0.13 GiB beyond its weights
 //! against 0.01 GiB. Decode gained about 2 % from them on the EPYC of session 17 (inside that
-//! machine's noise; benches/README "Transparent huge pages"). So the binary turns them off for
-//! itself at start-up ([`set_for_process`], `prctl(PR_SET_THP_DISABLE)`), and
+//! machine's noise; benches/README "Memory at 5 × 4,096 without transparent huge pages"). So
+//! the binary turns them off for itself at start-up ([`set_for_process`], `prctl(PR_SET_THP_DISABLE)`), and
 //! `JOULE_HUGE_PAGES=1` leaves them on, where the memory plan is a lower bound.
 //!
 //! Linux only; elsewhere there is nothing to set.
