@@ -384,7 +384,8 @@ fn memory(
 ) -> anyhow::Result<()> {
     use crate::inference::engine::memory_measure::{self, difference_percent, proc_memory};
     use crate::inference::engine::memory_plan::{
-        device_memory, human, step_scratch, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
+        device_memory, human, step_rows, step_scratch, MemoryPlan, ModelNeed, StateFootprint,
+        WeightEstimate,
     };
     let device = crate::inference::engine::device::select_device(&args.device)?;
     // Read before anything of the model is: the process itself.
@@ -418,16 +419,20 @@ fn memory(
     }
     let info = model.info();
     let shapes: Vec<(usize, usize)> = gguf.matmuls().iter().map(|m| (m.n, m.k)).collect();
-    // The scratch at `[llm] prefill_step_tokens` rows even where the pieces
-    // fill fewer (5 sequences of 64-token blocks: 320): `step_scratch` was
-    // checked against a process whose steps had 128 rows, and counted at
-    // the rows that really ran it falls short (nemotron_h, 4 layers, 5 × 1,024
-    // tokens: plan -1.1 % at 512 rows, -4.4 % at 320).
-    let step_rows = if args.measure {
-        args.step_tokens.max(1)
+    // The rows of the largest prompt step: a piece of every sequence within
+    // the step budget (`--step-tokens` with --measure, else the default), the
+    // pieces ending at the prefix cache's blocks as in a run.
+    let budget = if args.measure {
+        args.step_tokens
     } else {
         crate::inference::llm_backend::DEFAULT_PREFILL_STEP_TOKENS
     };
+    let step_rows = step_rows(
+        budget,
+        args.sequences,
+        crate::inference::llm_backend::PREFIX_BLOCK,
+        args.context,
+    );
     let scratch = step_scratch(
         &shapes,
         info.n_embd,

@@ -524,10 +524,16 @@ impl LlmBackend {
                     &shapes,
                     info.n_embd,
                     info.vocab_size,
-                    match self.options.prefill_step_tokens {
-                        0 => self.options.plan_context,
-                        n => n,
-                    },
+                    crate::inference::engine::memory_plan::step_rows(
+                        self.options.prefill_step_tokens,
+                        sequences,
+                        if self.options.prefix_cache_bytes > 0 {
+                            PREFIX_BLOCK
+                        } else {
+                            0
+                        },
+                        self.options.plan_context,
+                    ),
                     sequences,
                 ),
             });

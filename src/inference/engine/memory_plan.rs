@@ -33,9 +33,11 @@
 //!   token).
 //! - **Sequences**: one per model-backed agent of every concurrent run (each
 //!   agent keeps its state between calls for prefix reuse).
-//! - **Scratch** ([`step_scratch`]): the activations of one forward step of
-//!   `[llm] prefill_step_tokens` rows (hidden states, q/k/v, the MLP's gate,
-//!   up and product, quantised copies for the kernels) and the logits rows.
+//! - **Scratch** ([`step_scratch`]): the activations of the largest forward
+//!   step ([`step_rows`]: a piece of every sequence's prompt within `[llm]
+//!   prefill_step_tokens`; hidden states, q/k/v, the MLP's gate, up and
+//!   product, quantised copies for the kernels, as the allocator holds them)
+//!   and the logits rows.
 //! - **Margin** for the allocator and the runtime: 10 % of the total
 //!   plus 512 MiB on a GPU, 10 % plus 256 MiB on the CPU. [`MemoryPlan::planned`]
 //!   is the total without it: what `joule models inspect --memory --measure`
@@ -178,17 +180,48 @@ pub struct ModelNeed {
     pub scratch: u64,
 }
 
-/// The activations of one forward step of `rows` token rows of a model whose
-/// hidden size is `n_embd` and whose matrices (`[n, k]` pairs, the output
-/// head excluded by `vocab`) are `matmuls`, with `sequences` rows of logits
-/// of `vocab` values: the hidden state, its norm and the residual, the
-/// attention's output (two hidden-sized rows), and for the widest matrix
-/// (the MLP's gate and up, `n_ff`) three rows of its width (the two outputs
-/// and the activation, the product replacing one), all f32, plus each
-/// kernel's 8-bit copy of its input; logits, their f32 copy and the
-/// sampler's, per sequence. (Checked against the process: a one-layer
-/// real-width Qwen3-8B held 80 MiB above its weights and states after
-/// 512-token steps; this gives 88 MiB.)
+/// The token rows of the largest prompt step a batch runs
+/// (`generate::DecodeBatch`): each prefilling sequence feeds its next piece
+/// of the prompt, pieces end at multiples of `block` (the prefix cache's,
+/// when it is on), and pieces join a step while they fit `budget` prompt
+/// tokens (`[llm] prefill_step_tokens`, 0 = no budget) except the first,
+/// which always goes. So with a block the rows are at most `sequences`
+/// blocks within the budget (5 sequences of 64-token blocks: 320 rows under
+/// the default 512); without one a whole prompt of `context` tokens can be
+/// one piece, a step on its own.
+pub fn step_rows(budget: usize, sequences: usize, block: usize, context: usize) -> usize {
+    let budget = if budget == 0 { usize::MAX } else { budget };
+    let piece = if block == 0 {
+        context.max(1)
+    } else {
+        block.min(context.max(1))
+    };
+    sequences
+        .max(1)
+        .saturating_mul(piece)
+        .min(budget.max(piece))
+}
+
+/// What the process holds at a step's peak for each byte of activations
+/// alive at once ([`step_scratch`]'s count). Freed buffers stay with the
+/// allocator until the step ends (`load_purge` hands them back after prompt
+/// steps), and a buffer of one size is not reused for another, so the
+/// process holds each size's largest set once: measured with `joule models
+/// inspect --memory --measure` on real-width Q4_K_M files (one-layer
+/// Qwen3-8B, two-layer Qwen3.5-4B and Gemma 4, four-layer Nemotron-H) at
+/// 64–320 rows, 1.7–2.0 times the count.
+pub const HELD_PER_LIVE_BYTE: usize = 2;
+
+/// The memory one forward step of `rows` token rows holds beyond weights
+/// and states, for a model whose hidden size is `n_embd` and whose matrices
+/// (`[n, k]` pairs, the output head excluded by `vocab`) are `matmuls`, with
+/// `sequences` rows of logits of `vocab` values. Alive at once: the hidden
+/// state, its norm and the residual, the attention's output (two
+/// hidden-sized rows), and for the widest matrix (the MLP's gate and up,
+/// `n_ff`) three rows of its width (the two outputs and the activation, the
+/// product replacing one), all f32, plus each kernel's 8-bit copy of its
+/// input; that [`HELD_PER_LIVE_BYTE`] times; plus the logits, their f32
+/// copy and the sampler's, per sequence.
 pub fn step_scratch(
     matmuls: &[(usize, usize)],
     n_embd: usize,
@@ -203,7 +236,8 @@ pub fn step_scratch(
         .max()
         .unwrap_or(n_embd);
     let per_row = 2 * n_embd + 3 * widest;
-    (rows * per_row * 4 + rows * (n_embd + widest) + sequences * vocab * 4 * 3) as u64
+    let live = rows * per_row * 4 + rows * (n_embd + widest);
+    (live * HELD_PER_LIVE_BYTE + sequences * vocab * 4 * 3) as u64
 }
 
 /// Where the free memory came from.
@@ -560,6 +594,24 @@ mod tests {
         );
         assert!(p.runs_that_fit().unwrap() < before.1);
         assert!(p.render().contains("prefix caches"), "{}", p.render());
+    }
+
+    #[test]
+    fn a_step_runs_a_piece_of_every_sequence_within_the_budget() {
+        // Pieces of 64-token blocks: one per sequence, within 512.
+        assert_eq!(step_rows(512, 1, 64, 4096), 64);
+        assert_eq!(step_rows(512, 5, 64, 4096), 320);
+        assert_eq!(step_rows(512, 60, 64, 4096), 512);
+        // No budget: every sequence's piece.
+        assert_eq!(step_rows(0, 60, 64, 4096), 3840);
+        // A budget below one block: the first piece still goes.
+        assert_eq!(step_rows(32, 5, 64, 4096), 64);
+        // A prompt shorter than a block.
+        assert_eq!(step_rows(512, 5, 64, 10), 50);
+        // Without blocks a whole prompt is one piece, a step on its own.
+        assert_eq!(step_rows(512, 5, 0, 4096), 4096);
+        assert_eq!(step_rows(512, 5, 0, 100), 500);
+        assert_eq!(step_rows(0, 5, 0, 4096), 20480);
     }
 
     #[test]

@@ -497,8 +497,9 @@ pub fn cpu_matrix_of(
 }
 
 /// [`cpu_matrix_of`] for a matrix whose bytes are read as it is built (a model load:
-/// [`source::RowSource::Read`]), for the types whose matrix converts its rows as they are
-/// read (the k-quants, F16, BF16), else `None` (the caller reads the tensor whole).
+/// [`source::RowSource::Read`]): every type Joule multiplies converts its rows as they
+/// are read, so the tensor is never whole in memory beside its matrix; `None` for the
+/// others (the caller reads the tensor whole).
 pub fn cpu_matrix_read(
     dtype: GgmlDType,
     read: &source::ReadAt<'_>,
@@ -523,7 +524,23 @@ pub fn cpu_matrix_read(
             k,
         )?))
     }
+    fn boxed<B: WeightBlock>(
+        read: &source::ReadAt<'_>,
+        n: usize,
+        k: usize,
+    ) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(QuantMatrix::<B>::from_source(
+            &source::RowSource::Read(read),
+            n,
+            k,
+        )?))
+    }
     Some(match dtype {
+        GgmlDType::Q4_0 => boxed::<BlockQ40>(read, n, k),
+        GgmlDType::Q4_1 => boxed::<BlockQ41>(read, n, k),
+        GgmlDType::Q5_0 => boxed::<BlockQ50>(read, n, k),
+        GgmlDType::Q5_1 => boxed::<BlockQ51>(read, n, k),
+        GgmlDType::Q8_0 => boxed::<BlockQ80>(read, n, k),
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
         GgmlDType::Q5K => kboxed::<kquants::KQ5>(read, n, k),
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
@@ -615,6 +632,19 @@ pub(crate) type Q41Matrix = QuantMatrix<BlockQ41>;
 impl<B: WeightBlock> QuantMatrix<B> {
     /// Build from GGUF block bytes of a `[n, k]` tensor (row major).
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
+        Self::check_k(k)?;
+        let need = n * (k / B::VALUES) * B::BYTES;
+        if bytes.len() != need {
+            bail!(
+                "{} tensor [{n}, {k}] needs {need} bytes, got {}",
+                B::NAME,
+                bytes.len()
+            );
+        }
+        Self::from_source(&source::RowSource::Bytes(bytes), n, k)
+    }
+
+    fn check_k(k: usize) -> Result<()> {
         if k == 0 || k % B::VALUES != 0 {
             bail!(
                 "{} rows of {k} values are not whole blocks of {}",
@@ -622,26 +652,53 @@ impl<B: WeightBlock> QuantMatrix<B> {
                 B::VALUES
             );
         }
+        Ok(())
+    }
+
+    /// Build from the GGUF block bytes of a `[n, k]` tensor (row major) as `src` hands
+    /// them over, rows converted in pieces on the worker pool: read from a file
+    /// ([`source::RowSource::Read`]), the tensor is never whole in memory beside the
+    /// matrix (a model load holds the file's bytes once, issue #26 item 4).
+    pub fn from_source(src: &source::RowSource<'_>, n: usize, k: usize) -> Result<Self> {
+        Self::check_k(k)?;
         let kb = k / BLOCK;
         let kbp = padded(kb);
         let per_row = k / B::VALUES;
-        if bytes.len() != n * per_row * B::BYTES {
-            bail!(
-                "{} tensor [{n}, {k}] needs {} bytes, got {}",
-                B::NAME,
-                n * per_row * B::BYTES,
-                bytes.len()
-            );
-        }
+        let row_bytes = per_row * B::BYTES;
         let groups = kbp / GROUP;
-        let mut ints = Vec::with_capacity(n * kb);
-        let mut scales = vec![B::Scales::default(); n * groups];
         let sub = B::VALUES / BLOCK;
-        for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {
-            // The first 32-value block of GGUF block i, within its row.
-            let b = (i % per_row) * sub;
-            let group = &mut scales[(i / per_row) * groups + b / GROUP];
-            B::parse(c, b % GROUP, group, &mut ints);
+        let mut ints: Vec<B::Ints> = Vec::with_capacity(n * kb);
+        let mut scales: Vec<B::Scales> = Vec::with_capacity(n * groups);
+        let (ints_at, scales_at) = (source::Slots::of(&mut ints), source::Slots::of(&mut scales));
+        source::for_row_pieces(src, n, row_bytes, |r0, bytes| {
+            let mut row_ints: Vec<B::Ints> = Vec::with_capacity(kb);
+            let mut row_scales = vec![B::Scales::default(); groups];
+            for (i, row) in bytes.chunks_exact(row_bytes).enumerate() {
+                row_ints.clear();
+                row_scales.fill(B::Scales::default());
+                for (c, block) in row.chunks_exact(B::BYTES).enumerate() {
+                    // The first 32-value block of GGUF block c, within its row.
+                    let b = c * sub;
+                    B::parse(block, b % GROUP, &mut row_scales[b / GROUP], &mut row_ints);
+                }
+                let j = r0 + i;
+                // SAFETY: the piece's rows are its own: payloads j·kb .. + kb and groups
+                // j·groups .. + groups, below the capacities n·kb and n·groups.
+                unsafe {
+                    for (t, x) in row_ints.iter().enumerate() {
+                        ints_at.put(j * kb + t, *x);
+                    }
+                    for (g, x) in row_scales.iter().enumerate() {
+                        scales_at.put(j * groups + g, *x);
+                    }
+                }
+            }
+        })?;
+        // SAFETY: `for_row_pieces` returned Ok: every row's payloads and groups were written
+        // (`parse` pushes `sub` payloads per GGUF block: kb per row).
+        unsafe {
+            ints.set_len(n * kb);
+            scales.set_len(n * groups);
         }
         Ok(Self {
             n,

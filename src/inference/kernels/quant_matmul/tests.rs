@@ -1480,3 +1480,50 @@ fn f16_products_match_candles_f32_product() {
         assert!((g - e).abs() < 0.05 * k as f32 * 1e-3, "{g} vs {e}");
     }
 }
+
+/// A 32-value matrix read piece by piece from a file (a model load, `cpu_matrix_read`) holds
+/// GGUF's own values (`gguf_dequant`) and multiplies bit for bit as one built from the
+/// bytes whole; a read error stops it.
+fn check_32_value_read<B: WeightBlock>(seed: u64) {
+    use source::{RowSource, PIECE_BYTES};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let k = 3136; // Nemotron-H's hidden size: 98 blocks, a last group of two
+    let row = k / B::VALUES * B::BYTES;
+    for n in [1, PIECE_BYTES / row + 1, 2 * PIECE_BYTES / row + 3] {
+        let bytes = random_blocks::<B>(&mut rng, n, k);
+        let read = |off: u64, buf: &mut [u8]| -> std::io::Result<()> {
+            let off = off as usize;
+            buf.copy_from_slice(&bytes[off..off + buf.len()]);
+            Ok(())
+        };
+        let got = QuantMatrix::<B>::from_source(&RowSource::Read(&read), n, k).unwrap();
+        let want: Vec<f32> = bytes
+            .chunks_exact(B::BYTES)
+            .flat_map(|c| gguf_dequant(B::NAME, c))
+            .collect();
+        assert_eq!(got.dequantize(), want, "{} n={n}", B::NAME);
+        let whole = QuantMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
+        assert_eq!(got.resident_bytes(), whole.resident_bytes());
+        let x: Vec<f32> = (0..2 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let (a, b) = (matmul(&got, &x).unwrap(), matmul(&whole, &x).unwrap());
+        assert!(
+            a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{} n={n}: products",
+            B::NAME
+        );
+    }
+    let fail = |off: u64, _: &mut [u8]| -> std::io::Result<()> {
+        Err(std::io::Error::other(format!("no bytes at {off}")))
+    };
+    let err = QuantMatrix::<B>::from_source(&RowSource::Read(&fail), 40, k).unwrap_err();
+    assert!(err.to_string().contains("no bytes at"), "{err}");
+}
+
+#[test]
+fn thirty_two_value_matrices_read_piece_by_piece_hold_gguf_values() {
+    check_32_value_read::<BlockQ40>(71);
+    check_32_value_read::<BlockQ41>(72);
+    check_32_value_read::<BlockQ50>(73);
+    check_32_value_read::<BlockQ51>(74);
+    check_32_value_read::<BlockQ80>(75);
+}
