@@ -209,7 +209,9 @@ pub fn step_rows(budget: usize, sequences: usize, block: usize, context: usize) 
 /// process holds each size's largest set once: measured with `joule models
 /// inspect --memory --measure` on real-width Q4_K_M files (one-layer
 /// Qwen3-8B, two-layer Qwen3.5-4B and Gemma 4, four-layer Nemotron-H) at
-/// 64–320 rows, 1.7–2.0 times the count.
+/// 64–320 rows, 1.7–2.0 times the count. On a GPU (candle's CUDA allocator)
+/// it is not measured yet; the factor stays there too, erring on the side of
+/// room.
 pub const HELD_PER_LIVE_BYTE: usize = 2;
 
 /// The memory one forward step of `rows` token rows holds beyond weights

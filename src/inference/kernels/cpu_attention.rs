@@ -391,7 +391,7 @@ const EXP_POLY: [f32; 8] = [
 /// the same operations as the SIMD path's `simd::exp8`, so every element gets
 /// the same result in either.
 #[inline(always)]
-fn exp_neg(x: f32) -> f32 {
+pub(crate) fn exp_neg(x: f32) -> f32 {
     let x = if EXP_MIN > x { EXP_MIN } else { x };
     let t = x * std::f32::consts::LOG2_E + ROUND;
     let n = t - ROUND;

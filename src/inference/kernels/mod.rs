@@ -3,11 +3,13 @@
 //!
 //! - [`quant_matmul`]: CPU matrix products over the file's quantised blocks (AVX-512 VNNI,
 //!   AVX-VNNI, AVX2, portable; chosen at run time).
+//! - [`activation`]: element-wise activations candle computes through libm (GELU).
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
 //! - `cuda_quant_types` (tests): CUDA against the CPU for every type of the real quant mixes.
 //! - [`record`]: which of these (or candle's) a run uses, for its resolved config and `joule bench`.
 
+pub mod activation;
 pub(crate) mod cpu_attention;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;

@@ -275,9 +275,20 @@ impl Activation {
     pub fn apply(self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Activation::Silu => candle_nn::ops::silu(x),
-            Activation::GeluTanh => x.gelu(),
+            Activation::GeluTanh => gelu_tanh(x),
         }
     }
+}
+
+/// GELU (tanh approximation): on the CPU, f32 values through Joule's vectorised
+/// [`crate::inference::kernels::activation::gelu_tanh`]; elsewhere candle's `gelu`.
+fn gelu_tanh(x: &Tensor) -> candle_core::Result<Tensor> {
+    if !x.device().is_cpu() || x.dtype() != DType::F32 {
+        return x.gelu();
+    }
+    let mut v = x.flatten_all()?.to_vec1::<f32>()?;
+    crate::inference::kernels::activation::gelu_tanh(&mut v);
+    Tensor::from_vec(v, x.shape(), x.device())
 }
 
 /// `down(act(gate(x)) ⊙ up(x))` (`blk.N.ffn_{gate,up,down}.weight`).
