@@ -1208,19 +1208,33 @@ fn check_k_read<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
         assert!(raw(&got) == raw(&whole), "{} n={n}: stored bits", B::NAME);
         assert_eq!(got.dequantize(), whole.dequantize(), "{} n={n}", B::NAME);
         assert_eq!(got.resident_bytes(), whole.resident_bytes());
-        let x: Vec<f32> = (0..3 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        let (a, b) = (matmul(&got, &x).unwrap(), matmul(&whole, &x).unwrap());
-        assert!(
-            a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{} n={n}: products",
-            B::NAME
-        );
+        same_products(&got, &whole, &mut rng, 3, &format!("{} n={n}", B::NAME));
     }
-    let fail = |off: u64, _: &mut [u8]| -> std::io::Result<()> {
-        Err(std::io::Error::other(format!("no bytes at {off}")))
-    };
-    let err = kquants::KMatrix::<B>::from_source(&RowSource::Read(&fail), 40, k).unwrap_err();
+    let err = kquants::KMatrix::<B>::from_source(&RowSource::Read(&no_bytes), 40, k).unwrap_err();
     assert!(err.to_string().contains("no bytes at"), "{err}");
+}
+
+/// `rows` random activation rows through `a` and `b` give the same products, bit for bit.
+fn same_products(
+    a: &dyn CpuMatmul,
+    b: &dyn CpuMatmul,
+    rng: &mut impl Rng,
+    rows: usize,
+    what: &str,
+) {
+    let x: Vec<f32> = (0..rows * a.k())
+        .map(|_| rng.gen_range(-1.0..1.0))
+        .collect();
+    let (pa, pb) = (matmul(a, &x).unwrap(), matmul(b, &x).unwrap());
+    assert!(
+        pa.iter().zip(&pb).all(|(p, q)| p.to_bits() == q.to_bits()),
+        "{what}: products"
+    );
+}
+
+/// A file read that always fails.
+fn no_bytes(off: u64, _: &mut [u8]) -> std::io::Result<()> {
+    Err(std::io::Error::other(format!("no bytes at {off}")))
 }
 
 #[test]
@@ -1504,18 +1518,9 @@ fn check_32_value_read<B: WeightBlock>(seed: u64) {
         assert_eq!(got.dequantize(), want, "{} n={n}", B::NAME);
         let whole = QuantMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
         assert_eq!(got.resident_bytes(), whole.resident_bytes());
-        let x: Vec<f32> = (0..2 * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        let (a, b) = (matmul(&got, &x).unwrap(), matmul(&whole, &x).unwrap());
-        assert!(
-            a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{} n={n}: products",
-            B::NAME
-        );
+        same_products(&got, &whole, &mut rng, 2, &format!("{} n={n}", B::NAME));
     }
-    let fail = |off: u64, _: &mut [u8]| -> std::io::Result<()> {
-        Err(std::io::Error::other(format!("no bytes at {off}")))
-    };
-    let err = QuantMatrix::<B>::from_source(&RowSource::Read(&fail), 40, k).unwrap_err();
+    let err = QuantMatrix::<B>::from_source(&RowSource::Read(&no_bytes), 40, k).unwrap_err();
     assert!(err.to_string().contains("no bytes at"), "{err}");
 }
 
