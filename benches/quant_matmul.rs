@@ -16,13 +16,22 @@
 //! which candle wins is where `quant_matmul::SPLIT_ROWS` should sit). THREADS sets candle's worker pool
 //! (`RAYON_NUM_THREADS`), default all cores; `JOULE_SIMD` picks Joule's
 //! kernel (`portable`, `avx2`, `avxvnni`, `avx512vnni`).
+//!
+//! `cargo bench --bench quant_matmul -- THREADS forms [TYPE] [ROUNDS]` compares the form
+//! this CPU loads (rows in lanes with AVX-512 VNNI) with the row-major form of the same
+//! bytes (`quant_matmul::cpu_matrix_row_major`) at Nemotron-3-Nano-4B's real widths, for
+//! Q5_0 and Q8_0 (llama-quantize's fallbacks in its Q4_K_M file) or TYPE, at 1, 5 and 16
+//! activation rows: the two forms alternate call by call (this VM's separate runs differ
+//! ±20 %), and the table gives the best µs per call of each and the decode GB/s of weights.
 
 use std::borrow::Cow;
 use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Module, Tensor};
-use joule::inference::kernels::quant_matmul::{cpu_matrix_of, matmul, ALL_TYPES};
+use joule::inference::kernels::quant_matmul::{
+    cpu_matrix_of, cpu_matrix_row_major, matmul, ALL_TYPES,
+};
 use rand::{Rng, SeedableRng};
 
 /// Random GGUF bytes of an `[n, k]` matrix (`quant_matmul::random_matrix`).
@@ -52,6 +61,9 @@ fn main() -> anyhow::Result<()> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     if args.get(1).map(String::as_str) == Some("rows") {
         return rows(&mut rng, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("forms") {
+        return forms(&mut rng, args.get(2), args.get(3));
     }
     // SmolLM2's output head (larger than the caches), a matrix that fits in
     // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
@@ -153,6 +165,66 @@ fn rows(rng: &mut impl Rng, only: Option<&String>, reps: Option<&String>) -> any
                 ));
             }
             println!("| {dtype:?} | {name} | {} |", cells.join(" | "));
+        }
+    }
+    Ok(())
+}
+
+/// The forms table (see the file's doc comment): the loaded form against the row-major
+/// one, alternating call by call, best of `rounds` calls each.
+fn forms(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> anyhow::Result<()> {
+    let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(30);
+    // Nemotron-3-Nano-4B: the Mamba-2 input projection, the MLP's up projection, its down
+    // projection and the Mamba-2 output projection (hidden 3,136).
+    let shapes = [
+        ("17504x3136 (ssm_in)", 17504, 3136),
+        ("12544x3136 (ffn_up)", 12544, 3136),
+        ("3136x12544 (ffn_down)", 3136, 12544),
+        ("3136x7680 (ssm_out)", 3136, 7680),
+    ];
+    let types = [GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4_0];
+    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
+    println!("best µs per call, loaded form / row-major (decode GB/s of weights for 1 row)");
+    println!();
+    println!("| type | matrix | MB | m=1 | GB/s | m=5 | m=16 |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for dtype in types {
+        let named = only.is_some_and(|o| *o == format!("{dtype:?}"));
+        if only.is_some() != named || (only.is_none() && dtype == GgmlDType::Q4_0) {
+            continue;
+        }
+        for (name, n, k) in shapes {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let (Some(a), Some(b)) = (
+                cpu_matrix_of(dtype, &bytes, n, k),
+                cpu_matrix_row_major(dtype, &bytes, n, k),
+            ) else {
+                continue;
+            };
+            let (a, b) = (a?, b?);
+            let mut cells = Vec::new();
+            for m in [1usize, 5, 16] {
+                let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let (mut ta, mut tb) = (f64::MAX, f64::MAX);
+                for _ in 0..rounds {
+                    ta = ta.min(time(1, || {
+                        Ok(drop(std::hint::black_box(matmul(a.as_ref(), &x)?)))
+                    })?);
+                    tb = tb.min(time(1, || {
+                        Ok(drop(std::hint::black_box(matmul(b.as_ref(), &x)?)))
+                    })?);
+                }
+                cells.push(format!("{:.0} / {:.0}", ta * 1e6, tb * 1e6));
+                if m == 1 {
+                    let gb = bytes.len() as f64 / 1e9;
+                    cells.push(format!("{:.1} / {:.1}", gb / ta, gb / tb));
+                }
+            }
+            println!(
+                "| {dtype:?} | {name} | {:.1} | {} |",
+                bytes.len() as f64 / 1e6,
+                cells.join(" | ")
+            );
         }
     }
     Ok(())

@@ -395,6 +395,11 @@ pub struct KernelRecord {
     /// unless candle repacks` (see `candle_repacks`); every other type: candle.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub types: BTreeMap<String, String>,
+    /// Per GGUF type Joule's CPU kernels have, how this CPU holds and multiplies a matrix
+    /// of it when Joule's kernel takes it (`rows in lanes (AVX-512 VNNI)` or `row major`,
+    /// `quant_matmul::cpu_form`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub forms: BTreeMap<String, String>,
     /// Per model loaded for the run, per GGUF type of its weight matrices:
     /// whose kernel multiplies how many of them (`joule (210 matrices)`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -3,7 +3,8 @@
 //! lines of `joule bench`): on the CPU the SIMD level of Joule's matmul
 //! kernels (detected or forced by `JOULE_SIMD`), which GGUF types go to
 //! Joule's kernels and which to candle's (the rule, and per loaded model the
-//! matrices of each type and whose kernel multiplies them), the attention
+//! matrices of each type and whose kernel multiplies them), how this CPU holds each type
+//! Joule multiplies (rows in lanes or row major), the attention
 //! path and the cache type; on CUDA and Metal which paths apply; with a
 //! model server, that the server chose; and the value of every `JOULE_*`
 //! variable that was set (`crate::knobs`).
@@ -103,6 +104,13 @@ impl KernelRecord {
         r.attention = "joule fused CPU attention (cpu_attention: prompt tiles and decode steps, \
                        caches read in place)"
             .into();
+        if let Ok(simd) = Simd::detect() {
+            for t in quant_matmul::ALL_TYPES {
+                if let Some(form) = quant_matmul::cpu_form(t, simd) {
+                    r.forms.insert(type_name(t), form.into());
+                }
+            }
+        }
         let spec = crate::knobs::cpu_kernel_types();
         match quant_matmul::kernel_types(spec.as_deref()) {
             Ok(Some(types)) => {
@@ -222,6 +230,10 @@ impl KernelRecord {
             let t: Vec<String> = self.types.iter().map(|(k, v)| format!("{k} {v}")).collect();
             out.push(format!("  types: {}", t.join(", ")));
         }
+        if !self.forms.is_empty() {
+            let t: Vec<String> = self.forms.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out.push(format!("  forms: {}", t.join(", ")));
+        }
         for (m, types) in &self.models {
             let t: Vec<String> = types.iter().map(|(k, v)| format!("{k} {v}")).collect();
             out.push(format!("  {m}: {}", t.join(", ")));
@@ -325,6 +337,11 @@ mod tests {
         assert!(r.simd.is_some());
         if !crate::knobs::candle_kernels_only() && crate::knobs::cpu_kernel_types().is_none() {
             assert_eq!(r.types["Q4_1"], "joule");
+            assert_eq!(r.forms["Q4_1"], "row major");
+            let lanes = r.simd.as_deref() == Some("avx512vnni");
+            for t in ["Q5_0", "Q8_0", "Q4_K"] {
+                assert_eq!(r.forms[t].starts_with("rows in lanes"), lanes, "{t}");
+            }
             assert_eq!(r.types["Q4_K"], "joule");
             assert_eq!(r.types["Q6_K"], "joule");
             assert_eq!(r.types["Q5_K"], "joule");

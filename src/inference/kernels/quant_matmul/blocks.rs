@@ -1,7 +1,9 @@
 //! The weight block formats a [`super::QuantMatrix`] is built from: each GGUF type's
 //! block ([`WeightBlock`]: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), its integer payload
 //! ([`Payload`]: nibbles, nibbles with fifth bits, bytes) and its scales per group of eight
-//! blocks ([`GroupScales`]), parsed from the file's bytes.
+//! blocks ([`GroupScales`]), parsed from the file's bytes; and for the types stored with
+//! rows in lanes (Q4_0, Q5_0, Q8_0: `x86::qlanes512`), each block's values as stored there
+//! ([`LaneBlock`]).
 
 use std::fmt::Debug;
 
@@ -543,5 +545,59 @@ impl WeightBlock for BlockQ6K {
                 (low | high << 4) as i8 - 32
             })));
         }
+    }
+}
+
+/// A 32-value type whose values are `d·(u − OFFSET)` with one `d` per block: what
+/// `x86::qlanes512::QLanes` stores (rows in lanes).
+pub(crate) trait LaneBlock: WeightBlock {
+    /// Bits per stored value: 4 (Q4_0), 5 (Q5_0) or 8 (Q8_0).
+    const BITS: u32;
+    /// What is subtracted from the stored unsigned value.
+    const OFFSET: i32;
+    /// The block's `d` (f16 bits) and its 32 values as stored unsigned (`q + OFFSET`).
+    fn lane_values(block: &[u8]) -> (u16, [u8; BLOCK]);
+}
+
+impl LaneBlock for BlockQ40 {
+    const BITS: u32 = 4;
+    const OFFSET: i32 = 8;
+    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
+        let qs = &c[2..18];
+        let u = std::array::from_fn(|j| {
+            if j < 16 {
+                qs[j] & 0x0f
+            } else {
+                qs[j - 16] >> 4
+            }
+        });
+        (u16::from_le_bytes([c[0], c[1]]), u)
+    }
+}
+
+impl LaneBlock for BlockQ50 {
+    const BITS: u32 = 5;
+    const OFFSET: i32 = 16;
+    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
+        let qh = u32::from_le_bytes([c[2], c[3], c[4], c[5]]);
+        let qs = &c[6..22];
+        let u = std::array::from_fn(|j| {
+            let low = if j < 16 {
+                qs[j] & 0x0f
+            } else {
+                qs[j - 16] >> 4
+            };
+            low | (((qh >> j) & 1) as u8) << 4
+        });
+        (u16::from_le_bytes([c[0], c[1]]), u)
+    }
+}
+
+impl LaneBlock for BlockQ80 {
+    const BITS: u32 = 8;
+    const OFFSET: i32 = 128;
+    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
+        let u = std::array::from_fn(|j| (c[2 + j] as i8 as i32 + 128) as u8);
+        (u16::from_le_bytes([c[0], c[1]]), u)
     }
 }

@@ -31,6 +31,10 @@
 //! ([`WeightBlock::SIGNED`] false: Q4_0/Q5_0 as `m = −8d`/`−16d`, Q4_1/Q5_1
 //! with their own `m`, Q4_K/Q5_K) or `d·s` with `s` a signed byte (Q8_0, Q6_K).
 //!
+//! With AVX-512 VNNI, Q4_0, Q5_0 and Q8_0 (the fallbacks of Q4_K_M files) are held with 16
+//! weight rows in vector lanes instead ([`x86::qlanes512::QLanes`], chosen at load by
+//! [`q_matrix`]; Q4_1 and Q5_1 stay row major), as the k-quants are ([`k_matrix`]).
+//!
 //! [`QuantMatrix::matmul`] computes `y = x · Wᵀ` for `m` activation rows the
 //! way llama.cpp does: each activation row is quantised once to 8-bit blocks
 //! ([`Acts`]: `x ≈ d₈·q₈`, with `s = d₈·Σq₈` kept), and a block's contribution
@@ -473,6 +477,9 @@ pub fn cpu_matrix_of(
     fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
         Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
     }
+    fn qboxed<B: LaneBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        q_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
+    }
     fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
         k_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
     }
@@ -482,11 +489,11 @@ pub fn cpu_matrix_of(
         )?))
     }
     Some(match dtype {
-        GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
+        GgmlDType::Q4_0 => qboxed::<BlockQ40>(bytes, n, k),
         GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
-        GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
+        GgmlDType::Q5_0 => qboxed::<BlockQ50>(bytes, n, k),
         GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
-        GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
+        GgmlDType::Q8_0 => qboxed::<BlockQ80>(bytes, n, k),
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
         GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
@@ -535,12 +542,19 @@ pub fn cpu_matrix_read(
             k,
         )?))
     }
+    fn qboxed<B: LaneBlock>(
+        read: &source::ReadAt<'_>,
+        n: usize,
+        k: usize,
+    ) -> Result<Box<dyn CpuMatmul>> {
+        q_matrix::<B>(&source::RowSource::Read(read), n, k)
+    }
     Some(match dtype {
-        GgmlDType::Q4_0 => boxed::<BlockQ40>(read, n, k),
+        GgmlDType::Q4_0 => qboxed::<BlockQ40>(read, n, k),
         GgmlDType::Q4_1 => boxed::<BlockQ41>(read, n, k),
-        GgmlDType::Q5_0 => boxed::<BlockQ50>(read, n, k),
+        GgmlDType::Q5_0 => qboxed::<BlockQ50>(read, n, k),
         GgmlDType::Q5_1 => boxed::<BlockQ51>(read, n, k),
-        GgmlDType::Q8_0 => boxed::<BlockQ80>(read, n, k),
+        GgmlDType::Q8_0 => qboxed::<BlockQ80>(read, n, k),
         GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
         GgmlDType::Q5K => kboxed::<kquants::KQ5>(read, n, k),
         GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
@@ -577,6 +591,86 @@ fn k_matrix<B: kquants::KBlock>(
     let rows = kquants::KMatrix::<B>::from_source(src, n, k)
         .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
     Ok(Box::new(rows))
+}
+
+/// How a matrix of `dtype` is held and multiplied when Joule's kernel takes it on a CPU
+/// running `simd` ([`q_matrix`], [`k_matrix`]): `rows in lanes (AVX-512 VNNI)` for Q4_0,
+/// Q5_0, Q8_0, Q4_K, Q5_K (and Q6_K where the CPU has GFNI), `row major` for the other
+/// block types, `16-bit rows` for F16/BF16; `None` for a type this module does not have.
+pub fn cpu_form(dtype: GgmlDType, simd: Simd) -> Option<&'static str> {
+    const LANES: &str = "rows in lanes (AVX-512 VNNI)";
+    #[cfg(target_arch = "x86_64")]
+    let lanes = match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => x86::qlanes512::available(simd),
+        GgmlDType::Q4K => x86::klanes512::available::<kquants::KQ4>(simd),
+        GgmlDType::Q5K => x86::klanes512::available::<kquants::KQ5>(simd),
+        GgmlDType::Q6K => x86::klanes512::available::<kquants::KQ6>(simd),
+        _ => false,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let lanes = {
+        let _ = simd;
+        false
+    };
+    match dtype {
+        _ if lanes => Some(LANES),
+        GgmlDType::F16 | GgmlDType::BF16 => Some("16-bit rows"),
+        t if ALL_TYPES.contains(&t) => Some("row major"),
+        _ => None,
+    }
+}
+
+/// A Q4_0, Q5_0 or Q8_0 matrix as this CPU multiplies it fastest: with AVX-512 VNNI with
+/// its rows in lanes ([`x86::qlanes512::QLanes`]: a block's exact integer sum, then one
+/// fused multiply-add per block; built straight from the GGUF rows), else row major
+/// ([`QuantMatrix`]). Measured in benches/README.md, "The 32-value fallback types in
+/// lanes".
+fn q_matrix<B: LaneBlock>(
+    src: &source::RowSource<'_>,
+    n: usize,
+    k: usize,
+) -> Result<Box<dyn CpuMatmul>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let simd = Simd::detect()?;
+        if x86::qlanes512::available(simd) {
+            let lanes = x86::qlanes512::QLanes::<B>::from_source(src, n, k, simd)
+                .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+            return Ok(Box::new(lanes));
+        }
+    }
+    let rows = QuantMatrix::<B>::from_source(src, n, k)
+        .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+    Ok(Box::new(rows))
+}
+
+/// The row-major form of a matrix of a type this module has (what a CPU without AVX-512
+/// VNNI runs), whatever this CPU would choose: to compare it with the form [`cpu_matrix_of`]
+/// gives (`benches/quant_matmul.rs`).
+pub fn cpu_matrix_row_major(
+    dtype: GgmlDType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
+    }
+    fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
+        let src = source::RowSource::Bytes(bytes);
+        Ok(Box::new(kquants::KMatrix::<B>::from_source(&src, n, k)?))
+    }
+    Some(match dtype {
+        GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
+        GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
+        GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
+        GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
+        GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
+        GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
+        GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
+        GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
+        _ => return None,
+    })
 }
 
 mod acts;

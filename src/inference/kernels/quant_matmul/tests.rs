@@ -1532,3 +1532,121 @@ fn thirty_two_value_matrices_read_piece_by_piece_hold_gguf_values() {
     check_32_value_read::<BlockQ51>(74);
     check_32_value_read::<BlockQ80>(75);
 }
+
+/// Rows in lanes of the 32-value types (AVX-512 VNNI's stored form of Q4_0, Q5_0 and Q8_0,
+/// `x86::qlanes512`), built from the bytes whole and from a reader piece by piece: they hold
+/// GGUF's values; their products match the dequantised product to 8-bit rounding and the
+/// row-major paths to float rounding; a row's result is the same bits alone, in a batch and
+/// in every weight-row range a work item may take; blocks at the ends of the range (Q8_0's
+/// −128 and 127 against activations of ±127) do not overflow; a read error stops the build.
+#[cfg(target_arch = "x86_64")]
+fn check_32_value_lanes<B: LaneBlock>(seed: u64) {
+    use super::source::{RowSource, PIECE_BYTES};
+    use super::x86::qlanes512::{available, QLanes};
+    let simd = Simd::detect().unwrap();
+    if !available(simd) {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // Rows of 9 blocks (a pair holding one block) and a partial last group; Nemotron-H's
+    // 3,136 values (98 blocks) in several pieces.
+    let big = 2 * PIECE_BYTES / (3136 / BLOCK * B::BYTES) + 5;
+    for (n, k) in [(37, 288), (big, 3136)] {
+        let mut bytes = random_blocks::<B>(&mut rng, n, k);
+        if B::BITS == 8 {
+            // Row 1 all −128, row 2 all 127 (scales kept).
+            for (r, v) in [(1usize, 0x80u8), (2, 0x7f)] {
+                for blk in bytes[r * k / BLOCK * B::BYTES..(r + 1) * k / BLOCK * B::BYTES]
+                    .chunks_exact_mut(B::BYTES)
+                {
+                    blk[2..].fill(v);
+                }
+            }
+        }
+        let what = format!("{} [{n}, {k}] in lanes", B::NAME);
+        let lanes = QLanes::<B>::from_source(&RowSource::Bytes(&bytes), n, k, simd).unwrap();
+        let wf: Vec<f32> = bytes
+            .chunks_exact(B::BYTES)
+            .flat_map(|c| gguf_dequant(B::NAME, c))
+            .collect();
+        assert_eq!(bits(&lanes.dequantize()), bits(&wf), "{what}: values");
+        let read = |off: u64, buf: &mut [u8]| -> std::io::Result<()> {
+            let off = off as usize;
+            buf.copy_from_slice(&bytes[off..off + buf.len()]);
+            Ok(())
+        };
+        let from_read = QLanes::<B>::from_source(&RowSource::Read(&read), n, k, simd).unwrap();
+        assert_eq!(from_read.resident_bytes(), lanes.resident_bytes());
+        let rows_in = if n < 100 { 70 } else { 5 };
+        let mut x: Vec<f32> = (0..rows_in * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        // Activation row 0 at the ends of the 8-bit range: every value ±1 (q₈ = ±127).
+        for v in &mut x[..k] {
+            *v = if rng.gen() { 1.0 } else { -1.0 };
+        }
+        let batch = matmul(&lanes, &x).unwrap();
+        assert_eq!(
+            bits(&matmul(&from_read, &x).unwrap()),
+            bits(&batch),
+            "{what}: read piece by piece"
+        );
+        let row_major = QuantMatrix::<B>::from_gguf_bytes(&bytes, n, k).unwrap();
+        let rm = row_major.matmul(&x).unwrap();
+        let want = reference(&wf, &x, n, k);
+        let wmax = wf.iter().fold(0f32, |a, v| a.max(v.abs()));
+        for (i, ((g, r), e)) in batch.iter().zip(&rm).zip(&want).enumerate() {
+            assert!(
+                (g - r).abs() <= 1e-5 * k as f32 * wmax,
+                "{what} ({}, {}): {g} vs row-major {r}",
+                i / n,
+                i % n
+            );
+            assert!((g - e).abs() < 0.01 * k as f32 * wmax, "{what}: {g} vs {e}");
+        }
+        for r in [0, 1, rows_in - 1] {
+            let alone = matmul(&lanes, &x[r * k..(r + 1) * k]).unwrap();
+            assert_eq!(
+                bits(&alone),
+                bits(&batch[r * n..(r + 1) * n]),
+                "{what}: row {r}"
+            );
+        }
+        let acts = Acts::quantize(&x, k);
+        let ranges: &[(usize, usize, usize, usize)] = if n < 100 {
+            &[
+                (3, 19, 0, 37),
+                (0, 1, 5, 6),
+                (15, 17, 2, 9),
+                (16, 37, 30, 37),
+                (0, 37, 0, 70),
+            ]
+        } else {
+            &[(3, 19, 0, 5), (n - 9, n, 1, 3)]
+        };
+        for &(j0, j1, r0, r1) in ranges {
+            let mut y = vec![f32::NAN; rows_in * n];
+            // SAFETY: acts has rows_in rows of k values; y holds rows_in·n floats.
+            unsafe { lanes.run_chunk(&acts, r0..r1, j0..j1, y.as_mut_ptr()) };
+            for r in 0..rows_in {
+                for j in 0..n {
+                    let (got, want) = (y[r * n + j], batch[r * n + j]);
+                    if (r0..r1).contains(&r) && (j0..j1).contains(&j) {
+                        assert_eq!(got.to_bits(), want.to_bits(), "{what} ({r}, {j})");
+                    } else {
+                        assert!(got.is_nan(), "{what} wrote ({r}, {j}) outside its range");
+                    }
+                }
+            }
+        }
+    }
+    assert!(QLanes::<B>::from_source(&RowSource::Bytes(&[]), 1, 40, simd).is_err());
+    let err = QLanes::<B>::from_source(&RowSource::Read(&no_bytes), 40, 3136, simd).unwrap_err();
+    assert!(err.to_string().contains("no bytes at"), "{err}");
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn thirty_two_value_lanes_hold_gguf_values_and_tiles_are_bit_identical() {
+    check_32_value_lanes::<BlockQ40>(81);
+    check_32_value_lanes::<BlockQ50>(82);
+    check_32_value_lanes::<BlockQ80>(83);
+}

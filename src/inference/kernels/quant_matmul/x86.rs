@@ -9,6 +9,7 @@ pub(super) mod floats;
 pub(super) mod klanes512;
 pub(super) mod kquants256;
 pub(super) mod kquants512;
+pub(super) mod qlanes512;
 
 /// How far ahead of the current block the weights are prefetched.
 const PREFETCH: usize = 512;
