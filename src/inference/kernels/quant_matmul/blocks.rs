@@ -549,55 +549,52 @@ impl WeightBlock for BlockQ6K {
 }
 
 /// A 32-value type whose values are `d·(u − OFFSET)` with one `d` per block: what
-/// `x86::qlanes512::QLanes` stores (rows in lanes).
+/// `x86::qlanes512::QLanes` stores (rows in lanes), as the bytes each 64-byte line takes
+/// from one row's block (four per line, one line per four values).
 pub(crate) trait LaneBlock: WeightBlock {
     /// Bits per stored value: 4 (Q4_0), 5 (Q5_0) or 8 (Q8_0).
     const BITS: u32;
     /// What is subtracted from the stored unsigned value.
     const OFFSET: i32;
-    /// The block's `d` (f16 bits) and its 32 values as stored unsigned (`q + OFFSET`).
-    fn lane_values(block: &[u8]) -> (u16, [u8; BLOCK]);
+    /// Block `c`'s `d` (f16 bits); its value lines' bytes, four per line: Q8_0 line `t`
+    /// holds values `4t .. 4t + 4` as `q + 128` (bytes `4t .. 4t + 4` of the 32), Q4_0 and
+    /// Q5_0 line `t < 4` holds values `4t + c` as low nibbles and `16 + 4t + c` as high ones,
+    /// which is GGUF's own `qs` (the first 16 bytes); and Q5_0's line of fifth bits (byte
+    /// `c`: bit `t` is the fifth bit of value `4t + c`; zeros for the others).
+    fn lane_bytes(c: &[u8]) -> (u16, [u8; BLOCK], [u8; 4]);
 }
 
 impl LaneBlock for BlockQ40 {
     const BITS: u32 = 4;
     const OFFSET: i32 = 8;
-    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
-        let qs = &c[2..18];
-        let u = std::array::from_fn(|j| {
-            if j < 16 {
-                qs[j] & 0x0f
-            } else {
-                qs[j - 16] >> 4
-            }
-        });
-        (u16::from_le_bytes([c[0], c[1]]), u)
+    fn lane_bytes(c: &[u8]) -> (u16, [u8; BLOCK], [u8; 4]) {
+        let mut lines = [0u8; BLOCK];
+        lines[..16].copy_from_slice(&c[2..18]);
+        (u16::from_le_bytes([c[0], c[1]]), lines, [0; 4])
     }
 }
 
 impl LaneBlock for BlockQ50 {
     const BITS: u32 = 5;
     const OFFSET: i32 = 16;
-    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
+    fn lane_bytes(c: &[u8]) -> (u16, [u8; BLOCK], [u8; 4]) {
         let qh = u32::from_le_bytes([c[2], c[3], c[4], c[5]]);
-        let qs = &c[6..22];
-        let u = std::array::from_fn(|j| {
-            let low = if j < 16 {
-                qs[j] & 0x0f
-            } else {
-                qs[j - 16] >> 4
-            };
-            low | (((qh >> j) & 1) as u8) << 4
+        let mut lines = [0u8; BLOCK];
+        lines[..16].copy_from_slice(&c[6..22]);
+        // Byte c gathers bits c, c + 4, …, c + 28 of qh.
+        let hi = std::array::from_fn(|c| {
+            (0..8).fold(0u8, |b, t| b | (((qh >> (4 * t + c)) & 1) as u8) << t)
         });
-        (u16::from_le_bytes([c[0], c[1]]), u)
+        (u16::from_le_bytes([c[0], c[1]]), lines, hi)
     }
 }
 
 impl LaneBlock for BlockQ80 {
     const BITS: u32 = 8;
     const OFFSET: i32 = 128;
-    fn lane_values(c: &[u8]) -> (u16, [u8; BLOCK]) {
-        let u = std::array::from_fn(|j| (c[2 + j] as i8 as i32 + 128) as u8);
-        (u16::from_le_bytes([c[0], c[1]]), u)
+    fn lane_bytes(c: &[u8]) -> (u16, [u8; BLOCK], [u8; 4]) {
+        // q + 128 of a signed byte is its bits with the top one flipped.
+        let lines = std::array::from_fn(|j| c[2 + j] ^ 0x80);
+        (u16::from_le_bytes([c[0], c[1]]), lines, [0; 4])
     }
 }

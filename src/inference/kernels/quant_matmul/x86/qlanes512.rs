@@ -114,19 +114,17 @@ impl<B: LaneBlock> QLanes<B> {
             // SAFETY: the piece starts at a whole group (`for_row_groups`), so its groups'
             // lines are its own; they lie below the capacity.
             let out = unsafe { slots.bytes(g0 * per_group * 64..g1 * per_group * 64) };
-            out.fill(0);
+            // Every lane of a whole group's pairs is written below; zeros are left only in
+            // a partial last group's missing rows and an odd row's last half pair.
+            if rows % ROWS != 0 || kb % 2 == 1 {
+                out.fill(0);
+            }
             for (i, row) in bytes.chunks_exact(row_bytes).enumerate() {
                 let (g, l) = ((r0 + i) / ROWS - g0, (r0 + i) % ROWS);
                 for (b, block) in row.chunks_exact(B::BYTES).enumerate() {
-                    let (d, u) = B::lane_values(block);
                     let at = (g * pairs + b / 2) * Layout::<B>::LINES;
-                    Self::put(
-                        &mut out[at * 64..(at + Layout::<B>::LINES) * 64],
-                        b % 2,
-                        l,
-                        d,
-                        &u,
-                    );
+                    let lines = &mut out[at * 64..(at + Layout::<B>::LINES) * 64];
+                    Self::put(lines, b % 2, l, block);
                 }
             }
         })?;
@@ -142,19 +140,17 @@ impl<B: LaneBlock> QLanes<B> {
         })
     }
 
-    /// Write block `h` (0, 1) of a pair for lane `l` into the pair's lines `out`.
-    fn put(out: &mut [u8], h: usize, l: usize, d: u16, u: &[u8; BLOCK]) {
-        let base = 64 * h * Layout::<B>::PER_BLOCK;
-        for (v, &x) in u.iter().enumerate() {
-            let (t, c) = (v / 4, v % 4);
-            if B::BITS == 8 {
-                out[base + 64 * t + 4 * l + c] = x;
-            } else {
-                out[base + 64 * (t % 4) + 4 * l + c] |= (x & 0x0f) << (4 * (t / 4));
-                if B::BITS == 5 {
-                    out[base + 64 * Layout::<B>::VALS + 4 * l + c] |= ((x >> 4) & 1) << t;
-                }
-            }
+    /// Write GGUF block `c` as block `h` (0, 1) of a pair for lane `l` into the pair's
+    /// lines `out` (four bytes per line: [`LaneBlock::lane_bytes`]).
+    fn put(out: &mut [u8], h: usize, l: usize, c: &[u8]) {
+        let (d, bytes, hi) = B::lane_bytes(c);
+        let base = 64 * h * Layout::<B>::PER_BLOCK + 4 * l;
+        for (t, quad) in bytes.chunks_exact(4).take(Layout::<B>::VALS).enumerate() {
+            out[base + 64 * t..base + 64 * t + 4].copy_from_slice(quad);
+        }
+        if Layout::<B>::HI == 1 {
+            let at = base + 64 * Layout::<B>::VALS;
+            out[at..at + 4].copy_from_slice(&hi);
         }
         let at = 64 * Layout::<B>::D + 32 * h + 2 * l;
         out[at..at + 2].copy_from_slice(&d.to_ne_bytes());
