@@ -255,6 +255,7 @@ impl<H: HalfType> Debug for FloatMatrix<H> {
 
 impl<H: HalfType> FloatMatrix<H> {
     /// Build from the GGUF bytes of a `[n, k]` tensor (row major, little-endian values).
+    #[cfg(test)]
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
         Self::from_source(&RowSource::Bytes(bytes), n, k)
     }

@@ -474,33 +474,7 @@ pub fn cpu_matrix_of(
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
-    }
-    fn qboxed<B: LaneBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        q_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
-    }
-    fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        k_matrix::<B>(&source::RowSource::Bytes(bytes), n, k)
-    }
-    fn fboxed<H: floats::HalfType>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(floats::FloatMatrix::<H>::from_gguf_bytes(
-            bytes, n, k,
-        )?))
-    }
-    Some(match dtype {
-        GgmlDType::Q4_0 => qboxed::<BlockQ40>(bytes, n, k),
-        GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
-        GgmlDType::Q5_0 => qboxed::<BlockQ50>(bytes, n, k),
-        GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
-        GgmlDType::Q8_0 => qboxed::<BlockQ80>(bytes, n, k),
-        GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
-        GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
-        GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
-        GgmlDType::F16 => fboxed::<floats::F16>(bytes, n, k),
-        GgmlDType::BF16 => fboxed::<floats::Bf16>(bytes, n, k),
-        _ => return None,
-    })
+    matrix_from(dtype, &source::RowSource::Bytes(bytes), n, k, false)
 }
 
 /// [`cpu_matrix_of`] for a matrix whose bytes are read as it is built (a model load:
@@ -513,53 +487,72 @@ pub fn cpu_matrix_read(
     n: usize,
     k: usize,
 ) -> Option<Result<Box<dyn CpuMatmul>>> {
-    fn kboxed<B: kquants::KBlock>(
-        read: &source::ReadAt<'_>,
-        n: usize,
-        k: usize,
-    ) -> Result<Box<dyn CpuMatmul>> {
-        k_matrix::<B>(&source::RowSource::Read(read), n, k)
+    matrix_from(dtype, &source::RowSource::Read(read), n, k, false)
+}
+
+/// The row-major form of a matrix of a type this module has (what a CPU without AVX-512
+/// VNNI runs), whatever this CPU would choose: to compare it with the form [`cpu_matrix_of`]
+/// gives (`benches/quant_matmul.rs`).
+pub fn cpu_matrix_row_major(
+    dtype: GgmlDType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    matrix_from(dtype, &source::RowSource::Bytes(bytes), n, k, true)
+}
+
+/// The matrix of a `[n, k]` tensor of `dtype` whose GGUF bytes `src` hands over, in the
+/// form this CPU multiplies fastest ([`q_matrix`], [`k_matrix`]) or, with `row_major`, row
+/// major; `None` for a type this module does not have. A wrong byte count names the type,
+/// the shape and the bytes it needs.
+fn matrix_from(
+    dtype: GgmlDType,
+    src: &source::RowSource<'_>,
+    n: usize,
+    k: usize,
+    row_major: bool,
+) -> Option<Result<Box<dyn CpuMatmul>>> {
+    type Built = Result<Box<dyn CpuMatmul>>;
+    fn rows<B: WeightBlock>(src: &source::RowSource<'_>, n: usize, k: usize) -> Built {
+        let m = QuantMatrix::<B>::from_source(src, n, k)
+            .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+        Ok(Box::new(m))
     }
-    fn fboxed<H: floats::HalfType>(
-        read: &source::ReadAt<'_>,
-        n: usize,
-        k: usize,
-    ) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(floats::FloatMatrix::<H>::from_source(
-            &source::RowSource::Read(read),
-            n,
-            k,
-        )?))
+    fn lanes<B: LaneBlock>(src: &source::RowSource<'_>, n: usize, k: usize, rm: bool) -> Built {
+        if rm {
+            rows::<B>(src, n, k)
+        } else {
+            q_matrix::<B>(src, n, k)
+        }
     }
-    fn boxed<B: WeightBlock>(
-        read: &source::ReadAt<'_>,
+    fn supers<B: kquants::KBlock>(
+        src: &source::RowSource<'_>,
         n: usize,
         k: usize,
-    ) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(QuantMatrix::<B>::from_source(
-            &source::RowSource::Read(read),
-            n,
-            k,
-        )?))
+        rm: bool,
+    ) -> Built {
+        if !rm {
+            return k_matrix::<B>(src, n, k);
+        }
+        let m = kquants::KMatrix::<B>::from_source(src, n, k)
+            .with_context(|| format!("{} tensor [{n}, {k}]", B::NAME))?;
+        Ok(Box::new(m))
     }
-    fn qboxed<B: LaneBlock>(
-        read: &source::ReadAt<'_>,
-        n: usize,
-        k: usize,
-    ) -> Result<Box<dyn CpuMatmul>> {
-        q_matrix::<B>(&source::RowSource::Read(read), n, k)
+    fn halves<H: floats::HalfType>(src: &source::RowSource<'_>, n: usize, k: usize) -> Built {
+        Ok(Box::new(floats::FloatMatrix::<H>::from_source(src, n, k)?))
     }
     Some(match dtype {
-        GgmlDType::Q4_0 => qboxed::<BlockQ40>(read, n, k),
-        GgmlDType::Q4_1 => boxed::<BlockQ41>(read, n, k),
-        GgmlDType::Q5_0 => qboxed::<BlockQ50>(read, n, k),
-        GgmlDType::Q5_1 => boxed::<BlockQ51>(read, n, k),
-        GgmlDType::Q8_0 => qboxed::<BlockQ80>(read, n, k),
-        GgmlDType::Q4K => kboxed::<kquants::KQ4>(read, n, k),
-        GgmlDType::Q5K => kboxed::<kquants::KQ5>(read, n, k),
-        GgmlDType::Q6K => kboxed::<kquants::KQ6>(read, n, k),
-        GgmlDType::F16 => fboxed::<floats::F16>(read, n, k),
-        GgmlDType::BF16 => fboxed::<floats::Bf16>(read, n, k),
+        GgmlDType::Q4_0 => lanes::<BlockQ40>(src, n, k, row_major),
+        GgmlDType::Q4_1 => rows::<BlockQ41>(src, n, k),
+        GgmlDType::Q5_0 => lanes::<BlockQ50>(src, n, k, row_major),
+        GgmlDType::Q5_1 => rows::<BlockQ51>(src, n, k),
+        GgmlDType::Q8_0 => lanes::<BlockQ80>(src, n, k, row_major),
+        GgmlDType::Q4K => supers::<kquants::KQ4>(src, n, k, row_major),
+        GgmlDType::Q5K => supers::<kquants::KQ5>(src, n, k, row_major),
+        GgmlDType::Q6K => supers::<kquants::KQ6>(src, n, k, row_major),
+        GgmlDType::F16 => halves::<floats::F16>(src, n, k),
+        GgmlDType::BF16 => halves::<floats::Bf16>(src, n, k),
         _ => return None,
     })
 }
@@ -644,35 +637,6 @@ fn q_matrix<B: LaneBlock>(
     Ok(Box::new(rows))
 }
 
-/// The row-major form of a matrix of a type this module has (what a CPU without AVX-512
-/// VNNI runs), whatever this CPU would choose: to compare it with the form [`cpu_matrix_of`]
-/// gives (`benches/quant_matmul.rs`).
-pub fn cpu_matrix_row_major(
-    dtype: GgmlDType,
-    bytes: &[u8],
-    n: usize,
-    k: usize,
-) -> Option<Result<Box<dyn CpuMatmul>>> {
-    fn boxed<B: WeightBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        Ok(Box::new(QuantMatrix::<B>::from_gguf_bytes(bytes, n, k)?))
-    }
-    fn kboxed<B: kquants::KBlock>(bytes: &[u8], n: usize, k: usize) -> Result<Box<dyn CpuMatmul>> {
-        let src = source::RowSource::Bytes(bytes);
-        Ok(Box::new(kquants::KMatrix::<B>::from_source(&src, n, k)?))
-    }
-    Some(match dtype {
-        GgmlDType::Q4_0 => boxed::<BlockQ40>(bytes, n, k),
-        GgmlDType::Q4_1 => boxed::<BlockQ41>(bytes, n, k),
-        GgmlDType::Q5_0 => boxed::<BlockQ50>(bytes, n, k),
-        GgmlDType::Q5_1 => boxed::<BlockQ51>(bytes, n, k),
-        GgmlDType::Q8_0 => boxed::<BlockQ80>(bytes, n, k),
-        GgmlDType::Q4K => kboxed::<kquants::KQ4>(bytes, n, k),
-        GgmlDType::Q5K => kboxed::<kquants::KQ5>(bytes, n, k),
-        GgmlDType::Q6K => kboxed::<kquants::KQ6>(bytes, n, k),
-        _ => return None,
-    })
-}
-
 mod acts;
 mod blocks;
 pub(crate) mod floats;
@@ -725,6 +689,7 @@ pub(crate) type Q41Matrix = QuantMatrix<BlockQ41>;
 
 impl<B: WeightBlock> QuantMatrix<B> {
     /// Build from GGUF block bytes of a `[n, k]` tensor (row major).
+    #[cfg(test)]
     pub fn from_gguf_bytes(bytes: &[u8], n: usize, k: usize) -> Result<Self> {
         Self::check_k(k)?;
         let need = n * (k / B::VALUES) * B::BYTES;
