@@ -40,7 +40,7 @@ use super::super::source::{for_row_groups, RowSource, Slots};
 use super::super::{Acts, CpuMatmul, Simd};
 
 /// Weight rows per group (lanes of a 512-bit register of i32).
-const ROWS: usize = 16;
+pub(super) const ROWS: usize = 16;
 /// Activation rows a group's accumulators hold at once (on the stack).
 const ACC_ROWS: usize = 64;
 /// Quads (four values) per super-block.
@@ -752,10 +752,7 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
                 }
             })
             .collect();
-        for g in js.start / ROWS..js.end.div_ceil(ROWS) {
-            let lo = js.start.max(ROWS * g) - ROWS * g;
-            let hi = js.end.min(ROWS * (g + 1)) - ROWS * g;
-            let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
+        for (g, mask) in group_masks(js) {
             for r0 in rows.clone().step_by(ACC_ROWS) {
                 let part = r0..rows.end.min(r0 + ACC_ROWS);
                 let st = &starts[(r0 - rows.start) * self.kbs..];
@@ -775,13 +772,27 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
     }
 
     fn chunk_rows(&self, threads: usize) -> usize {
-        // Whole groups, about eight items per thread, from one group to 16: a work item's
-        // fixed costs (the activation terms above, the call) spread over more weights.
-        // One-group items left decode of a 65,536 × 4,096 Q4_K matrix a quarter slower
-        // (benches/README, "Decode: what the profile showed").
-        let per_thread = self.n / (8 * threads.max(1));
-        (per_thread / ROWS).clamp(1, 16) * ROWS
+        lanes_chunk_rows(self.n, threads)
     }
+}
+
+/// The groups of 16 weight rows that weight rows `js` touch, each with the mask of its lanes
+/// within `js`.
+pub(super) fn group_masks(js: Range<usize>) -> impl Iterator<Item = (usize, __mmask16)> {
+    (js.start / ROWS..js.end.div_ceil(ROWS)).map(move |g| {
+        let lo = js.start.max(ROWS * g) - ROWS * g;
+        let hi = js.end.min(ROWS * (g + 1)) - ROWS * g;
+        (g, (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16)
+    })
+}
+
+/// [`CpuMatmul::chunk_rows`] of a matrix of `n` rows in lanes: whole groups, about eight
+/// items per thread, from one group to 16, so a work item's fixed costs (the activation
+/// terms, the call) spread over more weights. One-group items left decode of a 65,536 ×
+/// 4,096 Q4_K matrix a quarter slower (benches/README, "Decode: what the profile showed").
+pub(super) fn lanes_chunk_rows(n: usize, threads: usize) -> usize {
+    let per_thread = n / (8 * threads.max(1));
+    (per_thread / ROWS).clamp(1, 16) * ROWS
 }
 
 /// Whether this CPU runs [`KLanes`] of `B` (the SIMD level [`Simd::detect`] chose; Q6_K

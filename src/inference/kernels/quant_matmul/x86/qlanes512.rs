@@ -40,9 +40,9 @@ use anyhow::{bail, Result};
 
 use super::super::source::{for_row_groups, RowSource, Slots};
 use super::super::{Acts, CpuMatmul, LaneBlock, Simd, BLOCK};
+// Weight rows per group (ROWS, lanes of a 512-bit register of i32) as in `KLanes`.
+use super::klanes512::{group_masks, lanes_chunk_rows, ROWS};
 
-/// Weight rows per group (lanes of a 512-bit register of i32).
-const ROWS: usize = 16;
 /// Activation rows a group's accumulators hold at once (on the stack).
 const ACC_ROWS: usize = 64;
 
@@ -339,10 +339,7 @@ impl<B: LaneBlock> CpuMatmul for QLanes<B> {
             .iter()
             .map(|q| -B::OFFSET * q.0.iter().map(|&v| i32::from(v)).sum::<i32>())
             .collect();
-        for g in js.start / ROWS..js.end.div_ceil(ROWS) {
-            let lo = js.start.max(ROWS * g) - ROWS * g;
-            let hi = js.end.min(ROWS * (g + 1)) - ROWS * g;
-            let mask = (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as __mmask16;
+        for (g, mask) in group_masks(js) {
             for r0 in rows.clone().step_by(ACC_ROWS) {
                 let part = r0..rows.end.min(r0 + ACC_ROWS);
                 let st = &starts[(r0 - rows.start) * self.kb..];
@@ -356,9 +353,7 @@ impl<B: LaneBlock> CpuMatmul for QLanes<B> {
     }
 
     fn chunk_rows(&self, threads: usize) -> usize {
-        // Whole groups, about eight items per thread, from one group to 16 (as `KLanes`).
-        let per_thread = self.n / (8 * threads.max(1));
-        (per_thread / ROWS).clamp(1, 16) * ROWS
+        lanes_chunk_rows(self.n, threads)
     }
 }
 
