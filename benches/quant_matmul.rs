@@ -23,6 +23,16 @@
 //! Q5_0 and Q8_0 (llama-quantize's fallbacks in its Q4_K_M file) or TYPE, at 1, 5 and 16
 //! activation rows: the two forms alternate call by call (this VM's separate runs differ
 //! ±20 %), and the table gives the best µs per call of each and the decode GB/s of weights.
+//!
+//! `cargo bench --bench quant_matmul -- THREADS stream [TYPE] [ROUNDS]` puts the kernel beside
+//! the machine's limit: Q4_K and Q6_K (or TYPE) at Gemma 4 E4B's and Qwen3-8B's decode shapes,
+//! each in enough copies to pass the last-level cache (a model's step reads every matrix
+//! from memory), one activation row, against a plain streaming read of the same bytes on the
+//! same threads, alternating; best of ROUNDS passes (default 5).
+//!
+//! `cargo bench --bench quant_matmul -- THREADS hot TYPE N K ROWS CALLS` times the arithmetic
+//! alone: one `[N, K]` matrix small enough to stay in the caches, ROWS activation rows (Q4K,
+//! Q5K, Q6K, Q8_0, Q5_0, F16).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -64,6 +74,12 @@ fn main() -> anyhow::Result<()> {
     }
     if args.get(1).map(String::as_str) == Some("forms") {
         return forms(&mut rng, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("hot") {
+        return hot(&mut rng, &args[2..]);
+    }
+    if args.get(1).map(String::as_str) == Some("stream") {
+        return stream(&mut rng, args.get(2), args.get(3));
     }
     // SmolLM2's output head (larger than the caches), a matrix that fits in
     // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
@@ -227,5 +243,131 @@ fn forms(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> 
             );
         }
     }
+    Ok(())
+}
+
+/// The stream table: each matrix of Gemma 4 E4B's and Qwen3-8B's decode step in enough
+/// copies to pass the last-level cache, one activation row, cycling through the copies as a
+/// model's step cycles through its layers; against a plain streaming read of the same
+/// bytes on the same threads. Best of `rounds` passes.
+fn stream(
+    rng: &mut impl Rng,
+    only: Option<&String>,
+    rounds: Option<&String>,
+) -> anyhow::Result<()> {
+    let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5);
+    let shapes = [
+        ("gemma q 2048x2560", 2048, 2560),
+        ("gemma kv 512x2560", 512, 2560),
+        ("gemma o 2560x2048", 2560, 2048),
+        ("gemma up 10240x2560", 10240, 2560),
+        ("gemma down 2560x10240", 2560, 10240),
+        ("gemma ple 256x2560", 256, 2560),
+        ("qwen3 up 12288x4096", 12288, 4096),
+        ("qwen3 down 4096x12288", 4096, 12288),
+    ];
+    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
+    println!("| type | matrix | copies | µs per product | GB/s | read GB/s | kernel / read |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
+            continue;
+        }
+        for (name, n, k) in shapes {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let copies = (256usize << 20).div_ceil(bytes.len()).max(2);
+            let mats = (0..copies)
+                .map(|_| cpu_matrix_of(dtype, &bytes, n, k).expect("a k-quant type"))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let total = (bytes.len() * copies) as f64;
+            let buf: Vec<u64> = (0..(bytes.len() * copies / 8) as u64).collect();
+            let (mut tk, mut tr) = (f64::MAX, f64::MAX);
+            for _ in 0..rounds {
+                let t = Instant::now();
+                for m in &mats {
+                    std::hint::black_box(matmul(m.as_ref(), &x)?);
+                }
+                tk = tk.min(t.elapsed().as_secs_f64());
+                let t = Instant::now();
+                std::hint::black_box(pool_read(&buf));
+                tr = tr.min(t.elapsed().as_secs_f64());
+            }
+            println!(
+                "| {dtype:?} | {name} | {copies} | {:.0} | {:.1} | {:.1} | {:.2} |",
+                tk / copies as f64 * 1e6,
+                total / tk / 1e9,
+                total / tr / 1e9,
+                tr / tk
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A plain read of `buf` over candle's worker pool, 256 KiB per work item.
+fn pool_read(buf: &[u64]) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const CHUNK: usize = 1 << 15;
+    let total = AtomicU64::new(0);
+    candle_core::utils::barrier_pool().execute_chunked(buf.len().div_ceil(CHUNK), |range| {
+        let mut sum = 0u64;
+        for item in range {
+            let end = buf.len().min((item + 1) * CHUNK);
+            // SAFETY: the bench runs on x86-64 with AVX-512 F (checked by the caller).
+            sum = sum.wrapping_add(unsafe { sum512(&buf[item * CHUNK..end]) });
+        }
+        total.fetch_add(sum, Ordering::Relaxed);
+    });
+    total.load(Ordering::Relaxed)
+}
+
+/// The wrapping sum of `words` (whole groups of 32) by 64-byte loads into four accumulators.
+#[target_feature(enable = "avx512f")]
+unsafe fn sum512(words: &[u64]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 4];
+    for c in words.chunks_exact(32) {
+        let p = c.as_ptr();
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_add_epi64(*a, _mm512_loadu_si512(p.add(8 * j).cast()));
+        }
+    }
+    let s = _mm512_add_epi64(
+        _mm512_add_epi64(acc[0], acc[1]),
+        _mm512_add_epi64(acc[2], acc[3]),
+    );
+    _mm512_reduce_add_epi64(s) as u64
+}
+
+/// `hot TYPE N K ROWS CALLS`: one `[N, K]` matrix of TYPE (small enough to stay in the
+/// caches), ROWS activation rows, CALLS products: the kernel's arithmetic alone, in GB/s of
+/// weights per call.
+fn hot(rng: &mut impl Rng, args: &[String]) -> anyhow::Result<()> {
+    let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
+    let dtype = match args.first().map(String::as_str) {
+        Some("Q6K") => GgmlDType::Q6K,
+        Some("Q5K") => GgmlDType::Q5K,
+        Some("Q8_0") => GgmlDType::Q8_0,
+        Some("Q5_0") => GgmlDType::Q5_0,
+        Some("F16") => GgmlDType::F16,
+        _ => GgmlDType::Q4K,
+    };
+    let (n, k, m, calls) = (arg(1, 1024), arg(2, 2560), arg(3, 1), arg(4, 20000));
+    let bytes = random_tensor(rng, n, k, dtype);
+    let w = cpu_matrix_of(dtype, &bytes, n, k).expect("a Joule type")?;
+    let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let mut best = f64::MAX;
+    for _ in 0..5 {
+        let t = time(calls / 5, || {
+            Ok(drop(std::hint::black_box(matmul(w.as_ref(), &x)?)))
+        })?;
+        best = best.min(t);
+    }
+    println!(
+        "{dtype:?} {n}x{k} rows {m}: {:.2} µs per call, {:.1} GB/s of weights",
+        best * 1e6,
+        bytes.len() as f64 / best / 1e9
+    );
     Ok(())
 }

@@ -695,17 +695,22 @@ impl Gemma4 {
         batch: &mut [SeqStep<'_>],
     ) -> Result<Tensor> {
         let (nh, nkv, hd) = (b.n_head, b.n_kv_head, b.head_dim);
-        let q = b.wq.forward(h)?;
-        let kv = match &b.kv {
+        // q, k and v in one pass where the layer has its own keys (the input quantised once,
+        // one dispatch to the workers: `Proj::forward_many`).
+        let (q, kv) = match &b.kv {
             Some(m) => {
-                let k = m.wk.forward(h)?;
-                let v = match &m.wv {
-                    Some(wv) => wv.forward(h)?,
-                    None => k.clone(),
+                let mut ys = match &m.wv {
+                    Some(wv) => Proj::forward_many(&[&b.wq, &m.wk, wv], h)?,
+                    None => Proj::forward_many(&[&b.wq, &m.wk], h)?,
+                }
+                .into_iter();
+                let (Some(q), Some(k)) = (ys.next(), ys.next()) else {
+                    bail!("layer {li}: the q/k/v pass returned fewer outputs than weights");
                 };
-                Some((k, v, &m.k_norm))
+                let v = ys.next().unwrap_or_else(|| k.clone());
+                (q, Some((k, v, &m.k_norm)))
             }
-            None => None,
+            None => (b.wq.forward(h)?, None),
         };
         let params = AttnParams {
             scale: 1.0,

@@ -56,7 +56,11 @@
 //! in the same order for every `(weight row, activation row)` pair), so a
 //! sequence's logits do not depend on what it is batched with.
 //! [`matmul_many`] multiplies one input with several matrices (a layer's
-//! q/k/v, or gate/up) after quantising it once, in one pass of the pool.
+//! q/k/v, or gate/up) after quantising it once, in one pass of the pool. Up
+//! to [`ROW_BLOCK`] activation rows (decode, a society's agents) the threads
+//! take shrinking shares of the weight rows (`run_guided`), so they finish
+//! within one 16-row unit of each other; longer inputs (prompts) go in fixed
+//! items of (block of activation rows, chunk of weight rows).
 
 use crate::inference::files::gguf_weights::ggml_name;
 use anyhow::{bail, Context, Result};
@@ -93,7 +97,9 @@ pub trait CpuMatmul: Debug + Send + Sync {
     /// Bytes the matrix holds (its payloads and scales; the memory plan).
     fn resident_bytes(&self) -> u64;
     /// Weight rows per work item of [`matmul_many`] when `threads` workers share the
-    /// product (a multiple of any row grouping the kernel needs).
+    /// product of more than [`ROW_BLOCK`] activation rows (a multiple of any row grouping
+    /// the kernel needs; shorter products take shares in units of [`WEIGHT_CHUNK`] rows,
+    /// so no kernel may need a grouping larger than that).
     fn chunk_rows(&self, _threads: usize) -> usize {
         WEIGHT_CHUNK
     }
@@ -153,14 +159,21 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
     let acts = Acts::prepare(x, k, forms);
     let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; m * w.n()]).collect();
     let ptrs: Vec<SendPtr<f32>> = ys.iter_mut().map(|y| SendPtr(y.as_mut_ptr())).collect();
-    // Work items are (matrix, block of activation rows, chunk of weight
-    // rows): a block of activations stays in L2 and a chunk of weights in L1
-    // while every pair is multiplied. Run on candle's own worker pool, so
-    // its threads are not left spinning while another pool works.
-    // The pool that runs the items (its workers and this thread): no environment read per product.
+    // Run on candle's own worker pool, so its threads are not left spinning
+    // while another pool works (its workers and this thread: no environment
+    // read per product).
     let pool = candle_core::utils::barrier_pool();
     let threads = pool.n_workers() + 1;
     let row_blocks = m.div_ceil(ROW_BLOCK);
+    if row_blocks == 1 {
+        // SAFETY: `acts` has m rows of k values; `ys[wi]` holds m·n floats of matrix
+        // `wi` and outlives the pass, written only through `ptrs[wi]`.
+        unsafe { run_guided(pool, ws, &acts, m, &ptrs) };
+        return Ok(ys);
+    }
+    // Longer inputs: work items are (matrix, block of activation rows, chunk
+    // of weight rows): a block of activations stays in L2 and a chunk of
+    // weights in L1 while every pair is multiplied.
     let wchunks: Vec<usize> = ws.iter().map(|w| w.chunk_rows(threads).max(1)).collect();
     let chunks: Vec<usize> = ws
         .iter()
@@ -188,6 +201,69 @@ pub fn matmul_many(ws: &[&dyn CpuMatmul], x: &[f32]) -> Result<Vec<Vec<f32>>> {
         }
     });
     Ok(ys)
+}
+
+/// One pass of at most [`ROW_BLOCK`] activation rows (decode: one row per sequence) over
+/// `ws` on `pool`, split by guided self-scheduling: the weight rows of all the matrices in
+/// units of [`WEIGHT_CHUNK`] (a lanes group), each grab a thread makes taking a share of what
+/// is left (`left / (2·threads)` units, at least one), run as one `run_chunk` per matrix it
+/// touches. Early grabs are long (few calls, each one's fixed costs spread over many
+/// weights); the last ones are a single unit, so the threads finish within one unit of each
+/// other (fixed items of up to 16 groups left one thread waiting for up to three items'
+/// time at the end of every product).
+///
+/// # Safety
+/// `acts` has `m` rows of the matrices' `k` values and `ys[wi]` points to `m·n` writable
+/// floats of matrix `wi` that nothing else touches during the pass.
+unsafe fn run_guided(
+    pool: &candle_core::utils::BarrierPool,
+    ws: &[&dyn CpuMatmul],
+    acts: &Acts,
+    m: usize,
+    ys: &[SendPtr<f32>],
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = pool.n_workers() + 1;
+    let mut ends = Vec::with_capacity(ws.len());
+    let mut total = 0usize;
+    for w in ws {
+        total += w.n().div_ceil(WEIGHT_CHUNK);
+        ends.push(total);
+    }
+    let cursor = AtomicUsize::new(0);
+    let take = || {
+        let mut at = cursor.load(Ordering::Relaxed);
+        loop {
+            if at >= total {
+                return None;
+            }
+            let size = ((total - at) / (2 * threads)).max(1);
+            match cursor.compare_exchange_weak(at, at + size, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(at..at + size),
+                Err(now) => at = now,
+            }
+        }
+    };
+    // One task per thread; each takes grabs until none is left (run inline, all of them,
+    // where the pool cannot take work).
+    pool.execute_chunked(threads, |_| {
+        while let Some(grab) = take() {
+            let mut wi = ends.partition_point(|&e| e <= grab.start);
+            let mut at = grab.start;
+            while at < grab.end {
+                let first = if wi == 0 { 0 } else { ends[wi - 1] };
+                let to = grab.end.min(ends[wi]);
+                let w = ws[wi];
+                let js = (at - first) * WEIGHT_CHUNK..w.n().min((to - first) * WEIGHT_CHUNK);
+                // SAFETY: the caller's conditions; grabs are disjoint, so this call is the
+                // only writer of weight rows `js` of matrix `wi`.
+                unsafe { w.run_chunk(acts, 0..m, js, ys[wi].get()) };
+                at = to;
+                wi += 1;
+            }
+        }
+    });
 }
 
 /// The environment variable naming the GGUF types this module multiplies

@@ -697,6 +697,12 @@ fn check_k_paths_agree<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
                 B::NAME
             );
         }
+        // Every pass width (1 to 8 activation rows over a super-block's lines at once):
+        // the first m rows alone, the same bits as in the batch.
+        for m in 1..=8 {
+            let first = matmul(&lanes, &x[..m * k]).unwrap();
+            assert_eq!(bits(&first), bits(&batch[..m * n]), "{} {m} rows", B::NAME);
+        }
         for (j0, j1, r0, r1) in [
             (3, 19, 0, 37),
             (0, 1, 5, 6),
@@ -1025,6 +1031,40 @@ fn k_quant_and_32_value_matrices_share_one_input() {
         assert_eq!(ys[0], matmul(&a, &x).unwrap());
         assert_eq!(ys[1], matmul(&b, &x).unwrap());
         assert_eq!(ys[2], matmul(&c, &x).unwrap());
+    }
+}
+
+/// Decode's guided shares (`run_guided`): grabs that cross from one matrix into the next
+/// and end inside a lanes group's run give each matrix the bits of its whole product in one
+/// call, for every pass width up to a full block of activation rows.
+#[test]
+fn guided_shares_over_several_matrices_give_each_whole_products_bits() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(71);
+    let k = 512;
+    // 13 + 3 + 19 units of 16 rows: the first grabs take several units each.
+    let shapes = [
+        (GgmlDType::Q4K, 200),
+        (GgmlDType::Q8_0, 37),
+        (GgmlDType::Q6K, 300),
+    ];
+    let ws: Vec<Box<dyn CpuMatmul>> = shapes
+        .iter()
+        .map(|&(dt, n)| {
+            let bytes = random_matrix(&mut rng, dt, n, k);
+            cpu_matrix_of(dt, &bytes, n, k).unwrap().unwrap()
+        })
+        .collect();
+    let refs: Vec<&dyn CpuMatmul> = ws.iter().map(|w| w.as_ref()).collect();
+    for m in [1usize, 3, 5, 8, 64] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        let ys = matmul_many(&refs, &x).unwrap();
+        for (w, y) in refs.iter().zip(&ys) {
+            let acts = Acts::prepare(&x, k, acts::Forms::of([w.acts_form()]));
+            let mut whole = vec![f32::NAN; m * w.n()];
+            // SAFETY: acts has m rows of k values; `whole` holds m·n floats.
+            unsafe { w.run_chunk(&acts, 0..m, 0..w.n(), whole.as_mut_ptr()) };
+            assert_eq!(bits(y), bits(&whole), "{w:?}, {m} rows");
+        }
     }
 }
 
@@ -1609,6 +1649,11 @@ fn check_32_value_lanes<B: LaneBlock>(seed: u64) {
                 bits(&batch[r * n..(r + 1) * n]),
                 "{what}: row {r}"
             );
+        }
+        // Every pass width (1 to 8 activation rows over a pair's lines at once).
+        for m in 1..=rows_in.min(8) {
+            let first = matmul(&lanes, &x[..m * k]).unwrap();
+            assert_eq!(bits(&first), bits(&batch[..m * n]), "{what}: {m} rows");
         }
         let acts = Acts::quantize(&x, k);
         let ranges: &[(usize, usize, usize, usize)] = if n < 100 {

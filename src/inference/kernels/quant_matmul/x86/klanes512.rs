@@ -41,6 +41,8 @@ use super::super::{Acts, CpuMatmul, Simd};
 
 /// Weight rows per group (lanes of a 512-bit register of i32).
 pub(super) const ROWS: usize = 16;
+// Decode's guided shares come in units of `WEIGHT_CHUNK` rows: whole groups.
+const _: () = assert!(super::super::WEIGHT_CHUNK % ROWS == 0);
 /// Activation rows a group's accumulators hold at once (on the stack).
 const ACC_ROWS: usize = 64;
 /// Quads (four values) per super-block.
@@ -655,14 +657,18 @@ unsafe fn group<B: KBlock>(
                     $r
                 }};
             }
-            let step = if left >= 8 {
-                step!(8)
-            } else if left >= 4 {
-                step!(4)
-            } else if left >= 2 {
-                step!(2)
-            } else {
-                step!(1)
+            // Every count up to 8 in one pass over the super-block's lines: the weights'
+            // unpacking (Q6_K's bit maps above all) is shared by all the rows of a pass,
+            // so 5 rows as 4 + 1 cost Q6_K 1.5x a pass of 5 (a society's five agents).
+            let step = match left {
+                8.. => step!(8),
+                7 => step!(7),
+                6 => step!(6),
+                5 => step!(5),
+                4 => step!(4),
+                3 => step!(3),
+                2 => step!(2),
+                _ => step!(1),
             };
             r += step;
         }
@@ -786,10 +792,11 @@ pub(super) fn group_masks(js: Range<usize>) -> impl Iterator<Item = (usize, __mm
     })
 }
 
-/// [`CpuMatmul::chunk_rows`] of a matrix of `n` rows in lanes: whole groups, about eight
-/// items per thread, from one group to 16, so a work item's fixed costs (the activation
-/// terms, the call) spread over more weights. One-group items left decode of a 65,536 ×
-/// 4,096 Q4_K matrix a quarter slower (benches/README, "Decode: what the profile showed").
+/// [`CpuMatmul::chunk_rows`] of a matrix of `n` rows in lanes (prompts: decode takes
+/// guided shares, `quant_matmul::run_guided`): whole groups, about eight items per thread,
+/// from one group to 16, so a work item's fixed costs (the activation terms, the call)
+/// spread over more weights. One-group items had left decode of a 65,536 × 4,096 Q4_K
+/// matrix a quarter slower (benches/README, "Decode: what the profile showed").
 pub(super) fn lanes_chunk_rows(n: usize, threads: usize) -> usize {
     let per_thread = n / (8 * threads.max(1));
     (per_thread / ROWS).clamp(1, 16) * ROWS

@@ -285,18 +285,22 @@ unsafe fn run_group<B: LaneBlock>(
             let i = r - rows.start;
             let (a, st) = (&mut acc[i..], starts.get_unchecked(i * mat.kb..));
             let left = rows.end - r;
-            r += if left >= 8 {
-                rows_block::<B, 8>(blk, acts, st, r, b, a);
-                8
-            } else if left >= 4 {
-                rows_block::<B, 4>(blk, acts, st, r, b, a);
-                4
-            } else if left >= 2 {
-                rows_block::<B, 2>(blk, acts, st, r, b, a);
-                2
-            } else {
-                rows_block::<B, 1>(blk, acts, st, r, b, a);
-                1
+            macro_rules! pass {
+                ($r:literal) => {{
+                    rows_block::<B, $r>(blk, acts, st, r, b, a);
+                    $r
+                }};
+            }
+            // Every count up to 8 in one pass over the pair's lines (as in `klanes512`).
+            r += match left {
+                8.. => pass!(8),
+                7 => pass!(7),
+                6 => pass!(6),
+                5 => pass!(5),
+                4 => pass!(4),
+                3 => pass!(3),
+                2 => pass!(2),
+                _ => pass!(1),
             };
         }
     }
