@@ -39,6 +39,7 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Module, Tensor};
+use joule::inference::kernels::memory_read::read_pass;
 use joule::inference::kernels::quant_matmul::{
     cpu_matrix_of, cpu_matrix_row_major, matmul, ALL_TYPES,
 };
@@ -290,7 +291,7 @@ fn stream(
                 }
                 tk = tk.min(t.elapsed().as_secs_f64());
                 let t = Instant::now();
-                std::hint::black_box(pool_read(&buf));
+                std::hint::black_box(read_pass(&buf));
                 tr = tr.min(t.elapsed().as_secs_f64());
             }
             println!(
@@ -303,41 +304,6 @@ fn stream(
         }
     }
     Ok(())
-}
-
-/// A plain read of `buf` over candle's worker pool, 256 KiB per work item.
-fn pool_read(buf: &[u64]) -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    const CHUNK: usize = 1 << 15;
-    let total = AtomicU64::new(0);
-    candle_core::utils::barrier_pool().execute_chunked(buf.len().div_ceil(CHUNK), |range| {
-        let mut sum = 0u64;
-        for item in range {
-            let end = buf.len().min((item + 1) * CHUNK);
-            // SAFETY: the bench runs on x86-64 with AVX-512 F (checked by the caller).
-            sum = sum.wrapping_add(unsafe { sum512(&buf[item * CHUNK..end]) });
-        }
-        total.fetch_add(sum, Ordering::Relaxed);
-    });
-    total.load(Ordering::Relaxed)
-}
-
-/// The wrapping sum of `words` (whole groups of 32) by 64-byte loads into four accumulators.
-#[target_feature(enable = "avx512f")]
-unsafe fn sum512(words: &[u64]) -> u64 {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm512_setzero_si512(); 4];
-    for c in words.chunks_exact(32) {
-        let p = c.as_ptr();
-        for (j, a) in acc.iter_mut().enumerate() {
-            *a = _mm512_add_epi64(*a, _mm512_loadu_si512(p.add(8 * j).cast()));
-        }
-    }
-    let s = _mm512_add_epi64(
-        _mm512_add_epi64(acc[0], acc[1]),
-        _mm512_add_epi64(acc[2], acc[3]),
-    );
-    _mm512_reduce_add_epi64(s) as u64
 }
 
 /// `hot TYPE N K ROWS CALLS`: one `[N, K]` matrix of TYPE (small enough to stay in the

@@ -3,7 +3,10 @@
 //!
 //! - [`quant_matmul`]: CPU matrix products over the file's quantised blocks (AVX-512 VNNI,
 //!   AVX-VNNI, AVX2, portable; chosen at run time).
-//! - [`activation`]: element-wise activations candle computes through libm (GELU).
+//! - [`activation`]: element-wise activations candle computes through libm (GELU, tanh
+//!   soft-capping).
+//! - [`memory_read`]: a plain streaming read over the worker pool, the read bandwidth decode
+//!   is held against (`joule bench`, `benches/quant_matmul.rs`).
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
 //! - `cuda_quant_types` (tests): CUDA against the CPU for every type of the real quant mixes.
@@ -15,6 +18,7 @@ pub(crate) mod cpu_attention;
 pub(crate) mod cuda;
 #[cfg(test)]
 mod cuda_quant_types;
+pub mod memory_read;
 pub mod quant_matmul;
 pub mod record;
 
