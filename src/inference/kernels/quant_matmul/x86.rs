@@ -3,6 +3,26 @@
 //! runs is [`super::Simd`], chosen at run time. The k-quant tiles are [`kquants512`] and
 //! [`kquants256`], the F16/BF16 tiles [`floats`].
 
+/// `$pass!(R)` for `R` the activation rows `$left` left to a lanes kernel's block, at most 8:
+/// every count from 1 to 8 is one pass over the block's lines, so the weights' unpacking is
+/// shared by all the rows of a pass (5 rows as a pass of 4 and one of 1 cost Q6_K 1.5× a
+/// pass of 5: a society's five agents). `klanes512` and `qlanes512` run their passes
+/// through it.
+macro_rules! by_pass_width {
+    ($left:expr, $pass:ident) => {
+        match $left {
+            8.. => $pass!(8),
+            7 => $pass!(7),
+            6 => $pass!(6),
+            5 => $pass!(5),
+            4 => $pass!(4),
+            3 => $pass!(3),
+            2 => $pass!(2),
+            _ => $pass!(1),
+        }
+    };
+}
+
 pub(super) mod avx2;
 pub(super) mod avx512;
 pub(super) mod floats;

@@ -657,19 +657,8 @@ unsafe fn group<B: KBlock>(
                     $r
                 }};
             }
-            // Every count up to 8 in one pass over the super-block's lines: the weights'
-            // unpacking (Q6_K's bit maps above all) is shared by all the rows of a pass,
-            // so 5 rows as 4 + 1 cost Q6_K 1.5x a pass of 5 (a society's five agents).
-            let step = match left {
-                8.. => step!(8),
-                7 => step!(7),
-                6 => step!(6),
-                5 => step!(5),
-                4 => step!(4),
-                3 => step!(3),
-                2 => step!(2),
-                _ => step!(1),
-            };
+            // Up to 8 rows in one pass over the super-block's lines (`by_pass_width`).
+            let step = by_pass_width!(left, step);
             r += step;
         }
     }

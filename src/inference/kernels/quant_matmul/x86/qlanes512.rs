@@ -291,17 +291,8 @@ unsafe fn run_group<B: LaneBlock>(
                     $r
                 }};
             }
-            // Every count up to 8 in one pass over the pair's lines (as in `klanes512`).
-            r += match left {
-                8.. => pass!(8),
-                7 => pass!(7),
-                6 => pass!(6),
-                5 => pass!(5),
-                4 => pass!(4),
-                3 => pass!(3),
-                2 => pass!(2),
-                _ => pass!(1),
-            };
+            // Up to 8 rows in one pass over the pair's lines (`by_pass_width`).
+            r += by_pass_width!(left, pass);
         }
     }
     for (i, a) in acc.iter().enumerate() {
