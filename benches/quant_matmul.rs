@@ -31,8 +31,8 @@
 //! same threads, alternating; best of ROUNDS passes (default 5).
 //!
 //! `cargo bench --bench quant_matmul -- THREADS hot TYPE N K ROWS CALLS` times the arithmetic
-//! alone: one `[N, K]` matrix small enough to stay in the caches, ROWS activation rows (Q4K,
-//! Q5K, Q6K, Q8_0, Q5_0, F16).
+//! alone: one `[N, K]` matrix small enough to stay in the caches, ROWS activation rows (TYPE
+//! any of the module's types by its `GgmlDType` name: Q4K, Q6K, Q5_0, F16, …).
 
 use std::borrow::Cow;
 use std::time::Instant;
@@ -311,13 +311,10 @@ fn stream(
 /// weights per call.
 fn hot(rng: &mut impl Rng, args: &[String]) -> anyhow::Result<()> {
     let arg = |i: usize, d: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(d);
-    let dtype = match args.first().map(String::as_str) {
-        Some("Q6K") => GgmlDType::Q6K,
-        Some("Q5K") => GgmlDType::Q5K,
-        Some("Q8_0") => GgmlDType::Q8_0,
-        Some("Q5_0") => GgmlDType::Q5_0,
-        Some("F16") => GgmlDType::F16,
-        _ => GgmlDType::Q4K,
+    // TYPE as the other modes name it (GgmlDType's Debug name: Q4K, Q6K, Q8_0, F16, …).
+    let name = args.first().map(String::as_str).unwrap_or("Q4K");
+    let Some(dtype) = ALL_TYPES.into_iter().find(|t| format!("{t:?}") == name) else {
+        anyhow::bail!("hot: no type {name} (one of {ALL_TYPES:?})");
     };
     let (n, k, m, calls) = (arg(1, 1024), arg(2, 2560), arg(3, 1), arg(4, 20000));
     let bytes = random_tensor(rng, n, k, dtype);
