@@ -39,10 +39,11 @@ use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{Module, Tensor};
-use joule::inference::kernels::memory_read::read_pass;
+use joule::inference::kernels::memory_read::{read_buffer, read_pass};
 use joule::inference::kernels::quant_matmul::{
     cpu_matrix_of, cpu_matrix_row_major, matmul, ALL_TYPES,
 };
+use joule::inference::kernels::weight_memory::process_huge_bytes;
 use rand::{Rng, SeedableRng};
 
 /// Random GGUF bytes of an `[n, k]` matrix (`quant_matmul::random_matrix`).
@@ -81,6 +82,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.get(1).map(String::as_str) == Some("stream") {
         return stream(&mut rng, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("pages") {
+        return pages(&mut rng, args.get(2), args.get(3));
     }
     // SmolLM2's output head (larger than the caches), a matrix that fits in
     // L2/L3, and a 4B model's FFN projection (rows of whole 256-value blocks).
@@ -282,7 +286,7 @@ fn stream(
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let total = (bytes.len() * copies) as f64;
-            let buf: Vec<u64> = (0..(bytes.len() * copies / 8) as u64).collect();
+            let buf = read_buffer(bytes.len() * copies / 8);
             let (mut tk, mut tr) = (f64::MAX, f64::MAX);
             for _ in 0..rounds {
                 let t = Instant::now();
@@ -300,6 +304,83 @@ fn stream(
                 total / tk / 1e9,
                 total / tr / 1e9,
                 tr / tk
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Build `f`'s value with transparent huge pages off for this process (`off`) or on where
+/// advised: pages are chosen when first written, so what is built here keeps its pages.
+fn with_thp<T>(off: bool, f: impl FnOnce() -> T) -> T {
+    // SAFETY: PR_SET_THP_DISABLE takes one integer argument; it flips a flag of this process.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(off), 0, 0, 0) };
+    let v = f();
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
+    v
+}
+
+/// The pages table: the stream table's matrices built twice in one process, on 4 KiB pages
+/// and on 2 MiB huge pages (`weight_memory::WeightVec`), with a plain read of each kind; the
+/// two alternate call by call, best of `rounds`.
+fn pages(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> anyhow::Result<()> {
+    let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5);
+    let shapes = [
+        ("gemma q 2048x2560", 2048, 2560),
+        ("gemma up 10240x2560", 10240, 2560),
+        ("gemma down 2560x10240", 2560, 10240),
+        ("qwen3 up 12288x4096", 12288, 4096),
+        ("qwen3 down 4096x12288", 4096, 12288),
+    ];
+    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
+    println!("| type | matrix | 4 KiB: kernel / read GB/s | 2 MiB: kernel / read GB/s | kernel 2 MiB / 4 KiB | read 2 MiB / 4 KiB |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
+            continue;
+        }
+        for (name, n, k) in shapes {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let copies = (256usize << 20).div_ceil(bytes.len()).max(2);
+            let build = || -> anyhow::Result<_> {
+                let mats = (0..copies)
+                    .map(|_| cpu_matrix_of(dtype, &bytes, n, k).expect("a k-quant type"))
+                    .collect::<anyhow::Result<Vec<_>>>()?;
+                Ok((mats, read_buffer(bytes.len() * copies / 8)))
+            };
+            let small = with_thp(true, build)?;
+            let before = process_huge_bytes().unwrap_or(0);
+            let huge = with_thp(false, build)?;
+            eprintln!(
+                "{name}: {:.0} MB on huge pages after the 4 KiB set, {:.0} MB more after the 2 MiB set of {:.0} MB",
+                before as f64 / 1e6,
+                process_huge_bytes().unwrap_or(0).saturating_sub(before) as f64 / 1e6,
+                (bytes.len() * copies * 2) as f64 / 1e6
+            );
+            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let total = (bytes.len() * copies) as f64;
+            let mut best = [f64::MAX; 4];
+            for _ in 0..rounds {
+                for (i, (mats, buf)) in [&small, &huge].into_iter().enumerate() {
+                    let t = Instant::now();
+                    for m in mats {
+                        std::hint::black_box(matmul(m.as_ref(), &x)?);
+                    }
+                    best[2 * i] = best[2 * i].min(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    std::hint::black_box(read_pass(buf));
+                    best[2 * i + 1] = best[2 * i + 1].min(t.elapsed().as_secs_f64());
+                }
+            }
+            let gb = |t: f64| total / t / 1e9;
+            println!(
+                "| {dtype:?} | {name} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} | {:.2} |",
+                gb(best[0]),
+                gb(best[1]),
+                gb(best[2]),
+                gb(best[3]),
+                best[0] / best[2],
+                best[1] / best[3]
             );
         }
     }

@@ -110,8 +110,8 @@ pub const PURGE_DELAY: Knob = Knob {
 /// Transparent huge pages for the `joule` binary's heap (`inference::engine::huge_pages`).
 pub const HUGE_PAGES: Knob = Knob {
     name: "JOULE_HUGE_PAGES",
-    what: "let the kernel back the `joule` binary's heap with transparent huge pages (set once \
-           at start-up): about 2 % faster decode on the EPYC measured, but the process then \
+    what: "let the kernel back the `joule` binary's whole heap with transparent huge pages \
+           (set once at start-up; without it only the weights get them): the process then \
            holds up to ~10 % more than the memory plan, by an amount no plan predicts",
     values: "1, true, yes or on (anything else or unset: off, the process holds what is planned)",
 };

@@ -511,12 +511,15 @@ fn memory(
         human(at_rest),
         human(planned)
     )?;
-    let huge_pages = match crate::inference::engine::huge_pages::off_for_process() {
-        Some(true) => "off",
-        Some(false) => "on (JOULE_HUGE_PAGES: the plan is then a lower bound)",
-        None => "unknown",
-    };
-    writeln!(out, "  transparent huge pages: {huge_pages}")?;
+    let huge_pages = crate::inference::engine::huge_pages::for_process().describe();
+    let on_huge = crate::inference::kernels::weight_memory::process_huge_bytes().map_or_else(
+        || "unknown".to_string(),
+        crate::inference::engine::memory_plan::human,
+    );
+    writeln!(
+        out,
+        "  transparent huge pages: {huge_pages} ({on_huge} on them now)"
+    )?;
     writeln!(
         out,
         "  RssAnon (now) {}: plan {d_rss:+.1} %; VmRSS {}; VmHWM (peak) {}: plan {d_hwm:+.1} %",

@@ -1,4 +1,5 @@
-//! Whether the `joule` binary's heap may be backed by transparent huge pages.
+//! Which of the `joule` binary's memory may be backed by transparent huge pages: the
+//! weights, not the heap.
 //!
 //! mimalloc asks the kernel for transparent huge pages on its arenas (`madvise(MADV_HUGEPAGE)`,
 //! the `hg` flag in `/proc/PID/smaps`), and the kernel then counts resident memory in 2 MiB
@@ -9,39 +10,162 @@
 //! predicts: measured with `joule models inspect F --memory --measure` (issue #26 item 3),
 //! huge pages made SmolLM2 at 5 × 4,096 tokens hold 1.13 GiB against 1.01 GiB without them
 //! (plan −10.8 % against −1.3 %), and full-size Qwen3.5-4B's load 0.13 GiB beyond its weights
-//! against 0.01 GiB. Decode gained about 2 % from them on the EPYC of session 17 (inside that
-//! machine's noise; benches/README "Memory at 5 × 4,096 without transparent huge pages"). So
-//! the binary turns them off for itself at start-up ([`set_for_process`], `prctl(PR_SET_THP_DISABLE)`), and
-//! `JOULE_HUGE_PAGES=1` leaves them on, where the memory plan is a lower bound.
+//! against 0.01 GiB.
 //!
-//! Linux only; elsewhere there is nothing to set.
+//! The weights are the other case: each matrix is one block written end to end, and decode
+//! streams all of them every step, where 2 MiB pages read faster than 4 KiB ones
+//! (`kernels::weight_memory`). So [`set_for_process`] keeps the heap off huge pages and lets
+//! the weights have them ([`Pages::WeightsOnly`]):
+//!
+//! - mimalloc is told not to advise the memory it takes from the system from now on
+//!   (`mi_option_allow_thp` = 0), and the arenas it advised before `main` are advised back;
+//! - where the kernel has `PR_THP_DISABLE_EXCEPT_ADVISED` (Linux 6.18+), the process turns
+//!   huge pages off except for advised ranges, which also holds when the system's mode is
+//!   `always`;
+//! - on an older kernel, a system mode of `madvise` already means exactly that; under `always`
+//!   the process turns huge pages off altogether ([`Pages::Nowhere`]: the plan holds, the
+//!   weights read at 4 KiB pages), and under `never` nothing gets them.
+//!
+//! `JOULE_HUGE_PAGES=1` leaves everything as the system and mimalloc decide
+//! ([`Pages::Everywhere`]), where the memory plan is a lower bound.
 
-/// Turn transparent huge pages off for this process and the programs it starts, unless
-/// `allowed`. Returns whether they are off after the call (`false` where the kernel has
-/// no such switch or refused it: the process then runs as the system decides).
-pub fn set_for_process(allowed: bool) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: PR_SET_THP_DISABLE takes one integer argument and the rest zero; it
-        // changes a flag of this process's memory descriptor and touches no memory of ours.
-        let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(!allowed), 0, 0, 0) };
-        rc == 0 && !allowed
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = allowed;
-        false
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// What [`set_for_process`] left this process with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pages {
+    /// Not set (not the `joule` binary, or not Linux): as the system decides.
+    System,
+    /// Only advised ranges, i.e. the weights (`kernels::weight_memory::WeightVec`).
+    WeightsOnly,
+    /// None at all.
+    Nowhere,
+    /// The heap too (`JOULE_HUGE_PAGES=1`).
+    Everywhere,
+}
+
+impl Pages {
+    /// How `joule models inspect --measure` names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Pages::System => "as the system decides (not set by this process)",
+            Pages::WeightsOnly => "the weights only",
+            Pages::Nowhere => {
+                "off (the system's mode is `always` and this kernel cannot except the weights)"
+            }
+            Pages::Everywhere => {
+                "on for the heap too (JOULE_HUGE_PAGES: the plan is then a lower bound)"
+            }
+        }
     }
 }
 
-/// Whether transparent huge pages are off for this process (`THP_enabled: 0` in
-/// `/proc/self/status`); `None` where that line cannot be read.
-pub fn off_for_process() -> Option<bool> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("THP_enabled:"))
-        .map(|v| v.trim() == "0")
+static SET: AtomicU8 = AtomicU8::new(0);
+
+/// What the process was left with by [`set_for_process`] ([`Pages::System`] if never called).
+pub fn for_process() -> Pages {
+    match SET.load(Ordering::Relaxed) {
+        1 => Pages::WeightsOnly,
+        2 => Pages::Nowhere,
+        3 => Pages::Everywhere,
+        _ => Pages::System,
+    }
+}
+
+/// `mi_option_allow_thp` of mimalloc v3's `mimalloc.h`, the version libmimalloc-sys builds by
+/// default (it does not name the option).
+const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+
+/// `PR_THP_DISABLE_EXCEPT_ADVISED` of Linux 6.18's `prctl.h` (the libc crate does not name it).
+#[cfg(target_os = "linux")]
+const PR_THP_DISABLE_EXCEPT_ADVISED: libc::c_ulong = 1 << 1;
+
+/// Set which memory of this process (and the programs it starts) may be on huge pages: the
+/// weights only, unless `heap_too` (see the module's text). Call once, before threads start.
+pub fn set_for_process(heap_too: bool) -> Pages {
+    let pages = if heap_too {
+        Pages::Everywhere
+    } else {
+        // SAFETY: sets a process-wide allocator option (an atomic in mimalloc); mimalloc reads
+        // it each time it takes memory from the system.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ALLOW_THP, 0) };
+        unadvise_existing();
+        weights_only()
+    };
+    SET.store(
+        match pages {
+            Pages::System => 0,
+            Pages::WeightsOnly => 1,
+            Pages::Nowhere => 2,
+            Pages::Everywhere => 3,
+        },
+        Ordering::Relaxed,
+    );
+    pages
+}
+
+/// Advise back to ordinary pages every range already advised for huge pages: at start-up
+/// these are the arenas mimalloc took from the system before [`set_for_process`] told it
+/// not to advise (the first allocations run before `main`), and nothing of Joule's yet.
+#[cfg(target_os = "linux")]
+fn unadvise_existing() {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return;
+    };
+    let mut range = None;
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = head.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                range = Some((a, b));
+                continue;
+            }
+        }
+        if let (Some(flags), Some((a, b))) = (line.strip_prefix("VmFlags:"), range) {
+            if flags.split_whitespace().any(|f| f == "hg") {
+                // SAFETY: the advice changes only how the kernel backs a mapping of this
+                // process's, never its contents.
+                unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_NOHUGEPAGE) };
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unadvise_existing() {}
+
+#[cfg(target_os = "linux")]
+fn weights_only() -> Pages {
+    // SAFETY: PR_SET_THP_DISABLE takes two integer arguments and the rest zero; it changes a
+    // flag of this process's memory descriptor and touches no memory of ours.
+    let except_advised = unsafe {
+        libc::prctl(
+            libc::PR_SET_THP_DISABLE,
+            1,
+            PR_THP_DISABLE_EXCEPT_ADVISED,
+            0,
+            0,
+        )
+    };
+    if except_advised == 0 {
+        return Pages::WeightsOnly;
+    }
+    let mode =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if mode.contains("[madvise]") {
+        Pages::WeightsOnly
+    } else if mode.contains("[always]") {
+        // SAFETY: as above, with one integer argument.
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+        Pages::Nowhere
+    } else {
+        Pages::Nowhere
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn weights_only() -> Pages {
+    Pages::System
 }
 
 #[cfg(test)]
@@ -49,18 +173,20 @@ mod tests {
     use super::*;
 
     #[test]
-    #[cfg(target_os = "linux")]
-    fn the_switch_is_what_the_kernel_reports() {
-        // A test process of its own would be cleaner; the flag is per process and the other
-        // tests of this binary do not read it, so it is set back at the end.
-        let was_off = off_for_process();
-        assert!(set_for_process(false));
-        if was_off.is_some() {
-            assert_eq!(off_for_process(), Some(true));
-        }
-        assert!(!set_for_process(true));
-        if was_off.is_some() {
-            assert_eq!(off_for_process(), Some(false));
+    fn mimalloc_names_the_option_where_we_set_it() {
+        // The option's index is hard-coded: mimalloc's default for `allow_thp` is on, and the
+        // option before it (`page_cross_thread_max_reclaim`) defaults to 32.
+        // SAFETY: reads a process-wide allocator option.
+        assert_eq!(
+            unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP - 1) },
+            32
+        );
+        if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) },
+                1
+            );
         }
     }
 }

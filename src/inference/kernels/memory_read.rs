@@ -5,6 +5,15 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// A buffer of `words` 64-bit words to read with [`read_pass`], on the pages the weights get
+/// (`weight_memory::WeightVec`: huge pages where the kernel allows), every page written once
+/// so that it is mapped before a timed read.
+pub fn read_buffer(words: usize) -> crate::inference::kernels::weight_memory::WeightVec<u64> {
+    let mut buf = crate::inference::kernels::weight_memory::WeightVec::with_capacity(words);
+    buf.extend(0..words as u64);
+    buf
+}
+
 /// Words per work item of [`read_pass`] (256 KiB).
 const CHUNK: usize = 1 << 15;
 

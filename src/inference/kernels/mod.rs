@@ -10,6 +10,7 @@
 //! - [`cpu_attention`]: fused flash-style attention on the CPU (decode steps and prompt tiles).
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
 //! - `cuda_quant_types` (tests): CUDA against the CPU for every type of the real quant mixes.
+//! - [`weight_memory`]: the vector a matrix's weights live in, advised onto huge pages.
 //! - [`record`]: which of these (or candle's) a run uses, for its resolved config and `joule bench`.
 
 pub mod activation;
@@ -21,6 +22,7 @@ mod cuda_quant_types;
 pub mod memory_read;
 pub mod quant_matmul;
 pub mod record;
+pub mod weight_memory;
 
 /// How attention scores are formed: the parameters every attention path takes (the CPU
 /// kernels here, the CUDA kernel, and candle's reference in `models::nn`).

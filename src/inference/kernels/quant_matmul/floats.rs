@@ -235,7 +235,7 @@ pub struct FloatMatrix<H: HalfType> {
     pub(crate) k: usize,
     /// The row stride (`k` rounded up to whole steps).
     pub(crate) kp: usize,
-    pub(crate) w: Vec<u16>,
+    pub(crate) w: crate::inference::kernels::weight_memory::WeightVec<u16>,
     pub(crate) simd: Simd,
     _h: PhantomData<H>,
 }
@@ -268,7 +268,8 @@ impl<H: HalfType> FloatMatrix<H> {
         }
         let kp = H::padded(k);
         let simd = Simd::detect()?;
-        let mut w: Vec<u16> = Vec::with_capacity(n * kp);
+        let mut w =
+            crate::inference::kernels::weight_memory::WeightVec::<u16>::with_capacity(n * kp);
         let at = Slots::of(&mut w);
         for_row_pieces(src, n, 2 * k, |r0, bytes| {
             for (i, row) in bytes.chunks_exact(2 * k).enumerate() {

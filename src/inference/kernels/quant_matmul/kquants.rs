@@ -511,8 +511,8 @@ pub(crate) struct KMatrix<B: KBlock> {
     pub(crate) k: usize,
     /// Super-blocks per row.
     pub(crate) kbs: usize,
-    pub(crate) qs: Vec<B::Qs>,
-    pub(crate) meta: Vec<B::Meta>,
+    pub(crate) qs: crate::inference::kernels::weight_memory::WeightVec<B::Qs>,
+    pub(crate) meta: crate::inference::kernels::weight_memory::WeightVec<B::Meta>,
     pub(crate) simd: Simd,
 }
 
@@ -562,8 +562,10 @@ impl<B: KBlock> KMatrix<B> {
         }
         let kbs = k / QK;
         let simd = Simd::detect()?;
-        let mut qs: Vec<B::Qs> = Vec::with_capacity(n * kbs);
-        let mut meta: Vec<B::Meta> = Vec::with_capacity(n * kbs);
+        let mut qs =
+            crate::inference::kernels::weight_memory::WeightVec::<B::Qs>::with_capacity(n * kbs);
+        let mut meta =
+            crate::inference::kernels::weight_memory::WeightVec::<B::Meta>::with_capacity(n * kbs);
         let (qs_at, meta_at) = (Slots::of(&mut qs), Slots::of(&mut meta));
         for_row_pieces(src, n, kbs * B::BYTES, |r0, bytes| {
             for (i, c) in bytes.chunks_exact(B::BYTES).enumerate() {

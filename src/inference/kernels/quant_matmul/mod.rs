@@ -738,9 +738,9 @@ pub(crate) struct QuantMatrix<B: WeightBlock> {
     pub(crate) kb: usize,
     pub(crate) kbp: usize,
     /// `n·kb` payloads, row major.
-    pub(crate) ints: Vec<B::Ints>,
+    pub(crate) ints: crate::inference::kernels::weight_memory::WeightVec<B::Ints>,
     /// `n·kbp/GROUP` group scales, row major (zero in the padding).
-    pub(crate) scales: Vec<B::Scales>,
+    pub(crate) scales: crate::inference::kernels::weight_memory::WeightVec<B::Scales>,
     /// The dot-product implementation, chosen for this CPU at load.
     pub(crate) simd: Simd,
     pub(crate) _block: PhantomData<B>,
@@ -802,8 +802,12 @@ impl<B: WeightBlock> QuantMatrix<B> {
         let row_bytes = per_row * B::BYTES;
         let groups = kbp / GROUP;
         let sub = B::VALUES / BLOCK;
-        let mut ints: Vec<B::Ints> = Vec::with_capacity(n * kb);
-        let mut scales: Vec<B::Scales> = Vec::with_capacity(n * groups);
+        let mut ints =
+            crate::inference::kernels::weight_memory::WeightVec::<B::Ints>::with_capacity(n * kb);
+        let mut scales =
+            crate::inference::kernels::weight_memory::WeightVec::<B::Scales>::with_capacity(
+                n * groups,
+            );
         let (ints_at, scales_at) = (source::Slots::of(&mut ints), source::Slots::of(&mut scales));
         source::for_row_pieces(src, n, row_bytes, |r0, bytes| {
             let mut row_ints: Vec<B::Ints> = Vec::with_capacity(kb);

@@ -116,7 +116,7 @@ pub(crate) struct KLanes<B: KBlock> {
     k: usize,
     kbs: usize,
     /// Group `g`'s super-block `s` at lines `(g·kbs + s)·LINES ..`.
-    lines: Vec<Line>,
+    lines: crate::inference::kernels::weight_memory::WeightVec<Line>,
     _b: PhantomData<B>,
 }
 
@@ -142,7 +142,9 @@ impl<B: KBlock> KLanes<B> {
         let (n, kbs) = (m.n, m.kbs);
         let groups = n.div_ceil(ROWS);
         let per_group = kbs * Layout::<B>::LINES;
-        let mut lines: Vec<Line> = Vec::with_capacity(groups * per_group);
+        let mut lines = crate::inference::kernels::weight_memory::WeightVec::<Line>::with_capacity(
+            groups * per_group,
+        );
         let slots = Slots::of(&mut lines);
         candle_core::utils::barrier_pool().execute_chunked(groups, |range| {
             for g in range {
@@ -188,7 +190,9 @@ impl<B: KBlock> KLanes<B> {
         let row_bytes = kbs * B::BYTES;
         let groups = n.div_ceil(ROWS);
         let per_group = kbs * Layout::<B>::LINES;
-        let mut lines: Vec<Line> = Vec::with_capacity(groups * per_group);
+        let mut lines = crate::inference::kernels::weight_memory::WeightVec::<Line>::with_capacity(
+            groups * per_group,
+        );
         let slots = Slots::of(&mut lines);
         for_row_groups(src, n, row_bytes, ROWS, |r0, bytes| {
             let rows = bytes.len() / row_bytes;

@@ -74,7 +74,7 @@ pub(crate) struct QLanes<B: LaneBlock> {
     kb: usize,
     pairs: usize,
     /// Group `g`'s pair `p` at lines `(g·pairs + p)·LINES ..`.
-    lines: Vec<Line>,
+    lines: crate::inference::kernels::weight_memory::WeightVec<Line>,
     _b: PhantomData<B>,
 }
 
@@ -106,7 +106,9 @@ impl<B: LaneBlock> QLanes<B> {
         let row_bytes = kb * B::BYTES;
         let groups = n.div_ceil(ROWS);
         let per_group = pairs * Layout::<B>::LINES;
-        let mut lines: Vec<Line> = Vec::with_capacity(groups * per_group);
+        let mut lines = crate::inference::kernels::weight_memory::WeightVec::<Line>::with_capacity(
+            groups * per_group,
+        );
         let slots = Slots::of(&mut lines);
         for_row_groups(src, n, row_bytes, ROWS, |r0, bytes| {
             let rows = bytes.len() / row_bytes;
