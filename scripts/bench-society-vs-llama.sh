@@ -8,7 +8,8 @@
 # Usage: scripts/bench-society-vs-llama.sh [SIMS [ROUNDS [THREADS]]]   (defaults 16, 2, 2;
 #        JOULE=path/to/joule to use a built binary instead of `cargo run --release`; MODEL=FILE.gguf
 #        for another model than the default, e.g. a synthesized real-width one made with
-#        `joule models synth NAME --vocab …` so that it has a tokenizer and chat template)
+#        `joule models synth NAME --vocab …` so that it has a tokenizer and chat template;
+#        SLOTS=K for llama-server's parallel slots, default 5 per society, one per agent)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sims=${1:-16}
@@ -25,8 +26,11 @@ trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" --json > "$out/joule.json"
 cat "$out/joule.json"
-# 4,096 tokens of context per slot (the society's prompts are ~1,500 tokens).
-"$bin/llama-server" -m "$model" -a "$(basename "$model" .gguf)" -np "$sims" -c $((sims * 4096)) -t "$t" -tb "$t" \
+# One slot per agent (SLOTS, default 5 per society: the driver sends each phase's calls of
+# every agent at once, as Joule's engine batches them), 4,096 tokens of context per slot (the
+# society's prompts are ~1,500 tokens).
+slots=${SLOTS:-$((sims * 5))}
+"$bin/llama-server" -m "$model" -a "$(basename "$model" .gguf)" -np "$slots" -c $((slots * 4096)) -t "$t" -tb "$t" \
     --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
 server=$!
 for _ in $(seq 120); do
