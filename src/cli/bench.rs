@@ -290,14 +290,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         // Decode reads every matrix once per step, whatever the number of sequences.
         let weight_gbs = |ts: f64| step_bytes as f64 * ts / seqs as f64 / 1e9;
         let decode_gbs = (n > 0).then(|| weight_gbs(avg));
-        let adjacent_pct = (reads.len() == samples.len() + 1).then(|| {
-            let pcts: Vec<f64> = samples
-                .iter()
-                .enumerate()
-                .map(|(i, &ts)| 100.0 * weight_gbs(ts) / reads[i].max(reads[i + 1]))
-                .collect();
-            mean_sd(&pcts).0
-        });
+        let rates: Vec<f64> = samples.iter().map(|&ts| weight_gbs(ts)).collect();
+        let adjacent_pct = adjacent_pct(&rates, &reads);
         results.push(BenchResult {
             model: info.name.clone(),
             arch: info.arch.clone(),
@@ -403,6 +397,20 @@ fn step_weight_bytes(matmuls: &[MatmulUse]) -> u64 {
         .sum()
 }
 
+/// The mean over repetitions of each one's weight rate (`rates[i]`, GB/s) as a percentage of
+/// the better of the reads just before and after it (`reads[i]`, `reads[i + 1]`); `None`
+/// unless there is one read more than there are repetitions.
+fn adjacent_pct(rates: &[f64], reads: &[f64]) -> Option<f64> {
+    (!rates.is_empty() && reads.len() == rates.len() + 1).then(|| {
+        let pcts: Vec<f64> = rates
+            .iter()
+            .zip(reads.windows(2))
+            .map(|(&r, w)| 100.0 * r / w[0].max(w[1]))
+            .collect();
+        mean_sd(&pcts).0
+    })
+}
+
 /// This machine's read bandwidth: streaming reads (`memory_read::read_pass`: sums of
 /// 64-bit words) of a buffer of `bytes` (at least 64 MiB, past the caches) on the pages the
 /// weights get, split over candle's worker pool as the matrix products are. The buffer is
@@ -433,7 +441,7 @@ impl ReadMeter {
 
 #[cfg(test)]
 mod tests {
-    use super::{mean_sd, step_weight_bytes, ReadMeter};
+    use super::{adjacent_pct, mean_sd, step_weight_bytes, ReadMeter};
 
     use crate::inference::files::gguf_weights::MatmulUse;
     use candle_core::quantized::GgmlDType;
@@ -454,6 +462,16 @@ mod tests {
         assert_eq!(meter.buf.len(), 8 << 20, "at least 64 MiB");
         let bw = meter.best_gbs(2);
         assert!(bw.is_finite() && bw > 0.1, "{bw}");
+    }
+
+    #[test]
+    fn each_repetition_is_held_against_the_better_read_beside_it() {
+        // Repetition 0 between reads 40 and 50 (held against 50), repetition 1 between 50
+        // and 20 (against 50): 80 % and 60 %.
+        let pct = adjacent_pct(&[40.0, 30.0], &[40.0, 50.0, 20.0]).unwrap();
+        assert!((pct - 70.0).abs() < 1e-9, "{pct}");
+        assert_eq!(adjacent_pct(&[40.0], &[40.0]), None);
+        assert_eq!(adjacent_pct(&[], &[40.0]), None);
     }
 
     #[test]
