@@ -183,19 +183,23 @@ fn plan_matches_the_process_at_real_width() {
     let handed_back = measure(&file, 512, 2, None);
     check("qwen3-8b, 1 layer, Q4_K_M", handed_back);
     // Kept for good (the binary's setting until session 13), the prompt
-    // steps' buffers stay resident and the same check fails: 50 MiB more at
-    // rest here, about half the planned scratch (the peak plan less the plan
-    // at rest, less the few MiB VmRSS had beyond RssAnon before loading).
+    // steps' buffers stay resident: 46-54 MiB more at rest here, about half
+    // the planned scratch (the peak plan less the plan at rest, less the few
+    // MiB VmRSS had beyond RssAnon before loading), which on this file is
+    // ~5 % of the plan: measured -4.99 to -5.3 % against the plan, so the
+    // 5 % line itself is not the test; the plan falling at least 2.5 points
+    // further than with the buffers handed back is.
     let kept = measure(&file, 512, 2, Some("-1"));
     let scratch = kept.peak_planned.saturating_sub(kept.planned);
     assert!(
-        kept.anon > handed_back.anon + scratch / 4 && kept.diff < -5.0,
+        kept.anon > handed_back.anon + scratch / 4 && kept.diff < handed_back.diff - 2.5,
         "with the purge delay at -1 the process should keep its prompt steps' buffers and the \
-         plan fall more than 5 % short (RssAnon {} bytes, plan {:+.1} %, against {} when they \
-         are handed back; planned scratch ~{scratch})",
+         plan fall 2.5 points further short (RssAnon {} bytes, plan {:+.1} %, against {} and \
+         {:+.1} % when they are handed back; planned scratch ~{scratch})",
         kept.anon,
         kept.diff,
-        handed_back.anon
+        handed_back.anon,
+        handed_back.diff
     );
 }
 
