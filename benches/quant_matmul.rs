@@ -251,26 +251,65 @@ fn forms(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> 
     Ok(())
 }
 
-/// The stream table: each matrix of Gemma 4 E4B's and Qwen3-8B's decode step in enough
-/// copies to pass the last-level cache, one activation row, cycling through the copies as a
-/// model's step cycles through its layers; against a plain streaming read of the same
-/// bytes on the same threads. Best of `rounds` passes.
+/// Gemma 4 E4B's and Qwen3-8B's decode-step matrices, `[n, k]`.
+const STREAM_SHAPES: [(&str, usize, usize); 8] = [
+    ("gemma q 2048x2560", 2048, 2560),
+    ("gemma kv 512x2560", 512, 2560),
+    ("gemma o 2560x2048", 2560, 2048),
+    ("gemma up 10240x2560", 10240, 2560),
+    ("gemma down 2560x10240", 2560, 10240),
+    ("gemma ple 256x2560", 256, 2560),
+    ("qwen3 up 12288x4096", 12288, 4096),
+    ("qwen3 down 4096x12288", 4096, 12288),
+];
+
+/// One matrix's bytes in enough copies to pass the last-level cache (a model's step reads
+/// every matrix from memory), beside a plain-read buffer of the same size.
+struct StreamSet {
+    mats: Vec<Box<dyn joule::inference::kernels::quant_matmul::CpuMatmul>>,
+    buf: joule::inference::kernels::weight_memory::WeightVec<u64>,
+}
+
+impl StreamSet {
+    /// Copies of `bytes` (an `[n, k]` matrix of `dtype`) to fill 256 MiB, at least two.
+    fn copies(bytes: &[u8]) -> usize {
+        (256usize << 20).div_ceil(bytes.len()).max(2)
+    }
+
+    fn build(dtype: GgmlDType, bytes: &[u8], n: usize, k: usize) -> anyhow::Result<Self> {
+        let copies = Self::copies(bytes);
+        let mats = (0..copies)
+            .map(|_| cpu_matrix_of(dtype, bytes, n, k).expect("a k-quant type"))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(StreamSet {
+            mats,
+            buf: read_buffer(bytes.len() * copies / 8),
+        })
+    }
+
+    /// Seconds of one product with every copy (cycling through them as a step cycles its
+    /// layers) and of one plain read of as many bytes, in that order.
+    fn time(&self, x: &[f32]) -> anyhow::Result<(f64, f64)> {
+        let t = Instant::now();
+        for m in &self.mats {
+            std::hint::black_box(matmul(m.as_ref(), x)?);
+        }
+        let tk = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        std::hint::black_box(read_pass(&self.buf));
+        Ok((tk, t.elapsed().as_secs_f64()))
+    }
+}
+
+/// The stream table: each matrix of [`STREAM_SHAPES`] as a [`StreamSet`], one activation
+/// row, against a plain streaming read of the same bytes on the same threads. Best of
+/// `rounds` passes.
 fn stream(
     rng: &mut impl Rng,
     only: Option<&String>,
     rounds: Option<&String>,
 ) -> anyhow::Result<()> {
     let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5);
-    let shapes = [
-        ("gemma q 2048x2560", 2048, 2560),
-        ("gemma kv 512x2560", 512, 2560),
-        ("gemma o 2560x2048", 2560, 2048),
-        ("gemma up 10240x2560", 10240, 2560),
-        ("gemma down 2560x10240", 2560, 10240),
-        ("gemma ple 256x2560", 256, 2560),
-        ("qwen3 up 12288x4096", 12288, 4096),
-        ("qwen3 down 4096x12288", 4096, 12288),
-    ];
     let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
     println!("| type | matrix | copies | µs per product | GB/s | read GB/s | kernel / read |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
@@ -278,25 +317,17 @@ fn stream(
         if only.is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
         }
-        for (name, n, k) in shapes {
+        for (name, n, k) in STREAM_SHAPES {
             let bytes = random_tensor(rng, n, k, dtype);
-            let copies = (256usize << 20).div_ceil(bytes.len()).max(2);
-            let mats = (0..copies)
-                .map(|_| cpu_matrix_of(dtype, &bytes, n, k).expect("a k-quant type"))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            let set = StreamSet::build(dtype, &bytes, n, k)?;
+            let copies = set.mats.len();
             let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let total = (bytes.len() * copies) as f64;
-            let buf = read_buffer(bytes.len() * copies / 8);
             let (mut tk, mut tr) = (f64::MAX, f64::MAX);
             for _ in 0..rounds {
-                let t = Instant::now();
-                for m in &mats {
-                    std::hint::black_box(matmul(m.as_ref(), &x)?);
-                }
-                tk = tk.min(t.elapsed().as_secs_f64());
-                let t = Instant::now();
-                std::hint::black_box(read_pass(&buf));
-                tr = tr.min(t.elapsed().as_secs_f64());
+                let (k_s, r_s) = set.time(&x)?;
+                tk = tk.min(k_s);
+                tr = tr.min(r_s);
             }
             println!(
                 "| {dtype:?} | {name} | {copies} | {:.0} | {:.1} | {:.1} | {:.2} |",
@@ -316,6 +347,7 @@ fn with_thp<T>(off: bool, f: impl FnOnce() -> T) -> T {
     // SAFETY: PR_SET_THP_DISABLE takes one integer argument; it flips a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(off), 0, 0, 0) };
     let v = f();
+    // SAFETY: as above.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
     v
 }
@@ -325,13 +357,14 @@ fn with_thp<T>(off: bool, f: impl FnOnce() -> T) -> T {
 /// two alternate call by call, best of `rounds`.
 fn pages(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> anyhow::Result<()> {
     let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5);
-    let shapes = [
-        ("gemma q 2048x2560", 2048, 2560),
-        ("gemma up 10240x2560", 10240, 2560),
-        ("gemma down 2560x10240", 2560, 10240),
-        ("qwen3 up 12288x4096", 12288, 4096),
-        ("qwen3 down 4096x12288", 4096, 12288),
-    ];
+    // The stream table's shapes but Gemma 4's o, k/v and per-layer gate (the last two hold
+    // no whole huge page).
+    let shapes: Vec<_> = STREAM_SHAPES
+        .into_iter()
+        .filter(|(name, _, _)| {
+            !name.contains(" kv ") && !name.contains(" ple ") && !name.contains(" o ")
+        })
+        .collect();
     let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
     println!("| type | matrix | 4 KiB: kernel / read GB/s | 2 MiB: kernel / read GB/s | kernel 2 MiB / 4 KiB | read 2 MiB / 4 KiB |");
     println!("| --- | --- | ---: | ---: | ---: | ---: |");
@@ -339,20 +372,15 @@ fn pages(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> 
         if only.is_some_and(|o| *o != format!("{dtype:?}")) {
             continue;
         }
-        for (name, n, k) in shapes {
+        for &(name, n, k) in &shapes {
             let bytes = random_tensor(rng, n, k, dtype);
-            let copies = (256usize << 20).div_ceil(bytes.len()).max(2);
-            let build = || -> anyhow::Result<_> {
-                let mats = (0..copies)
-                    .map(|_| cpu_matrix_of(dtype, &bytes, n, k).expect("a k-quant type"))
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                Ok((mats, read_buffer(bytes.len() * copies / 8)))
-            };
+            let copies = StreamSet::copies(&bytes);
+            let build = || StreamSet::build(dtype, &bytes, n, k);
             let small = with_thp(true, build)?;
             let before = process_huge_bytes().unwrap_or(0);
             let huge = with_thp(false, build)?;
             eprintln!(
-                "{name}: {:.0} MB on huge pages after the 4 KiB set, {:.0} MB more after the 2 MiB set of {:.0} MB",
+                "{name}: {:.0} MB on huge pages after the 4 KiB set, {:.0} MB more after the 2 MiB set of {:.0} MB (matrices and read buffer)",
                 before as f64 / 1e6,
                 process_huge_bytes().unwrap_or(0).saturating_sub(before) as f64 / 1e6,
                 (bytes.len() * copies * 2) as f64 / 1e6
@@ -361,15 +389,10 @@ fn pages(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> 
             let total = (bytes.len() * copies) as f64;
             let mut best = [f64::MAX; 4];
             for _ in 0..rounds {
-                for (i, (mats, buf)) in [&small, &huge].into_iter().enumerate() {
-                    let t = Instant::now();
-                    for m in mats {
-                        std::hint::black_box(matmul(m.as_ref(), &x)?);
-                    }
-                    best[2 * i] = best[2 * i].min(t.elapsed().as_secs_f64());
-                    let t = Instant::now();
-                    std::hint::black_box(read_pass(buf));
-                    best[2 * i + 1] = best[2 * i + 1].min(t.elapsed().as_secs_f64());
+                for (i, set) in [&small, &huge].into_iter().enumerate() {
+                    let (k_s, r_s) = set.time(&x)?;
+                    best[2 * i] = best[2 * i].min(k_s);
+                    best[2 * i + 1] = best[2 * i + 1].min(r_s);
                 }
             }
             let gb = |t: f64| total / t / 1e9;
