@@ -109,24 +109,17 @@ pub fn set_for_process(heap_too: bool) -> Pages {
 /// not to advise (the first allocations run before `main`), and nothing of Joule's yet.
 #[cfg(target_os = "linux")]
 fn unadvise_existing() {
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return;
-    };
-    let mut range = None;
-    for line in smaps.lines() {
-        let head = line.split_whitespace().next().unwrap_or("");
-        if let Some((a, b)) = head.split_once('-') {
-            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
-                range = Some((a, b));
-                continue;
-            }
-        }
-        if let (Some(flags), Some((a, b))) = (line.strip_prefix("VmFlags:"), range) {
-            if flags.split_whitespace().any(|f| f == "hg") {
-                // SAFETY: the advice changes only how the kernel backs a mapping of this
-                // process's, never its contents.
-                unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_NOHUGEPAGE) };
-            }
+    for m in crate::inference::kernels::weight_memory::mappings() {
+        if m.advised_huge {
+            // SAFETY: the advice changes only how the kernel backs a mapping of this
+            // process's, never its contents.
+            unsafe {
+                libc::madvise(
+                    m.start as *mut libc::c_void,
+                    m.end - m.start,
+                    libc::MADV_NOHUGEPAGE,
+                )
+            };
         }
     }
 }

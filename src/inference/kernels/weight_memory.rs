@@ -152,6 +152,53 @@ fn advise(start: *const u8, len: usize, huge: bool) {
     let _ = (first, bytes, huge);
 }
 
+/// One mapping of `/proc/self/smaps`: its address range, whether it is advised for huge
+/// pages (the `hg` flag) and how many of its bytes are on them (`AnonHugePages`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: usize,
+    pub end: usize,
+    pub advised_huge: bool,
+    pub huge_bytes: u64,
+}
+
+/// This process's mappings (`/proc/self/smaps`); empty where that cannot be read.
+pub fn mappings() -> Vec<Mapping> {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Mapping> = Vec::new();
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = head.split_once('-') {
+            if let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                out.push(Mapping {
+                    start,
+                    end,
+                    advised_huge: false,
+                    huge_bytes: 0,
+                });
+                continue;
+            }
+        }
+        let Some(m) = out.last_mut() else { continue };
+        if let Some(kb) = line.strip_prefix("AnonHugePages:") {
+            m.huge_bytes = kb
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap_or(0)
+                * 1024;
+        } else if let Some(flags) = line.strip_prefix("VmFlags:") {
+            m.advised_huge = flags.split_whitespace().any(|f| f == "hg");
+        }
+    }
+    out
+}
+
 /// Bytes of this process's memory on transparent huge pages (`AnonHugePages` of
 /// `/proc/self/smaps_rollup`); `None` where that cannot be read.
 pub fn process_huge_bytes() -> Option<u64> {
@@ -195,35 +242,6 @@ mod tests {
         assert_eq!(v.len(), 3 * HUGE / 8 + 1);
     }
 
-    /// `AnonHugePages` of the mapping of `/proc/self/smaps` that holds `addr`, in bytes.
-    #[cfg(target_os = "linux")]
-    fn huge_bytes_at(addr: usize) -> Option<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-        let mut inside = false;
-        for line in smaps.lines() {
-            let head = line.split_whitespace().next().unwrap_or("");
-            if let Some((a, b)) = head.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    inside = (a..b).contains(&addr);
-                    continue;
-                }
-            }
-            if inside {
-                if let Some(kb) = line.strip_prefix("AnonHugePages:") {
-                    return kb
-                        .trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                        .map(|k| k * 1024);
-                }
-            }
-        }
-        None
-    }
-
     #[test]
     #[cfg(target_os = "linux")]
     fn written_weights_sit_on_huge_pages_where_the_system_allows_them() {
@@ -232,7 +250,11 @@ mod tests {
         let mut v = WeightVec::<u64>::with_capacity(16 * HUGE / 8);
         v.extend(0..16 * HUGE as u64 / 8);
         let (first, bytes) = aligned_interior(v.as_ptr().cast(), v.capacity() * 8).unwrap();
-        let huge = huge_bytes_at(first).expect("the vector's mapping in /proc/self/smaps");
+        let huge = mappings()
+            .into_iter()
+            .find(|m| (m.start..m.end).contains(&first))
+            .expect("the vector's mapping in /proc/self/smaps")
+            .huge_bytes;
         if mode.contains("[never]") || mode.is_empty() {
             assert_eq!(huge, 0);
         } else {
