@@ -30,6 +30,10 @@
 //! from memory), one activation row, against a plain streaming read of the same bytes on the
 //! same threads, alternating; best of ROUNDS passes (default 5).
 //!
+//! `cargo bench --bench quant_matmul -- THREADS pairs [TYPE] [ROUNDS]` times the same stream
+//! shapes with decode's groups one after another and two at a time (two streams of weights per
+//! thread, `quant_matmul::set_paired_streams`), alternating, and prints the median ratio.
+//!
 //! `cargo bench --bench quant_matmul -- THREADS hot TYPE N K ROWS CALLS` times the arithmetic
 //! alone: one `[N, K]` matrix small enough to stay in the caches, ROWS activation rows (TYPE
 //! any of the module's types by its `GgmlDType` name: Q4K, Q6K, Q5_0, F16, …).
@@ -82,6 +86,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.get(1).map(String::as_str) == Some("stream") {
         return stream(&mut rng, args.get(2), args.get(3));
+    }
+    if args.get(1).map(String::as_str) == Some("pairs") {
+        return pairs(&mut rng, args.get(2), args.get(3));
     }
     if args.get(1).map(String::as_str) == Some("pages") {
         return pages(&mut rng, args.get(2), args.get(3));
@@ -436,5 +443,48 @@ fn hot(rng: &mut impl Rng, args: &[String]) -> anyhow::Result<()> {
         best * 1e6,
         bytes.len() as f64 / best / 1e9
     );
+    Ok(())
+}
+
+/// The pairs table: each matrix of [`STREAM_SHAPES`] as a [`StreamSet`], one activation row,
+/// with decode's groups one after another and two at a time (`set_paired_streams`), the two
+/// alternating; best of `rounds` each and the median of the rounds' ratios.
+fn pairs(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> anyhow::Result<()> {
+    use joule::inference::kernels::quant_matmul::set_paired_streams;
+    let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
+    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
+    println!("| type | matrix | GB/s one after another | GB/s in pairs (the default rule) | read GB/s | median ratio |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
+            continue;
+        }
+        for (name, n, k) in STREAM_SHAPES {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let set = StreamSet::build(dtype, &bytes, n, k)?;
+            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let total = (bytes.len() * set.mats.len()) as f64;
+            let (mut t1, mut t2, mut tr) = (f64::MAX, f64::MAX, f64::MAX);
+            let mut ratios = Vec::new();
+            for _ in 0..rounds {
+                set_paired_streams(false);
+                let (a, r1) = set.time(&x)?;
+                set_paired_streams(true);
+                let (b, r2) = set.time(&x)?;
+                ratios.push(a / b);
+                t1 = t1.min(a);
+                t2 = t2.min(b);
+                tr = tr.min(r1).min(r2);
+            }
+            ratios.sort_by(f64::total_cmp);
+            println!(
+                "| {dtype:?} | {name} | {:.1} | {:.1} | {:.1} | {:.3} |",
+                total / t1 / 1e9,
+                total / t2 / 1e9,
+                total / tr / 1e9,
+                ratios[ratios.len() / 2]
+            );
+        }
+    }
     Ok(())
 }

@@ -84,6 +84,24 @@ pub enum BenchWorkload {
     /// Time of the recurrent and per-layer-embedding layer cores at real width (see
     /// `joule bench layers --help`).
     Layers(super::bench_layers::LayersBenchArgs),
+    /// This machine's read bandwidth alone: the plain streaming read `joule bench` puts
+    /// decode against, so a script can measure it beside another engine's run.
+    Read(ReadBenchArgs),
+}
+
+/// `joule bench read`: the read bandwidth of a buffer of a model's weight size.
+#[derive(clap::Args, Debug)]
+pub struct ReadBenchArgs {
+    /// Buffer size in MB (10^6 bytes): a model's weights read per step (`joule bench`
+    /// prints it); at least 64 MiB are read whatever is asked.
+    #[arg(long, default_value_t = 1024)]
+    pub mb: usize,
+    /// Passes over the buffer; the best is printed.
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub passes: usize,
+    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
 }
 
 /// One test's result.
@@ -204,6 +222,20 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         Some(BenchWorkload::Society(a)) => return super::bench_society::run(a),
         Some(BenchWorkload::Matmul(a)) => return super::bench_matmul::run(a),
         Some(BenchWorkload::Layers(a)) => return super::bench_layers::run(a),
+        Some(BenchWorkload::Read(a)) => {
+            if let Some(t) = a.threads {
+                std::env::set_var("RAYON_NUM_THREADS", t.to_string());
+            }
+            let meter = ReadMeter::new(a.mb.saturating_mul(1_000_000));
+            let gbs = meter.best_gbs(a.passes);
+            println!(
+                "read: {gbs:.2} GB/s ({:.1} MB, best of {} passes, {} threads)",
+                (meter.buf.len() * 8) as f64 / 1e6,
+                a.passes.max(1),
+                candle_core::utils::get_num_threads()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         None => {}
     }
     let Some(gguf) = args.gguf.as_ref() else {
@@ -472,6 +504,25 @@ mod tests {
         assert!((pct - 70.0).abs() < 1e-9, "{pct}");
         assert_eq!(adjacent_pct(&[40.0], &[40.0]), None);
         assert_eq!(adjacent_pct(&[], &[40.0]), None);
+    }
+
+    #[test]
+    fn bench_read_takes_its_size_passes_and_threads() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        let argv = ["joule", "bench", "read", "--mb", "64", "-r", "2", "-t", "1"];
+        let Ok(Cli {
+            command: Command::Bench(b),
+            ..
+        }) = Cli::try_parse_from(argv)
+        else {
+            panic!("`joule bench read` did not parse as bench");
+        };
+        let Some(super::BenchWorkload::Read(r)) = b.workload else {
+            panic!("not the read workload: {:?}", b.workload);
+        };
+        assert_eq!((r.mb, r.passes, r.threads), (64, 2, Some(1)));
+        assert!(Cli::try_parse_from(["joule", "bench", "read", "--mb", "lots"]).is_err());
     }
 
     #[test]

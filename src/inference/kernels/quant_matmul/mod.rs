@@ -1170,3 +1170,11 @@ pub fn random_matrix(rng: &mut impl rand::Rng, dtype: GgmlDType, n: usize, k: us
     }
     out
 }
+
+/// Whether decode's k-quant kernels in lanes take a work item's 16-row groups two at a time
+/// (two streams of weights per thread; on by default, where it pays: `klanes512::Pairing`).
+/// The results are the same bits either way: for benchmarks that compare the two orders.
+#[cfg(target_arch = "x86_64")]
+pub fn set_paired_streams(on: bool) {
+    x86::klanes512::PAIRED.store(on, std::sync::atomic::Ordering::Relaxed);
+}

@@ -777,6 +777,69 @@ fn k_quant_paths_agree_and_tiles_are_bit_identical() {
     check_k_paths_agree::<kquants::KQ6, BlockQ6K>(53);
 }
 
+/// Decode of one activation row with the groups taken in pairs (two streams of weights per
+/// thread) gives the bits of the groups one after another, for whole and partial work items
+/// of an odd and an even number of groups, and writes nothing outside its rows.
+#[cfg(target_arch = "x86_64")]
+fn check_lanes_in_pairs<B: kquants::KBlock, Old: WeightBlock>(seed: u64) {
+    use super::x86::klanes512::{available, KLanes, Pairing};
+    if !available::<B>(Simd::detect().unwrap()) {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    // 149 weight rows: 10 groups, the last of 5 rows.
+    let (n, k) = (149, 512);
+    let w = kquants::KMatrix::<B>::from_gguf_bytes(&random_blocks::<Old>(&mut rng, n, k), n, k)
+        .unwrap();
+    let lanes = KLanes::from_kmatrix(&w).unwrap();
+    let x: Vec<f32> = (0..2 * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+    let acts = Acts::quantize_for(&x, k, false, true);
+    for (j0, j1) in [
+        (0, 149),
+        (3, 147),
+        (16, 80),
+        (5, 70),
+        (40, 100),
+        (0, 64),
+        (17, 18),
+    ] {
+        for row in 0..2 {
+            let run = |pairing| {
+                let mut y = vec![f32::NAN; 2 * n];
+                // SAFETY: acts has 2 rows of k values; y holds 2·n floats.
+                unsafe {
+                    lanes.run_chunk_with(&acts, row..row + 1, j0..j1, y.as_mut_ptr(), pairing)
+                };
+                y
+            };
+            let (one, pairs) = (run(Pairing::Off), run(Pairing::Always));
+            assert_eq!(
+                bits(&pairs),
+                bits(&one),
+                "{} rows {j0}..{j1}, row {row}",
+                B::NAME
+            );
+            for (i, v) in one.iter().enumerate() {
+                let inside = i / n == row && (j0..j1).contains(&(i % n));
+                assert_eq!(
+                    v.is_nan(),
+                    !inside,
+                    "{} wrote {i} for rows {j0}..{j1}",
+                    B::NAME
+                );
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn k_quant_lanes_in_pairs_give_the_bits_of_one_group_at_a_time() {
+    check_lanes_in_pairs::<kquants::KQ4, BlockQ4K>(61);
+    check_lanes_in_pairs::<kquants::KQ5, BlockQ5K>(62);
+    check_lanes_in_pairs::<kquants::KQ6, BlockQ6K>(63);
+}
+
 /// Rows in lanes built straight from the file's rows (a model load: pieces of whole 16-row
 /// groups, several pieces, a partial last group; from bytes and from a reader) hold the same
 /// weights as the lanes built from the row-major matrix.

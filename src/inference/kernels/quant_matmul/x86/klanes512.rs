@@ -671,6 +671,99 @@ unsafe fn group<B: KBlock>(
     }
 }
 
+/// Whether decode of one activation row takes a work item's groups two at a time, from
+/// the two halves of the item, each super-block of one beside the same super-block of the
+/// other ([`Pairing`]). The bits are the same either way (each group's sums run in its own
+/// order); a benchmark turns it off to compare (`quant_matmul::set_paired_streams`).
+pub(in super::super) static PAIRED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Bytes of weights each of a pair's streams must hold before Q4_K and Q5_K take groups in
+/// pairs. Two streams per thread lift a core's decode where its share of the memory is more
+/// than it multiplies alone (Qwen2.5-7B at one thread 4.9 → 6.2 tokens/s on the AMD EPYC of
+/// session 22); for short streams of these types they were up to 8 % slower
+/// (benches/README, session 22). Q6_K gained at every length measured.
+const PAIR_MIN_STREAM_BYTES: usize = 2 << 20;
+
+/// How [`KLanes::run_chunk_with`] orders the groups of one activation row.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(in super::super) enum Pairing {
+    /// One group after another.
+    Off,
+    /// In pairs where [`pairs_pay`] holds.
+    Rule,
+    /// In pairs whenever there are at least four groups (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Always,
+}
+
+/// Whether a work item of `groups` groups of `B`, `kbs` super-blocks each, is worth taking in
+/// pairs (Q6_K: from four groups; Q4_K, Q5_K: from [`PAIR_MIN_STREAM_BYTES`] a stream).
+fn pairs_pay<B: KBlock>(groups: usize, kbs: usize) -> bool {
+    let stream = groups / 2 * kbs * Layout::<B>::LINES * std::mem::size_of::<Line>();
+    groups >= 4 && (Layout::<B>::SIX || stream >= PAIR_MIN_STREAM_BYTES)
+}
+
+/// Groups `gs` against one activation row (`r`), their super-blocks taken in turn (super-block
+/// `s` of each group, then `s + 1` of each) so that the thread reads `N` streams of weights at
+/// once; each group's sums are [`group`]'s, in its order, so the bits are [`group`]'s. Caller
+/// guarantees that row `r` exists, that `starts` begins at row `r`'s activation terms, and
+/// that it owns `y[r, 16g + l]` for each group's lanes.
+#[inline(always)]
+unsafe fn group_multi<B: KBlock, const N: usize>(
+    mat: &KLanes<B>,
+    acts: &Acts,
+    starts: &[[i32; 16]],
+    r: usize,
+    gs: [(usize, __mmask16); N],
+    y: *mut f32,
+) {
+    let mut acc = [[_mm512_setzero_ps()]; N];
+    for s in 0..mat.kbs {
+        for (a, &(g, _)) in acc.iter_mut().zip(gs.iter()) {
+            let blk = mat.block(g, s).as_ptr();
+            if Layout::<B>::SIX {
+                rows_block6::<B, 1>(blk, acts, starts, r, s, a);
+            } else if Layout::<B>::HI_LINES == 0 {
+                rows_block::<B, 1>(blk, acts, starts, r, s, a);
+            } else {
+                rows_block5::<B, 1>(blk, acts, starts, r, s, a);
+            }
+        }
+    }
+    for (a, &(g, m)) in acc.iter().zip(gs.iter()) {
+        _mm512_mask_storeu_ps(y.add(r * mat.n + ROWS * g), m, a[0]);
+    }
+}
+
+/// [`group_multi`] for Q4_K and Q5_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW and
+/// VNNI, and [`group_multi`]'s conditions.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+unsafe fn run_multi<B: KBlock, const N: usize>(
+    mat: &KLanes<B>,
+    acts: &Acts,
+    starts: &[[i32; 16]],
+    r: usize,
+    gs: [(usize, __mmask16); N],
+    y: *mut f32,
+) {
+    group_multi(mat, acts, starts, r, gs, y)
+}
+
+/// [`group_multi`] for Q6_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW, VNNI and
+/// GFNI, and [`group_multi`]'s conditions.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,gfni")]
+unsafe fn run_multi_gfni<B: KBlock, const N: usize>(
+    mat: &KLanes<B>,
+    acts: &Acts,
+    starts: &[[i32; 16]],
+    r: usize,
+    gs: [(usize, __mmask16); N],
+    y: *mut f32,
+) {
+    group_multi(mat, acts, starts, r, gs, y)
+}
+
 /// [`group`] for Q4_K and Q5_K. Caller guarantees AVX2, FMA, F16C, AVX-512 F, BW and VNNI,
 /// and [`group`]'s conditions.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -735,6 +828,33 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
     }
 
     unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
+        let pairing = if PAIRED.load(std::sync::atomic::Ordering::Relaxed) {
+            Pairing::Rule
+        } else {
+            Pairing::Off
+        };
+        // SAFETY: the caller's conditions.
+        unsafe { self.run_chunk_with(acts, rows, js, y, pairing) }
+    }
+
+    fn chunk_rows(&self, threads: usize) -> usize {
+        lanes_chunk_rows(self.n, threads)
+    }
+}
+
+impl<B: KBlock> KLanes<B> {
+    /// [`CpuMatmul::run_chunk`] with the groups of one activation row ordered by `pairing`.
+    ///
+    /// # Safety
+    /// [`CpuMatmul::run_chunk`]'s.
+    pub(in super::super) unsafe fn run_chunk_with(
+        &self,
+        acts: &Acts,
+        rows: Range<usize>,
+        js: Range<usize>,
+        y: *mut f32,
+        pairing: Pairing,
+    ) {
         debug_assert!(acts.kbs == self.kbs && rows.end <= acts.rows() && js.end <= self.n);
         if js.is_empty() || rows.is_empty() {
             return;
@@ -751,6 +871,37 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
                 }
             })
             .collect();
+        let pairing = match (rows.len(), pairing) {
+            (1, Pairing::Always) => groups_in(&js) >= 4,
+            (1, Pairing::Rule) => pairs_pay::<B>(groups_in(&js), self.kbs),
+            _ => false,
+        };
+        if pairing {
+            let gs: Vec<_> = group_masks(js).collect();
+            let half = gs.len() / 2;
+            for i in 0..half {
+                let pick = [gs[i], gs[half + i]];
+                // SAFETY: as below, for one row (`rows.start`) and the two groups' lanes.
+                unsafe {
+                    if Layout::<B>::SIX {
+                        run_multi_gfni::<B, 2>(self, acts, &starts, rows.start, pick, y)
+                    } else {
+                        run_multi::<B, 2>(self, acts, &starts, rows.start, pick, y)
+                    }
+                };
+            }
+            if let Some(&(g, mask)) = gs.get(2 * half) {
+                // SAFETY: as below.
+                unsafe {
+                    if Layout::<B>::SIX {
+                        run_group_gfni(self, acts, &starts, rows.clone(), g, mask, y)
+                    } else {
+                        run_group(self, acts, &starts, rows.clone(), g, mask, y)
+                    }
+                };
+            }
+            return;
+        }
         for (g, mask) in group_masks(js) {
             for r0 in rows.clone().step_by(ACC_ROWS) {
                 let part = r0..rows.end.min(r0 + ACC_ROWS);
@@ -769,10 +920,11 @@ impl<B: KBlock> CpuMatmul for KLanes<B> {
             }
         }
     }
+}
 
-    fn chunk_rows(&self, threads: usize) -> usize {
-        lanes_chunk_rows(self.n, threads)
-    }
+/// Groups of 16 weight rows that weight rows `js` touch.
+fn groups_in(js: &Range<usize>) -> usize {
+    js.end.div_ceil(ROWS) - js.start / ROWS
 }
 
 /// The groups of 16 weight rows that weight rows `js` touch, each with the mask of its lanes
