@@ -308,6 +308,29 @@ impl StreamSet {
     }
 }
 
+/// Each matrix of [`STREAM_SHAPES`] of Q4_K and Q6_K (or only the type `only` names) as a
+/// [`StreamSet`] with a random activation row, handed to `f` with its type, name and the
+/// bytes of all its copies: the rows of the stream and pairs tables.
+fn each_stream_set(
+    rng: &mut impl Rng,
+    only: Option<&String>,
+    mut f: impl FnMut(GgmlDType, &str, &StreamSet, &[f32], f64) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
+    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
+            continue;
+        }
+        for (name, n, k) in STREAM_SHAPES {
+            let bytes = random_tensor(rng, n, k, dtype);
+            let set = StreamSet::build(dtype, &bytes, n, k)?;
+            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            f(dtype, name, &set, &x, (bytes.len() * set.mats.len()) as f64)?;
+        }
+    }
+    Ok(())
+}
+
 /// The stream table: each matrix of [`STREAM_SHAPES`] as a [`StreamSet`], one activation
 /// row, against a plain streaming read of the same bytes on the same threads. Best of
 /// `rounds` passes.
@@ -317,35 +340,25 @@ fn stream(
     rounds: Option<&String>,
 ) -> anyhow::Result<()> {
     let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5);
-    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
     println!("| type | matrix | copies | µs per product | GB/s | read GB/s | kernel / read |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
-        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
-            continue;
+    each_stream_set(rng, only, |dtype, name, set, x, total| {
+        let copies = set.mats.len();
+        let (mut tk, mut tr) = (f64::MAX, f64::MAX);
+        for _ in 0..rounds {
+            let (k_s, r_s) = set.time(x)?;
+            tk = tk.min(k_s);
+            tr = tr.min(r_s);
         }
-        for (name, n, k) in STREAM_SHAPES {
-            let bytes = random_tensor(rng, n, k, dtype);
-            let set = StreamSet::build(dtype, &bytes, n, k)?;
-            let copies = set.mats.len();
-            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            let total = (bytes.len() * copies) as f64;
-            let (mut tk, mut tr) = (f64::MAX, f64::MAX);
-            for _ in 0..rounds {
-                let (k_s, r_s) = set.time(&x)?;
-                tk = tk.min(k_s);
-                tr = tr.min(r_s);
-            }
-            println!(
-                "| {dtype:?} | {name} | {copies} | {:.0} | {:.1} | {:.1} | {:.2} |",
-                tk / copies as f64 * 1e6,
-                total / tk / 1e9,
-                total / tr / 1e9,
-                tr / tk
-            );
-        }
-    }
-    Ok(())
+        println!(
+            "| {dtype:?} | {name} | {copies} | {:.0} | {:.1} | {:.1} | {:.2} |",
+            tk / copies as f64 * 1e6,
+            total / tk / 1e9,
+            total / tr / 1e9,
+            tr / tk
+        );
+        Ok(())
+    })
 }
 
 /// Build `f`'s value with transparent huge pages off for this process (`off`) or on where
@@ -452,39 +465,29 @@ fn hot(rng: &mut impl Rng, args: &[String]) -> anyhow::Result<()> {
 fn pairs(rng: &mut impl Rng, only: Option<&String>, rounds: Option<&String>) -> anyhow::Result<()> {
     use joule::inference::kernels::quant_matmul::set_paired_streams;
     let rounds: usize = rounds.and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
-    let only = only.filter(|o| !o.is_empty() && o.as_str() != "-");
     println!("| type | matrix | GB/s one after another | GB/s in pairs (the default rule) | read GB/s | median ratio |");
     println!("| --- | --- | ---: | ---: | ---: | ---: |");
-    for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
-        if only.is_some_and(|o| *o != format!("{dtype:?}")) {
-            continue;
+    each_stream_set(rng, only, |dtype, name, set, x, total| {
+        let (mut t1, mut t2, mut tr) = (f64::MAX, f64::MAX, f64::MAX);
+        let mut ratios = Vec::new();
+        for _ in 0..rounds {
+            set_paired_streams(false);
+            let (a, r1) = set.time(x)?;
+            set_paired_streams(true);
+            let (b, r2) = set.time(x)?;
+            ratios.push(a / b);
+            t1 = t1.min(a);
+            t2 = t2.min(b);
+            tr = tr.min(r1).min(r2);
         }
-        for (name, n, k) in STREAM_SHAPES {
-            let bytes = random_tensor(rng, n, k, dtype);
-            let set = StreamSet::build(dtype, &bytes, n, k)?;
-            let x: Vec<f32> = (0..k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-            let total = (bytes.len() * set.mats.len()) as f64;
-            let (mut t1, mut t2, mut tr) = (f64::MAX, f64::MAX, f64::MAX);
-            let mut ratios = Vec::new();
-            for _ in 0..rounds {
-                set_paired_streams(false);
-                let (a, r1) = set.time(&x)?;
-                set_paired_streams(true);
-                let (b, r2) = set.time(&x)?;
-                ratios.push(a / b);
-                t1 = t1.min(a);
-                t2 = t2.min(b);
-                tr = tr.min(r1).min(r2);
-            }
-            ratios.sort_by(f64::total_cmp);
-            println!(
-                "| {dtype:?} | {name} | {:.1} | {:.1} | {:.1} | {:.3} |",
-                total / t1 / 1e9,
-                total / t2 / 1e9,
-                total / tr / 1e9,
-                ratios[ratios.len() / 2]
-            );
-        }
-    }
-    Ok(())
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "| {dtype:?} | {name} | {:.1} | {:.1} | {:.1} | {:.3} |",
+            total / t1 / 1e9,
+            total / t2 / 1e9,
+            total / tr / 1e9,
+            ratios[ratios.len() / 2]
+        );
+        Ok(())
+    })
 }
