@@ -337,11 +337,29 @@ pub struct ConservationError {
     pub detail: String,
 }
 
-/// Tolerance of the totals. Energies are sums of cents held in doubles; the
-/// totals add the same deltas in a different order, so they can differ by a
-/// few ulps of ~10⁴ (≈ 10⁻¹²), never by anything near a cent. The chain of
-/// each account is checked exactly.
+/// Tolerance of the totals at a society's ordinary size. Energies are sums of
+/// cents held in doubles; the totals add the same deltas in a different order,
+/// so they can differ by a few ulps of ~10⁴ (≈ 10⁻¹²), never by anything near
+/// a cent. The chain of each account is checked exactly.
 pub const CONSERVATION_TOLERANCE: f64 = 1e-6;
+
+/// The totals' tolerance for one round: [`CONSERVATION_TOLERANCE`], plus the
+/// rounding of a sum of `terms` doubles as large as the largest energy or
+/// change seen. The faithful rules move any amount a model names, negative ones
+/// included (QUIRK-6), so a donation of −5·10¹⁵ is a legal move whose sums
+/// round by more than a cent; at 1,500 the second term is ~10⁻¹².
+fn total_tolerance(before: &[f64], after: &[f64], ledger: &[LedgerLine]) -> f64 {
+    let lines = ledger.iter().flat_map(|l| [l.before, l.after, l.delta]);
+    let largest = before
+        .iter()
+        .chain(after)
+        .copied()
+        .chain(lines)
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    let terms = (2 * before.len() + ledger.len() + 4) as f64;
+    CONSERVATION_TOLERANCE + largest * f64::EPSILON * terms
+}
 
 /// Check that each agent's lines chain exactly from its start energy to its
 /// end energy (each line starting where the previous one ended, with
@@ -398,15 +416,21 @@ pub fn check_conservation(
             ));
         }
     }
-    if donations.abs() > CONSERVATION_TOLERANCE {
+    let tolerance = total_tolerance(before, after, ledger);
+    if donations.abs() > tolerance {
         return fail(format!("donations do not net to zero: {donations}"));
     }
     let total_before: f64 = before.iter().sum();
     let total_after: f64 = after.iter().sum();
     let expected = total_before + rewards - charges - fees;
-    if (expected - total_after).abs() > CONSERVATION_TOLERANCE {
+    if (expected - total_after).abs() > tolerance {
+        let lines: Vec<String> = ledger
+            .iter()
+            .map(|l| format!("#{} {:?} {} -> {}", l.agent, l.kind, l.before, l.after))
+            .collect();
         return fail(format!(
-            "total {total_before} + rewards {rewards} - charges {charges} - fees {fees} = {expected}, but agents hold {total_after}"
+            "total {total_before} + rewards {rewards} - charges {charges} - fees {fees} = {expected}, but agents hold {total_after} (start {before:?}, end {after:?}; lines: {})",
+            lines.join("; ")
         ));
     }
     Ok(())
@@ -466,6 +490,39 @@ mod tests {
         let e = l.settle(0, &stale).unwrap_err();
         assert!(e.to_string().contains("opened at 100"), "{e}");
         assert!(l.fee(3, 1.0).is_err());
+    }
+
+    /// Faithful rules move what the model asked for, negative amounts included (QUIRK-6): a
+    /// donation of −5.2·10¹⁵ (a served model's answer, session 23) takes energies to a size
+    /// where a cent is below the doubles' rounding. The round still closes; at an ordinary
+    /// size a lost cent still fails the check.
+    #[test]
+    fn a_donation_of_any_size_still_balances_and_a_mislabelled_charge_does_not() {
+        let mut l = Ledger::new(vec![1500.0; 5]);
+        l.begin_round(1);
+        for (agent, tokens) in [(0, 560), (1, 584), (2, 800), (2, 104), (3, 80), (4, 203)] {
+            let mut tab = l.tab(agent, 0.015);
+            tab.charge(tokens);
+            l.settle(agent, &tab).unwrap();
+        }
+        l.donate(1, 2, -5_210_876_249_110_128.22).unwrap();
+        l.donate(4, 0, 5.0).unwrap();
+        let mut tab = l.tab(0, 0.03);
+        tab.charge(24);
+        l.settle(0, &tab).unwrap();
+        assert!(l.energy(2) < -5e15, "{}", l.energy(2));
+        let start = l.start().to_vec();
+        let end = l.energies().to_vec();
+        let lines = l.close_round().expect("the round balances");
+        check_conservation(1, &start, &end, &lines).unwrap();
+        // At 1,500, a charge passed off as a donation leaves the donations 41.97 short.
+        let mut ordinary = round();
+        let start = ordinary.start().to_vec();
+        let end = ordinary.energies().to_vec();
+        let mut lines = ordinary.close_round().unwrap();
+        lines[0].kind = LedgerKind::Donation;
+        let e = check_conservation(4, &start, &end, &lines).unwrap_err();
+        assert!(e.detail.contains("donations"), "{e}");
     }
 
     #[test]
