@@ -9,36 +9,108 @@
 #        JOULE=path/to/joule to use a built binary instead of `cargo run --release`; MODEL=FILE.gguf
 #        for another model than the default, e.g. a synthesized real-width one made with
 #        `joule models synth NAME --vocab …` so that it has a tokenizer and chat template;
-#        SLOTS=K for llama-server's parallel slots, default 5 per society, one per agent)
+#        SLOTS=K for llama-server's parallel slots, default 5 per society, one per agent;
+#        MODELS=F1,F2,F3,F4,F5 puts each agent on its own model, GGUFs in roster order (gemma4-e4b,
+#        nemotron-3-nano-4b, qwen3.5-4b, qwen3-8b, qwen3.5-9b; made with `joule models synth NAME
+#        --vocab …`): Joule runs `--models`, and llama-server runs as its router (`--models-preset`,
+#        one section per roster model answering to its `model_name`, one child server per model, every model loaded
+#        before the clock starts) with SLOTS (default one per society) slots per model and
+#        SERVER_THREADS (default THREADS) threads per child; TIME_LIMIT=S stops each side S
+#        seconds after its start and rates what was answered by then (`--time-limit`))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sims=${1:-16}
 rounds=${2:-2}
 t=${3:-2}
 bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
-model=${MODEL:-$(./scripts/fetch-default-model.sh | tail -1)}
+per_agent=${MODELS:+1}
+if [[ -n $per_agent ]]; then
+  IFS=, read -r -a files <<<"$MODELS"
+  # The served names: each roster agent's `model_name`, in roster order, as the embedded
+  # default society names them (what `--via` sends without `--served-model`).
+  mapfile -t names < <(sed -n 's/^model_name = "\(.*\)"$/\1/p' configs/energy-society/default-smollm2.toml)
+  mapfile -t keys < <(sed -n 's/^model = "\(.*\)"$/\1/p' configs/energy-society/default-smollm2.toml)
+  if ((${#files[@]} != ${#names[@]})); then
+    echo "MODELS: ${#files[@]} files for ${#names[@]} roster agents (${names[*]}); give one per agent" >&2
+    exit 2
+  fi
+  for f in "${files[@]}"; do [[ -f $f ]] || { echo "MODELS: $f: no such file" >&2; exit 2; }; done
+else
+  model=${MODEL:-$(./scripts/fetch-default-model.sh | tail -1)}
+fi
 if [[ -n ${JOULE:-} ]]; then joule() { "$JOULE" "$@"; }; else joule() { cargo run --release --quiet -- "$@"; }; fi
+limit=()
+[[ -n ${TIME_LIMIT:-} ]] && limit=(--time-limit "$TIME_LIMIT")
 out=$(mktemp -d)
 port=$((18000 + RANDOM % 1000))
 server=""
 cleanup() { [[ -n $server ]] && kill "$server" 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" --json > "$out/joule.json"
+if [[ -n $per_agent ]]; then
+  joule bench society --models "$MODELS" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
+else
+  joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
+fi
 cat "$out/joule.json"
 # One slot per agent (SLOTS, default 5 per society: the driver sends each phase's calls of
 # every agent at once, as Joule's engine batches them), 4,096 tokens of context per slot (the
 # society's prompts are ~1,500 tokens).
-slots=${SLOTS:-$((sims * 5))}
-"$bin/llama-server" -m "$model" -a "$(basename "$model" .gguf)" -np "$slots" -c $((slots * 4096)) -t "$t" -tb "$t" \
-    --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
-server=$!
-for _ in $(seq 120); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
+if [[ -n $per_agent ]]; then
+  # llama-server's router: one child server per roster model, each with one slot per society
+  # (each model serves one agent of every society).
+  slots=${SLOTS:-$sims}
+  st=${SERVER_THREADS:-$t}
+  {
+    echo "version = 1"
+    echo "[*]"
+    echo "parallel = $slots"
+    echo "ctx-size = $((slots * 4096))"
+    echo "threads = $st"
+    echo "threads-batch = $st"
+    # A section is named by the roster model (a name with a colon would be read as a
+    # repository and tag, the tag upper-cased) and answers to the served name as its alias.
+    for i in "${!names[@]}"; do
+      echo "[${keys[$i]}]"
+      echo "alias = ${names[$i]}"
+      echo "model = $(realpath "${files[$i]}")"
+      echo "load-on-startup = true"
+    done
+  } > "$out/models.ini"
+  "$bin/llama-server" --models-preset "$out/models.ini" --models-max "${#names[@]}" \
+      --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
+  server=$!
+  # Every model loaded before the clock starts.
+  for _ in $(seq 900); do
+    loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["data"]
+print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>/dev/null || echo 0)
+    ((loaded >= ${#names[@]})) && break
     sleep 1
-done
-joule bench society --gguf "$model" --via "http://127.0.0.1:$port/v1" --served-model "$(basename "$model" .gguf)" --sims "$sims" \
-    --rounds "$rounds" --json > "$out/served.json"
+  done
+  if ((loaded < ${#names[@]})); then
+    echo "llama-server's router loaded $loaded of ${#names[@]} models; its log:" >&2
+    tail -n 40 "$out/server.log" >&2
+    exit 1
+  fi
+  joule bench society --models "$MODELS" --via "http://127.0.0.1:$port/v1" --sims "$sims" \
+      --rounds "$rounds" --max-concurrency $((sims * 5)) "${limit[@]}" --json > "$out/served.json"
+else
+  # One slot per agent (SLOTS, default 5 per society: the driver sends each phase's calls of
+  # every agent at once, as Joule's engine batches them), 4,096 tokens of context per slot (the
+  # society's prompts are ~1,500 tokens).
+  slots=${SLOTS:-$((sims * 5))}
+  "$bin/llama-server" -m "$model" -a "$(basename "$model" .gguf)" -np "$slots" -c $((slots * 4096)) -t "$t" -tb "$t" \
+      --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 120); do
+      curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
+      sleep 1
+  done
+  joule bench society --gguf "$model" --via "http://127.0.0.1:$port/v1" --served-model "$(basename "$model" .gguf)" --sims "$sims" \
+      --rounds "$rounds" "${limit[@]}" --json > "$out/served.json"
+fi
 cat "$out/served.json"
 python3 - "$out/joule.json" "$out/served.json" <<'PY'
 import json, sys

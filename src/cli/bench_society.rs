@@ -51,9 +51,12 @@ pub struct SocietyBenchArgs {
     /// (e.g. `http://127.0.0.1:8080/v1`) instead of the local engine.
     #[arg(long)]
     pub via: Option<String>,
-    /// With `--via`: the served model name sent in every request.
-    #[arg(long, default_value = "smollm2")]
-    pub served_model: String,
+    /// With `--via`: the served model name sent in every request; without it each agent's
+    /// roster `model_name` (`gemma4:e4b`, `qwen3-8b`, …), each agent on its own model, as a
+    /// server holding the roster's models names them (Ollama; llama-server's router with a
+    /// preset section per name).
+    #[arg(long)]
+    pub served_model: Option<String>,
     /// With `--via`: requests in flight at once (default: 5 per society).
     #[arg(long)]
     pub max_concurrency: Option<usize>,
@@ -252,7 +255,7 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
         Some(url) => {
             cfg.llm.backend = crate::llm::BackendKind::Openai;
             cfg.llm.base_url = Some(url.clone());
-            cfg.llm.model = Some(args.served_model.clone());
+            cfg.llm.model = args.served_model.clone();
             cfg.llm.stand_in = None;
         }
         None if !args.models.is_empty() => {
@@ -461,7 +464,10 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         model: match (&args.gguf, args.models.is_empty()) {
             (Some(p), _) => p.display().to_string(),
             (None, false) => args.models.join(","),
-            (None, true) => args.served_model.clone(),
+            (None, true) => match &args.served_model {
+                Some(m) => m.clone(),
+                None => "the roster's model names".into(),
+            },
         },
         sims,
         rounds: args.rounds,
@@ -629,6 +635,32 @@ mod tests {
         meter.deadline = Some(std::time::Instant::now());
         let why = meter.unavailable().expect("past the deadline");
         assert!(why.contains("--time-limit"), "{why}");
+    }
+
+    #[test]
+    fn via_without_a_served_name_sends_each_agents_roster_name() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: super::SocietyBenchArgs,
+        }
+        let cfg = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))
+                .expect("arguments parse");
+            super::config(&cli.args, 7).expect("config")
+        };
+        let url = "http://127.0.0.1:9/v1";
+        let each = cfg(&["--via", url]);
+        assert_eq!(
+            each.llm.model, None,
+            "each agent's roster model_name is sent"
+        );
+        assert_eq!(each.llm.base_url.as_deref(), Some(url));
+        let names: Vec<&str> = each.roster.iter().map(|a| a.model_name.as_str()).collect();
+        assert_eq!(names[0], "gemma4:e4b", "{names:?}");
+        let one = cfg(&["--via", url, "--served-model", "smol"]);
+        assert_eq!(one.llm.model.as_deref(), Some("smol"));
     }
 
     #[test]
