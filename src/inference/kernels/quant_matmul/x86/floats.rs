@@ -151,7 +151,8 @@ macro_rules! run_tiles {
 }
 
 /// `y[r·n + j]` for activation rows `rows` of `x` (arranged rows of stride `m.kp`) and weight
-/// rows `js`: AVX-512, tiles of 4 weight rows by 4 activation rows.
+/// rows `js`: AVX-512, tiles of 4 weight rows by 4 activation rows (5 for exactly five rows,
+/// one row in [`one_row_in_pairs`]).
 ///
 /// # Safety
 /// AVX2, FMA, F16C and AVX-512 F; `x` has the rows; the caller owns `y[r, j]` for them.
