@@ -495,7 +495,7 @@ mod tests {
     /// Faithful rules move what the model asked for, negative amounts included (QUIRK-6): a
     /// donation of −5.2·10¹⁵ (a served model's answer, session 23) takes energies to a size
     /// where a cent is below the doubles' rounding. The round still closes; at an ordinary
-    /// size a lost cent still fails the check.
+    /// size a charge passed off as a donation still fails the check.
     #[test]
     fn a_donation_of_any_size_still_balances_and_a_mislabelled_charge_does_not() {
         let mut l = Ledger::new(vec![1500.0; 5]);
