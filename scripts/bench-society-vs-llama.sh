@@ -35,8 +35,10 @@ if [[ -n $per_agent ]]; then
     exit 2
   fi
   for f in "${files[@]}"; do [[ -f $f ]] || { echo "MODELS: $f: no such file" >&2; exit 2; }; done
+  models=(--models "$MODELS")
 else
   model=${MODEL:-$(./scripts/fetch-default-model.sh | tail -1)}
+  models=(--gguf "$model")
 fi
 if [[ -n ${JOULE:-} ]]; then joule() { "$JOULE" "$@"; }; else joule() { cargo run --release --quiet -- "$@"; }; fi
 limit=()
@@ -47,15 +49,8 @@ server=""
 cleanup() { [[ -n $server ]] && kill "$server" 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-if [[ -n $per_agent ]]; then
-  joule bench society --models "$MODELS" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
-else
-  joule bench society --gguf "$model" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
-fi
+joule bench society "${models[@]}" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
 cat "$out/joule.json"
-# One slot per agent (SLOTS, default 5 per society: the driver sends each phase's calls of
-# every agent at once, as Joule's engine batches them), 4,096 tokens of context per slot (the
-# society's prompts are ~1,500 tokens).
 if [[ -n $per_agent ]]; then
   # llama-server's router: one child server per roster model, each with one slot per society
   # (each model serves one agent of every society).
@@ -94,7 +89,7 @@ print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>
     tail -n 40 "$out/server.log" >&2
     exit 1
   fi
-  joule bench society --models "$MODELS" --via "http://127.0.0.1:$port/v1" --sims "$sims" \
+  joule bench society "${models[@]}" --via "http://127.0.0.1:$port/v1" --sims "$sims" \
       --rounds "$rounds" --max-concurrency $((sims * 5)) "${limit[@]}" --json > "$out/served.json"
 else
   # One slot per agent (SLOTS, default 5 per society: the driver sends each phase's calls of
@@ -108,7 +103,7 @@ else
       curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break
       sleep 1
   done
-  joule bench society --gguf "$model" --via "http://127.0.0.1:$port/v1" --served-model "$(basename "$model" .gguf)" --sims "$sims" \
+  joule bench society "${models[@]}" --via "http://127.0.0.1:$port/v1" --served-model "$(basename "$model" .gguf)" --sims "$sims" \
       --rounds "$rounds" "${limit[@]}" --json > "$out/served.json"
 fi
 cat "$out/served.json"
