@@ -155,9 +155,13 @@ fn a_run_killed_or_interrupted_resumes_to_the_same_files() {
         "the agents play every round"
     );
 
-    // Stop a run once it has `after` complete rounds: SIGKILL or SIGINT.
-    let stop = |name: &str, after: usize, signal: i32| -> (PathBuf, Output) {
+    // Stop a run once its events.jsonl has `fraction` of the whole run's
+    // bytes: SIGSTOP freezes it there at once, then `signal` (SIGKILL, or
+    // SIGINT handled as it goes on).
+    let size = std::fs::metadata(whole.join("events.jsonl")).unwrap().len() as f64;
+    let stop = |name: &str, fraction: f64, signal: i32| -> (PathBuf, Output) {
         let dir = t.path().join(name);
+        let events = dir.join("events.jsonl");
         let child = Command::new(JOULE)
             .args(["run", cfg.to_str().unwrap(), "--out", dir.to_str().unwrap()])
             .env("JOULE_PROGRESS", "off")
@@ -166,50 +170,55 @@ fn a_run_killed_or_interrupted_resumes_to_the_same_files() {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + took * 20 + Duration::from_secs(30);
-        while round_ends(&dir) < after {
-            assert!(Instant::now() < deadline, "{name}: no round {after}");
-            std::thread::sleep(Duration::from_millis(1));
+        let pid = child.id() as i32;
+        loop {
+            let len = std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0);
+            if len as f64 >= size * fraction {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name}: {len} bytes");
+            std::thread::sleep(Duration::from_micros(200));
         }
-        // SAFETY: sends a signal to the child this test started.
-        unsafe { libc::kill(child.id() as i32, signal) };
-        (dir, child.wait_with_output().unwrap())
-    };
-    for (i, after) in [1, rounds as usize / 3, rounds as usize * 2 / 3]
-        .iter()
-        .enumerate()
-    {
-        let (dir, o) = stop(&format!("kill-{i}"), *after, libc::SIGKILL);
-        if o.status.success() {
-            // It finished before the signal came: nothing to resume.
-            continue;
+        // SAFETY: signals to the child this test started.
+        unsafe {
+            libc::kill(pid, libc::SIGSTOP);
+            libc::kill(pid, signal);
+            libc::kill(pid, libc::SIGCONT);
         }
+        let o = child.wait_with_output().unwrap();
+        assert!(!o.status.success(), "{name}: it ran to the end");
         assert!(!dir.join("COMPLETE").exists());
+        (dir, o)
+    };
+    for (i, fraction) in [0.02, 0.3, 0.7].into_iter().enumerate() {
+        let (dir, _) = stop(&format!("kill-{i}"), fraction, libc::SIGKILL);
         let kept = round_ends(&dir);
         let o = run(&cfg, &dir);
-        assert!(o.status.success(), "{}", text(&o.stderr));
         let stderr = text(&o.stderr);
+        assert!(o.status.success(), "{stderr}");
         if kept > 0 {
-            assert!(stderr.contains("kept"), "{stderr}");
+            assert!(
+                stderr.contains(&format!("{} kept", kept_words(kept))),
+                "{stderr}"
+            );
         }
-        assert_same_files(&whole, &dir, &format!("killed after round {after}"));
+        assert_same_files(&whole, &dir, &format!("killed at {fraction} of its events"));
     }
 
-    let (dir, o) = stop("sigint", rounds as usize / 2, libc::SIGINT);
-    if !o.status.success() {
-        let stderr = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(130), "{stderr}");
-        assert!(!dir.join("COMPLETE").exists());
-        let kept = round_ends(&dir);
-        assert!(
-            stderr.contains("interrupted by SIGINT")
-                && stderr.contains(&format!("keeps {} of at most {rounds}", kept_words(kept)))
-                && stderr.contains(&format!("To continue from round {}", kept + 1)),
-            "{stderr}"
-        );
-        let o = run(&cfg, &dir);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-        assert_same_files(&whole, &dir, "interrupted by SIGINT");
-    }
+    let (dir, o) = stop("sigint", 0.5, libc::SIGINT);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{stderr}");
+    let kept = round_ends(&dir);
+    assert!(kept > 0, "{stderr}");
+    assert!(
+        stderr.contains("interrupted by SIGINT")
+            && stderr.contains(&format!("keeps {} of at most {rounds}", kept_words(kept)))
+            && stderr.contains(&format!("To continue from round {}", kept + 1)),
+        "{stderr}"
+    );
+    let o = run(&cfg, &dir);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_same_files(&whole, &dir, "interrupted by SIGINT");
 }
 
 #[test]
@@ -369,21 +378,57 @@ fn a_model_backed_run_interrupted_after_a_round_resumes_to_the_same_files() {
     // SAFETY: sends a signal to the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
-    if !o.status.success() {
-        let stderr = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(130), "{stderr}");
-        assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
-        let o = joule(&args(&dir).each_ref().map(String::as_str));
-        let stderr = text(&o.stderr);
-        assert!(o.status.success(), "{stderr}");
-        assert!(
-            stderr.contains(" kept (replayed from events.jsonl)"),
-            "{stderr}"
-        );
-    }
+    // Round 2's call takes seconds on this model: the signal comes first.
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+    let o = joule(&args(&dir).each_ref().map(String::as_str));
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("round 1 kept (replayed from events.jsonl)"),
+        "{stderr}"
+    );
     let (a, b) = (files(&whole), files(&dir));
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (name, bytes) in &a {
         assert_eq!(without_latency(bytes), without_latency(&b[name]), "{name}");
     }
+}
+
+#[test]
+fn the_round_a_stopped_server_spoiled_is_not_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), 4, false);
+    let whole = t.path().join("whole");
+    assert!(run(&cfg, &whole).status.success());
+    // What a run whose server stopped answering in round 3 leaves: round
+    // 3 recorded (its calls failed), then `stopped`.
+    let events = std::fs::read_to_string(whole.join("events.jsonl")).unwrap();
+    let mut kept = String::new();
+    let mut ends = 0;
+    for line in events.lines() {
+        kept += line;
+        kept += "\n";
+        if line.starts_with("{\"event\":\"round_end\"") {
+            ends += 1;
+            if ends == 3 {
+                break;
+            }
+        }
+    }
+    kept += "{\"event\":\"stopped\",\"round\":3,\"reason\":\"the server stopped answering\"}\n";
+    let dir = t.path().join("stopped");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(
+        whole.join("config.resolved.toml"),
+        dir.join("config.resolved.toml"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("events.jsonl"), kept).unwrap();
+    let o = run(&cfg, &dir);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("rounds 1-2 kept"), "{stderr}");
+    assert_same_files(&whole, &dir, "stopped in round 3");
 }

@@ -81,8 +81,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     });
     check_roster(&cfg, &config_path.display().to_string())?;
     check_out(&out, args.force)?;
-    crate::interrupt::install();
     let mut backend = backend_for(&cfg)?;
+    crate::interrupt::install();
     let max_rounds = cfg.max_rounds;
     let progress =
         crate::progress::calls::Tracker::rounds(crate::progress::Mode::from_env(), max_rounds);
