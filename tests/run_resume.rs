@@ -432,3 +432,76 @@ fn the_round_a_stopped_server_spoiled_is_not_kept() {
     assert!(stderr.contains("rounds 1-2 kept"), "{stderr}");
     assert_same_files(&whole, &dir, "stopped in round 3");
 }
+
+#[test]
+fn an_interrupted_sweep_says_so_and_resumes_its_cells_to_the_same_files() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), 300, true);
+    let name = cfg.file_stem().unwrap().to_str().unwrap().to_string();
+    let sweep = t.path().join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!("seeds = [1, 2]\nconfigs = [\"{name}.toml\"]\n"),
+    )
+    .unwrap();
+    let sweep_args = |out: &Path| {
+        [
+            "sweep".to_string(),
+            sweep.display().to_string(),
+            "--out".to_string(),
+            out.display().to_string(),
+        ]
+    };
+    let whole = t.path().join("whole");
+    let o = joule(&sweep_args(&whole).each_ref().map(String::as_str));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let cell = |out: &Path, seed: u32| out.join(&name).join(format!("seed_{seed}"));
+    let size = std::fs::metadata(cell(&whole, 1).join("events.jsonl"))
+        .unwrap()
+        .len();
+
+    let out = t.path().join("interrupted");
+    let child = Command::new(JOULE)
+        .args(sweep_args(&out))
+        .env("JOULE_PROGRESS", "off")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let events = cell(&out, 1).join("events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0) < size / 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the first cell did not get half way"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let pid = child.id() as i32;
+    // SAFETY: signals to the child this test started.
+    unsafe {
+        libc::kill(pid, libc::SIGSTOP);
+        libc::kill(pid, libc::SIGINT);
+        libc::kill(pid, libc::SIGCONT);
+    }
+    let o = child.wait_with_output().unwrap();
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted by SIGINT (Ctrl-C): 0 of 2 cells are complete")
+            && stderr.contains("To continue, run `joule sweep "),
+        "{stderr}"
+    );
+    assert!(!cell(&out, 1).join("COMPLETE").exists());
+    assert!(!cell(&out, 2).exists(), "no cell starts after the signal");
+
+    let o = joule(&sweep_args(&out).each_ref().map(String::as_str));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    for seed in [1, 2] {
+        assert_same_files(
+            &cell(&whole, seed),
+            &cell(&out, seed),
+            &format!("seed {seed}"),
+        );
+    }
+}
