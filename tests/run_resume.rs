@@ -205,6 +205,20 @@ fn a_run_killed_or_interrupted_resumes_to_the_same_files() {
         assert_same_files(&whole, &dir, &format!("killed at {fraction} of its events"));
     }
 
+    // Interrupted in round 1: nothing kept, and the note says so once.
+    let (dir, o) = stop("sigint-early", 0.0005, libc::SIGINT);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{stderr}");
+    if round_ends(&dir) == 0 {
+        assert!(
+            stderr.contains("interrupted by SIGINT (Ctrl-C): no round was complete"),
+            "{stderr}"
+        );
+    }
+    let o = run(&cfg, &dir);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_same_files(&whole, &dir, "interrupted in round 1");
+
     let (dir, o) = stop("sigint", 0.5, libc::SIGINT);
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{stderr}");

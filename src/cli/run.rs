@@ -129,11 +129,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// What an interrupted run kept and how to go on.
 fn interrupted_note(out: &Path, max_rounds: u32, signal: i32, e: &anyhow::Error) -> String {
     let kept = crate::energy_society::resume::complete_rounds(out);
-    let why = crate::interrupt::signal_name(signal);
+    let mut why = crate::interrupt::signal_name(signal);
+    // Another failure that came with the signal is said too.
+    if e.downcast_ref::<crate::interrupt::Interrupted>().is_none() {
+        why += &format!(" ({e:#})");
+    }
     let how = "run the same command again (same config, seed and --out)";
     if kept == 0 {
         format!(
-            "interrupted by {why} ({e:#}): no round was complete; {} keeps what was recorded, without a COMPLETE marker. To start again, {how}",
+            "interrupted by {why}: no round was complete; {} keeps what was recorded, without a COMPLETE marker. To start again, {how}",
             out.display()
         )
     } else {
