@@ -244,10 +244,35 @@ impl<'a, T> Driver<'a, T> {
 
     /// Fail every unfinished scenario with `why` (their runs stay incomplete).
     fn fail_unfinished(&mut self, backend: &mut dyn Backend, why: impl Fn(usize) -> String) {
+        self.fail_unfinished_with(backend, |i| anyhow::anyhow!("{}", why(i)));
+    }
+
+    fn fail_unfinished_with(
+        &mut self,
+        backend: &mut dyn Backend,
+        why: impl Fn(usize) -> anyhow::Error,
+    ) {
         for (i, (_, slot)) in self.scenarios.iter_mut().enumerate() {
             if slot.take().is_some() {
-                self.results[i] = Some(Err(anyhow::anyhow!("{}", why(i))));
+                self.results[i] = Some(Err(why(i)));
                 backend.end_session(self.sessions[i]);
+            }
+        }
+    }
+
+    /// SIGINT or SIGTERM came (`crate::interrupt`): every unfinished
+    /// scenario ends with [`crate::interrupt::Interrupted`] before another
+    /// call is sent (the calls not yet answered are abandoned), so each run
+    /// keeps what it recorded and stays incomplete. True when it did.
+    fn interrupted(&mut self, backend: &mut dyn Backend) -> bool {
+        match crate::interrupt::check() {
+            Ok(()) => false,
+            Err(e) => {
+                let signal = e.signal;
+                self.fail_unfinished_with(backend, |_| {
+                    anyhow::Error::new(crate::interrupt::Interrupted { signal })
+                });
+                true
             }
         }
     }
@@ -279,6 +304,9 @@ impl<'a, T> Driver<'a, T> {
         let mut cx = Context::from_waker(&waker);
         loop {
             self.poll_scenarios(backend, &mut cx);
+            if self.interrupted(backend) {
+                break;
+            }
 
             // A backend that can answer nothing more (its server stopped):
             // the scenarios have recorded the failed calls; stop each
@@ -356,6 +384,9 @@ impl<'a, T> Driver<'a, T> {
         loop {
             if answered {
                 self.poll_scenarios(backend, &mut cx);
+            }
+            if self.interrupted(backend) {
+                break;
             }
             if let Some(why) = backend.unavailable() {
                 self.fail_unfinished(backend, |_| format!("stopped before its end: {why}"));

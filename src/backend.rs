@@ -299,6 +299,11 @@ pub trait StepBackend {
     fn step(&mut self) -> Vec<Answer>;
     /// Requests submitted and not yet handed back.
     fn in_flight(&self) -> usize;
+    /// Tokens sampled so far by the requests not yet handed back, for
+    /// progress only (0 when the backend does not say).
+    fn sampling(&mut self) -> u64 {
+        0
+    }
 }
 
 /// A backend's memory plan as the boundary sees it (the local engine's is
@@ -324,15 +329,15 @@ pub fn check_memory(backend: &mut dyn Backend, demand: &MemoryDemand) -> anyhow:
         Ok(Some(plan)) => plan,
         Ok(None) => return Ok(()),
         Err(e) => {
-            eprintln!("note: no memory plan ({e:#})");
+            crate::errln!("note: no memory plan ({e:#})");
             return Ok(());
         }
     };
     if plan.device() != "cpu" {
-        eprint!("{}", plan.render());
+        crate::err!("{}", plan.render());
     }
     if let Some(warning) = plan.check()? {
-        eprintln!("warning: {warning}");
+        crate::errln!("warning: {warning}");
     }
     Ok(())
 }

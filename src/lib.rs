@@ -14,6 +14,7 @@
 //! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
 //! - [`progress`]: progress of long operations on standard error (bars, plain lines, off).
+//! - [`output`]: printing that never fails on a closed pipe; [`interrupt`]: SIGINT/SIGTERM.
 //! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
@@ -22,11 +23,13 @@ pub mod cli;
 pub mod energy;
 pub mod energy_society;
 pub mod inference;
+pub mod interrupt;
 pub mod knobs;
 pub mod llm;
 pub mod meter;
 pub(crate) mod nprand;
 pub mod npy;
+pub mod output;
 pub mod progress;
 pub mod race;
 pub mod record;

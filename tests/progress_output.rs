@@ -2,7 +2,9 @@
 //! sweep` with standard error piped (not a terminal, as in CI or a Slurm log)
 //! print one plain line per round or cell there, while standard output and
 //! every file they write are byte for byte what they are with progress off
-//! (`JOULE_PROGRESS=off`). A model-backed run on the default model
+//! (`JOULE_PROGRESS=off`). Every count on a line says its scope (`this
+//! round`, `in all`), and the last line says when all was done, never a
+//! time left of `0ms`. A model-backed run on the default model
 //! (SmolLM2-135M) also says when its model starts and ends loading.
 
 use std::collections::BTreeMap;
@@ -117,10 +119,15 @@ fn a_scripted_run_prints_a_line_per_round_on_stderr_only() {
     for (i, l) in rounds.iter().enumerate() {
         // Scripted agents call no model: the line says the round's time.
         assert!(l.starts_with(&format!("round {}/3: ", i + 1)), "{l}");
-        assert!(l.contains(", eta ") && !l.contains(" calls"), "{l}");
+        assert!(!l.contains(" calls"), "{l}");
+        // Never a time left of nothing while rounds remain.
+        assert!(!l.contains("eta 0ms"), "{l}");
+        if i + 1 < 3 {
+            assert!(l.contains("; eta "), "{l}");
+        }
     }
     assert!(
-        rounds[played as usize - 1].ends_with("eta 0ms") || played < 3,
+        rounds[played as usize - 1].contains("; all done in ") || played < 3,
         "{stderr}"
     );
 
@@ -174,13 +181,11 @@ fn a_scripted_sweep_prints_a_line_per_cell_on_stderr_only() {
     for (i, l) in cells.iter().enumerate() {
         assert!(l.starts_with(&format!("cell {}/3 (", i + 1)), "{l}");
         assert!(l.contains("baseline-comp"), "{l}");
-        assert!(
-            l.contains(" running, ") && l.contains(" pending, eta "),
-            "{l}"
-        );
+        assert!(l.contains(" running, ") && l.contains(" pending; "), "{l}");
+        assert!(!l.contains("eta 0ms"), "{l}");
     }
     assert!(
-        cells[2].contains("0 running, 0 pending, eta 0ms"),
+        cells[2].contains("; 0 running, 0 pending; all done in "),
         "{stderr}"
     );
 
@@ -239,16 +244,25 @@ fn a_model_backed_run_says_it_loads_the_model_and_each_round() {
     let rounds = lines_starting(&stderr, "round ");
     assert_eq!(rounds.len(), 1, "{stderr}");
     let l = rounds[0];
-    assert!(l.starts_with("round 1/1: "), "{l}");
-    assert!(l.ends_with(" tok/s, eta 0ms"), "{l}");
+    assert!(l.starts_with("round 1/1: this round "), "{l}");
+    assert!(l.contains(" tok/s; all done in "), "{l}");
     // At least the model agent's decision (scripted agents' calls are not counted).
-    let calls: u64 = l["round 1/1: ".len()..]
+    let calls: u64 = l["round 1/1: this round ".len()..]
         .split(' ')
         .next()
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no call count in {l}"));
     assert!(calls >= 1, "{l}");
-    assert!(l.contains(" calls, ") && l.contains(" tokens, "), "{l}");
+    // One round: this round's counts are every count.
+    let this = &l["round 1/1: this round ".len()..l.find("; in all ").unwrap()];
+    let all = &l[l.find("; in all ").unwrap() + "; in all ".len()..l.find("; all done").unwrap()];
+    let counts = |t: &str| {
+        t.split(", ")
+            .take(2)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(counts(this), counts(all), "{l}");
 
     // Off: no progress (a memory-plan warning may still be there).
     let quiet_err = text(&quiet.stderr);

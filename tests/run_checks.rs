@@ -237,9 +237,17 @@ fn a_complete_run_folder_is_kept_unless_forced() {
     assert!(err.contains("replacing"), "{err}");
     assert_ne!(std::fs::read(out.join("events.jsonl")).unwrap(), events);
 
-    // An incomplete run is replaced, and the message says so.
+    // An incomplete run of another config is refused (tests/run_resume.rs:
+    // one of the same config resumes), and replaced with --force.
     std::fs::remove_file(out.join("COMPLETE")).unwrap();
     let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}{err}");
+    assert!(
+        err.contains("incomplete run of another config") && err.contains("--force"),
+        "{err}"
+    );
+    let o = joule(&["run", p(&cfg), "--out", p(&out), "--force"]);
     let (stdout, err) = text(&o);
     assert!(o.status.success(), "{stdout}{err}");
     assert!(

@@ -73,8 +73,12 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
+            crate::errln!("error: {e:#}");
+            // A command stopped by SIGINT/SIGTERM (`crate::interrupt`).
+            match crate::interrupt::requested() {
+                Some(signal) => ExitCode::from(crate::interrupt::exit_status(signal)),
+                None => ExitCode::from(2),
+            }
         }
     }
 }

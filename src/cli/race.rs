@@ -162,11 +162,11 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             html,
         } => {
             let md = crate::race::report::write_report_with(&dirs, &out, human.as_deref())?;
-            println!("{md}");
-            eprintln!("report written to {}", out.display());
+            crate::outln!("{md}");
+            crate::errln!("report written to {}", out.display());
             if html {
                 let page = crate::report::html::race::write_race(&dirs, &out)?;
-                eprintln!("wrote {}", page.display());
+                crate::errln!("wrote {}", page.display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -189,9 +189,24 @@ fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::R
     check_race_models(&config.display().to_string(), &seats, &cfg.llm)?;
     let dir = out.unwrap_or_else(|| PathBuf::from("runs/race").join(&cfg.name));
     let mut backend = backend_for(&cfg)?;
+    crate::interrupt::install();
     let t = std::time::Instant::now();
-    let s = run_experiment(&cfg, &dir, resume, backend.as_mut())?;
-    eprintln!(
+    let s = run_experiment(&cfg, &dir, resume, backend.as_mut());
+    if let (Err(_), Some(signal)) = (&s, crate::interrupt::requested()) {
+        crate::errln!(
+            "interrupted by {}: the races finished before it are kept in {}{}",
+            crate::interrupt::signal_name(signal),
+            dir.display(),
+            if resume {
+                "; run the same command again to play the rest"
+            } else {
+                ""
+            }
+        );
+        return Ok(ExitCode::from(crate::interrupt::exit_status(signal)));
+    }
+    let s = s?;
+    crate::errln!(
         "{}: {} races ({} played, {} already done, {} contaminated) in {:.1}s, {} batches (largest {}) -> {}",
         cfg.name,
         s.total_races,
@@ -238,7 +253,7 @@ fn audit(
     });
     progress.finish();
     let rows: Vec<AuditRow> = rows?;
-    eprintln!(
+    crate::errln!(
         "{} probe outputs from {model} in {:.1}s",
         rows.len(),
         t.elapsed().as_secs_f64()
@@ -263,9 +278,9 @@ fn audit(
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        print!("{}", summary_table(&model, &summary));
+        crate::out!("{}", summary_table(&model, &summary));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -362,7 +377,7 @@ fn egt(
         per_p.insert(key, entry);
     }
     if json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "params": {"z": z, "beta": beta, "mu": mu},
@@ -371,7 +386,7 @@ fn egt(
             }))?
         );
     } else {
-        print!("{text}");
+        crate::out!("{text}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -408,7 +423,7 @@ fn replay(model: String, k: usize, out: PathBuf) -> anyhow::Result<ExitCode> {
     }
     let unsafe_n = rows.iter().filter(|r| r.unsafe_).count();
     let failed = rows.iter().filter(|r| r.parse_failed).count();
-    println!(
+    crate::outln!(
         "{n_states} states x 8 skins x 2 mappings = {} cells; Unsafe {:.1}%, {failed} parse failures -> {}",
         rows.len(),
         100.0 * unsafe_n as f64 / rows.len().max(1) as f64,

@@ -4,8 +4,11 @@
 //! counts), then what the energy meter measured (also written to
 //! `<run>/meter.json`) or that nothing was measured. Before anything runs,
 //! every roster entry is checked (`runner::check_roster`) and a complete run
-//! folder is kept unless `--force`. The exit status is 0, 3 (INVOKE_ERRORs)
-//! or 2 (failed).
+//! folder is kept unless `--force`; an interrupted one resumes from its last
+//! complete round (`energy_society::resume`). SIGINT/SIGTERM stop the run
+//! at its next model call with what it recorded kept (`crate::interrupt`).
+//! The exit status is 0, 3 (INVOKE_ERRORs), 2 (failed), 130 or 143
+//! (interrupted by SIGINT or SIGTERM).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,7 +19,7 @@ use clap::Args;
 use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::recorder::Recorder;
-use crate::energy_society::runner::{backend_for, check_roster, run_society};
+use crate::energy_society::runner::{backend_for, check_roster, run_or_resume};
 use crate::energy_society::society::SocietyResult;
 
 /// The embedded default experiment (`joule run` with no config).
@@ -79,36 +82,79 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     check_roster(&cfg, &config_path.display().to_string())?;
     check_out(&out, args.force)?;
     let mut backend = backend_for(&cfg)?;
+    crate::interrupt::install();
+    let max_rounds = cfg.max_rounds;
     let progress =
-        crate::progress::calls::Tracker::rounds(crate::progress::Mode::from_env(), cfg.max_rounds);
+        crate::progress::calls::Tracker::rounds(crate::progress::Mode::from_env(), max_rounds);
     let t = progress.clone();
-    let result = run_society(
+    let resumed = progress.clone();
+    let out_shown = out.display().to_string();
+    let result = run_or_resume(
         cfg,
         &mut crate::progress::calls::Watched::new(backend.as_mut(), progress.clone()),
-        Some(&out),
+        &out,
+        args.force,
+        move |kept| {
+            resumed.resumed(kept as u64);
+            crate::errln!(
+                "resuming {out_shown}: {} kept (replayed from events.jsonl), playing from round {}",
+                crate::energy_society::resume::kept_words(kept),
+                kept + 1
+            );
+        },
         move |_| t.unit_done(None, None),
     );
     progress.finish();
+    if let (Err(e), Some(signal)) = (&result, crate::interrupt::requested()) {
+        crate::errln!("{}", interrupted_note(&out, max_rounds, signal, e));
+        return Ok(ExitCode::from(crate::interrupt::exit_status(signal)));
+    }
     let result = result?;
     let errors = CallErrors::read(&out)?.unwrap_or_default();
-    print!("{}", summary_table(&result, &errors));
-    print!("{}", errors.describe());
+    crate::out!("{}", summary_table(&result, &errors));
+    crate::out!("{}", errors.describe());
     match backend.metering() {
         Some(status) => {
-            println!("{}", status.summary());
+            crate::outln!("{}", status.summary());
             crate::record::write_json_atomic(out.join("meter.json"), &status)?;
         }
-        None => println!("energy: nothing was measured: every agent is scripted (no model ran)"),
+        None => {
+            crate::outln!("energy: nothing was measured: every agent is scripted (no model ran)")
+        }
     }
-    println!("run folder: {}", out.display());
+    crate::outln!("run folder: {}", out.display());
     Ok(exit_status(&errors))
+}
+
+/// What an interrupted run kept and how to go on.
+fn interrupted_note(out: &Path, max_rounds: u32, signal: i32, e: &anyhow::Error) -> String {
+    let kept = crate::energy_society::resume::complete_rounds(out);
+    let mut why = crate::interrupt::signal_name(signal);
+    // Another failure that came with the signal is said too.
+    if e.downcast_ref::<crate::interrupt::Interrupted>().is_none() {
+        why += &format!(" ({e:#})");
+    }
+    let how = "run the same command again (same config, seed and --out)";
+    if kept == 0 {
+        format!(
+            "interrupted by {why}: no round was complete; {} keeps what was recorded, without a COMPLETE marker. To start again, {how}",
+            out.display()
+        )
+    } else {
+        format!(
+            "interrupted by {why}: {} keeps {} of at most {max_rounds} (events.jsonl; no COMPLETE marker; the round under way is dropped when it resumes). To continue from round {}, {how}",
+            out.display(),
+            crate::energy_society::resume::kept_words(kept),
+            kept + 1
+        )
+    }
 }
 
 /// 0 for a complete run, [`EXIT_CALL_ERRORS`] for one that completed with
 /// INVOKE_ERRORs (README, "Exit statuses"); a failed run is an error (2).
 pub fn exit_status(errors: &CallErrors) -> ExitCode {
     if errors.invoke_errors > 0 {
-        eprintln!(
+        crate::errln!(
             "warning: the run completed with {} INVOKE_ERROR(s): some agents did not run as configured (exit status {EXIT_CALL_ERRORS})",
             errors.invoke_errors
         );
@@ -119,15 +165,16 @@ pub fn exit_status(errors: &CallErrors) -> ExitCode {
 }
 
 /// Whether `out` may receive a run: a complete run is kept unless `force`
-/// (the error says how to run again); an incomplete one is replaced, and
-/// this says so; a folder that is not a run folder is never cleared.
+/// (the error says how to run again); an incomplete one is resumed or
+/// refused by `runner::run_or_resume` (replaced with `force`, and this says
+/// so); a folder that is not a run folder is never cleared.
 pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
     if !out.exists() {
         return Ok(());
     }
     if Recorder::is_complete(out) {
         if force {
-            eprintln!(
+            crate::errln!(
                 "note: {} held a complete run: replacing it (--force)",
                 out.display()
             );
@@ -154,10 +201,12 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
             out.display()
         );
     }
-    eprintln!(
-        "note: {} holds an incomplete run (no COMPLETE marker): replacing it",
-        out.display()
-    );
+    if force {
+        crate::errln!(
+            "note: {} holds an incomplete run (no COMPLETE marker): replacing it (--force)",
+            out.display()
+        );
+    }
     Ok(())
 }
 

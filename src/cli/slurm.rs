@@ -62,7 +62,7 @@ pub fn status(file: &Path, out_override: Option<&Path>) -> anyhow::Result<ExitCo
     let now = now_unix();
     let statuses: Vec<CellStatus> = cells.iter().map(|c| cell_status(&out, c, now)).collect();
     let count = |l: &str| statuses.iter().filter(|s| s.label() == l).count();
-    println!(
+    crate::outln!(
         "sweep {}: {} cells: {} done, {} running, {} failed, {} pending",
         file.display(),
         cells.len(),
@@ -79,7 +79,7 @@ pub fn status(file: &Path, out_override: Option<&Path>) -> anyhow::Result<ExitCo
                 format!("  {n}")
             }
         };
-        println!("  {:<8} {:>4}  {}{note}", s.label(), i, c.dir.display());
+        crate::outln!("  {:<8} {:>4}  {}{note}", s.label(), i, c.dir.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -101,13 +101,13 @@ pub fn run_cell(
     );
     let cell = all.swap_remove(index);
     if Recorder::is_complete(&cell.dir) {
-        println!("cell {index} ({}) is already complete", cell.dir.display());
+        crate::outln!("cell {index} ({}) is already complete", cell.dir.display());
         return Ok(ExitCode::SUCCESS);
     }
     let dir = cell.dir.clone();
     match run_tracked(&out, index, cell) {
         Ok(()) => {
-            println!("cell {index} ({}) complete", dir.display());
+            crate::outln!("cell {index} ({}) complete", dir.display());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Err(e.context(format!("cell {index} ({})", dir.display()))),
@@ -134,7 +134,7 @@ pub fn write_array(
         .map(|(i, _)| i)
         .collect();
     if indices.is_empty() {
-        println!(
+        crate::outln!(
             "sweep {}: nothing to submit, every one of its {} cells is done or running (see --status)",
             file.display(),
             cells.len()
@@ -157,7 +157,7 @@ pub fn write_array(
         .with_context(|| format!("creating {}", dir.join("logs").display()))?;
     let path = dir.join(format!("{}.sbatch", stem.display()));
     std::fs::write(&path, &script).with_context(|| format!("writing {}", path.display()))?;
-    println!(
+    crate::outln!(
         "wrote {}: a job array of {} of the sweep's {} cells (indices {})",
         path.display(),
         indices.len(),
@@ -165,17 +165,17 @@ pub fn write_array(
         array_spec(&indices)
     );
     if indices.iter().any(|&i| i > 1000) {
-        println!(
+        crate::outln!(
             "note: indices above 1000 need the cluster's MaxArraySize raised above {}",
             indices.last().copied().unwrap_or(0)
         );
     }
     if !options.submit {
-        println!(
+        crate::outln!(
             "submit it with:\n  sbatch {}",
             quote(&path.display().to_string())?
         );
-        println!(
+        crate::outln!(
             "and follow it with:\n  joule sweep {} --out {} --status",
             quote(&file.display().to_string())?,
             quote(&out.display().to_string())?
@@ -195,7 +195,7 @@ pub fn write_array(
             String::from_utf8_lossy(&res.stderr).trim()
         );
     }
-    print!("{stdout}");
+    crate::out!("{stdout}");
     // Mark the array's cells queued, so --status tells them from cells never submitted.
     let job_id = stdout
         .split_whitespace()

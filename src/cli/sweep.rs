@@ -1,7 +1,7 @@
 //! `joule sweep FILE`: run a grid of configs × seeds. Each cell writes its own
 //! run folder `<out>/<config name>/seed_<seed>`; a cell whose folder holds
 //! the completion marker is skipped, so an interrupted sweep resumes where
-//! it stopped (an incomplete folder is cleared and rerun). `--jobs N` runs N
+//! it stopped (an incomplete cell resumes from its last complete round). `--jobs N` runs N
 //! all-scripted cells at once on N threads, and N cells with model-backed
 //! agents at once on one driver, so their model calls batch together; cells
 //! share a backend only when their whole backend configuration agrees
@@ -9,7 +9,8 @@
 //! file is its command line. `--slurm`, `--cell` and `--status` (cluster job
 //! arrays, one cell, the state of every cell) live in `slurm.rs`. Every
 //! config's roster is checked before any cell runs or is submitted; the
-//! exit status is 3 when a cell completed with INVOKE_ERRORs.
+//! exit status is 3 when a cell completed with INVOKE_ERRORs, 130 or 143
+//! when SIGINT or SIGTERM stopped it (`crate::interrupt`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
+use crate::energy_society::recorder::Recorder;
 use crate::energy_society::runner::job_source;
 use crate::sweep::{cells, check_cells, run_cells};
 
@@ -59,8 +61,24 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
         return super::slurm::write_array(&args.file, args.out.as_deref(), &args.sbatch);
     }
     let dirs: Vec<PathBuf> = cells.iter().map(|c| c.dir.clone()).collect();
-    let (ran, skipped) = run_cells(cells, args.jobs, false, &job_source)?;
-    println!(
+    crate::interrupt::install();
+    let ran = run_cells(cells, args.jobs, false, &job_source);
+    if let Some(signal) = crate::interrupt::requested() {
+        let complete = dirs.iter().filter(|d| Recorder::is_complete(d)).count();
+        crate::errln!(
+            "interrupted by {}: {complete} of {} cells are complete (each in its run folder); the cells under way keep their complete rounds, without a COMPLETE marker. To continue, run `joule sweep {}{}` again: complete cells are skipped, the others resume from their last complete round",
+            crate::interrupt::signal_name(signal),
+            dirs.len(),
+            args.file.display(),
+            args.out
+                .as_ref()
+                .map(|o| format!(" --out {}", o.display()))
+                .unwrap_or_default()
+        );
+        return Ok(ExitCode::from(crate::interrupt::exit_status(signal)));
+    }
+    let (ran, skipped) = ran?;
+    crate::outln!(
         "sweep {}: {ran} cell(s) run, {skipped} already complete",
         args.file.display()
     );
@@ -80,7 +98,7 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
     if with_errors.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
+    crate::errln!(
         "warning: {} cell(s) completed with INVOKE_ERRORs (exit status {EXIT_CALL_ERRORS}):\n  {}",
         with_errors.len(),
         with_errors.join("\n  ")

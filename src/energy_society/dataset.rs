@@ -930,7 +930,7 @@ mod tests {
         .iter()
         .any(|v| std::env::var(v).is_ok_and(|x| !x.is_empty()));
         if set {
-            eprintln!("skipped: a proxy variable is set");
+            crate::errln!("skipped: a proxy variable is set");
         }
         set
     }

@@ -13,6 +13,7 @@
 //!   function per phase of a round.
 //! - [`policies`]: scripted baseline agents.
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
+//! - [`resume`]: resuming an interrupted run from its last complete round.
 //! - [`replay`]: re-run a reference run through the engine and compare.
 //! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
@@ -33,6 +34,7 @@ pub(crate) mod procedural;
 pub(crate) mod prompts;
 pub mod recorder;
 pub mod replay;
+pub mod resume;
 pub(crate) mod rules;
 pub mod runner;
 pub mod schema;

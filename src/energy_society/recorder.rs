@@ -107,10 +107,23 @@ impl serde::Serialize for Text<'_> {
     }
 }
 
+/// The recorded lines of `events.jsonl` a resumed run must give again
+/// before it writes anything (`super::resume`).
+struct Expected {
+    /// The lines still to be given, in order.
+    lines: std::collections::VecDeque<String>,
+    /// How many lines were given so far (for errors).
+    given: usize,
+    /// The bytes of `events.jsonl` they make up: the file is cut there
+    /// once they all came, and the run appends after them.
+    keep_bytes: u64,
+}
+
 /// Collects a run's records; writes them when a folder is given.
 pub struct Recorder {
     dir: Option<PathBuf>,
     log: Option<EventLog>,
+    expected: Option<Expected>,
     lines: Lines,
     /// Events kept in memory when no folder is given (tests, replay).
     pub kept: Vec<Value>,
@@ -124,6 +137,7 @@ impl Recorder {
         Recorder {
             dir: None,
             log: None,
+            expected: None,
             lines: Lines::default(),
             kept: vec![],
             token_usage: vec![],
@@ -144,11 +158,86 @@ impl Recorder {
         Ok(Recorder {
             dir: Some(dir.to_path_buf()),
             log: Some(EventLog::append(dir.join("events.jsonl"))?),
+            expected: None,
             lines: Lines::default(),
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
         })
+    }
+
+    /// Resume the incomplete run in `dir`: its `events.jsonl` begins with
+    /// `kept` (whole lines, without their newlines, `keep_bytes` bytes with
+    /// them). The run is played again from round 1; each event it records
+    /// must be the next kept line, byte for byte (an error otherwise, with
+    /// the folder untouched), and once every kept line came, the file is
+    /// cut after them and the run appends as a fresh one would.
+    pub fn resume(dir: &Path, kept: Vec<String>, keep_bytes: u64) -> anyhow::Result<Self> {
+        let mut rec = Recorder {
+            dir: Some(dir.to_path_buf()),
+            log: None,
+            expected: Some(Expected {
+                lines: kept.into(),
+                given: 0,
+                keep_bytes,
+            }),
+            lines: Lines::default(),
+            kept: vec![],
+            token_usage: vec![],
+            transcript: vec![],
+        };
+        rec.open_when_given()?;
+        Ok(rec)
+    }
+
+    /// Every expected line came: cut `events.jsonl` after them and append.
+    fn open_when_given(&mut self) -> anyhow::Result<()> {
+        let (Some(dir), Some(x)) = (&self.dir, &self.expected) else {
+            return Ok(());
+        };
+        if !x.lines.is_empty() {
+            return Ok(());
+        }
+        let path = dir.join("events.jsonl");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        file.set_len(x.keep_bytes)
+            .and_then(|_| file.sync_all())
+            .with_context(|| format!("cutting {} after its last complete round", path.display()))?;
+        self.log = Some(EventLog::append(&path)?);
+        self.expected = None;
+        Ok(())
+    }
+
+    /// Write one event line, or check it against the next expected one.
+    fn emit<T: serde::Serialize>(&mut self, event: &T) -> anyhow::Result<()> {
+        if let Some(x) = &mut self.expected {
+            let got = serde_json::to_string(event).context("serialising event")?;
+            let want = x.lines.pop_front().unwrap_or_default();
+            x.given += 1;
+            if got != want {
+                let dir = self.dir.as_deref().unwrap_or(Path::new("."));
+                anyhow::bail!(
+                    "cannot resume {}: played again, its events.jsonl differs at line {} (recorded: {}; now: {}); nothing was changed. Run with --force to start it again",
+                    dir.display(),
+                    x.given,
+                    clip(&want),
+                    clip(&got)
+                );
+            }
+            return self.open_when_given();
+        }
+        match &mut self.log {
+            Some(log) => log.write(event),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether texts go to the line table (a folder is written or checked).
+    fn writes(&self) -> bool {
+        self.log.is_some() || self.expected.is_some()
     }
 
     /// Is `dir` a finished run?
@@ -162,9 +251,10 @@ impl Recorder {
 
     /// `text` as this recorder stores it: interned when writing a folder.
     pub fn text<'a>(&mut self, text: &'a str) -> Text<'a> {
-        match self.log {
-            Some(_) => Text::Lines(self.lines.intern(text)),
-            None => Text::Whole(text),
+        if self.writes() {
+            Text::Lines(self.lines.intern(text))
+        } else {
+            Text::Whole(text)
         }
     }
 
@@ -182,17 +272,14 @@ impl Recorder {
             event: kind,
             fields,
         };
-        match &mut self.log {
-            Some(log) => {
-                if let Some(lines) = self.lines.flush() {
-                    log.write(&lines)?;
-                }
-                log.write(&e)
+        if self.writes() {
+            if let Some(lines) = self.lines.flush() {
+                self.emit(&lines)?;
             }
-            None => {
-                self.kept.push(serde_json::to_value(&e)?);
-                Ok(())
-            }
+            self.emit(&e)
+        } else {
+            self.kept.push(serde_json::to_value(&e)?);
+            Ok(())
         }
     }
 
@@ -202,18 +289,15 @@ impl Recorder {
         if let (Some(o), Value::Object(f)) = (e.as_object_mut(), fields) {
             o.extend(f);
         }
-        match &mut self.log {
-            Some(log) => {
-                self.lines.intern_in(&mut e);
-                if let Some(lines) = self.lines.flush() {
-                    log.write(&lines)?;
-                }
-                log.write(&e)
+        if self.writes() {
+            self.lines.intern_in(&mut e);
+            if let Some(lines) = self.lines.flush() {
+                self.emit(&lines)?;
             }
-            None => {
-                self.kept.push(e);
-                Ok(())
-            }
+            self.emit(&e)
+        } else {
+            self.kept.push(e);
+            Ok(())
         }
     }
 
@@ -245,6 +329,12 @@ impl Recorder {
 
     /// Write the reference layout and then the completion marker.
     pub fn finish(&mut self, folder: &RunFolder) -> anyhow::Result<()> {
+        if let Some(x) = &self.expected {
+            anyhow::bail!(
+                "cannot resume: the run ended {} events before the recorded one did",
+                x.lines.len()
+            );
+        }
         if let Some(dir) = &self.dir {
             folder.write(dir)?;
             std::fs::write(dir.join(COMPLETE_MARKER), "complete\n")
@@ -254,15 +344,28 @@ impl Recorder {
     }
 }
 
+/// The start of an event line, for errors.
+fn clip(line: &str) -> String {
+    match line.char_indices().nth(160) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
 /// Read a run's `events.jsonl` with every interned text whole again (the
 /// `lines` events themselves are left out). A torn last line is ignored, as
 /// [`crate::record::read_jsonl`] does; a reference to a line never written,
 /// or a `lines` event out of order, is an error naming the file and event.
 pub fn read_events(path: impl AsRef<Path>) -> anyhow::Result<Vec<Value>> {
     let path = path.as_ref();
+    expand_events(crate::record::read_jsonl(path)?, path)
+}
+
+/// [`read_events`] of events already parsed (the lines of `path`).
+pub fn expand_events(events: Vec<Value>, path: &Path) -> anyhow::Result<Vec<Value>> {
     let mut table: Vec<String> = Vec::new();
     let mut out = Vec::new();
-    for (n, mut e) in crate::record::read_jsonl(path)?.into_iter().enumerate() {
+    for (n, mut e) in events.into_iter().enumerate() {
         let at = || format!("{}: event {}", path.display(), n + 1);
         if e["event"] == "lines" {
             let first = e["first"].as_u64();

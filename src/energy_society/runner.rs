@@ -17,6 +17,7 @@ use super::config::{JobsConfig, SocietyConfig};
 use super::job::JobSource;
 use super::policies::scripted_backend;
 use super::recorder::Recorder;
+use super::resume::{Answers, Plan, Replay};
 use super::society::{Society, SocietyResult};
 
 /// The job source a config names.
@@ -180,12 +181,82 @@ pub fn run_society(
     Ok(result)
 }
 
+/// Run one society into the folder `out`, resuming the interrupted run
+/// there when it has the same resolved config and a complete round
+/// (`super::resume`; refused when the config differs, unless `force`, which
+/// starts it again). `on_resume` gets the rounds kept before the run goes
+/// on; `on_round` is called for the rounds played from there.
+pub fn run_or_resume(
+    cfg: SocietyConfig,
+    backend: &mut dyn Backend,
+    out: &Path,
+    force: bool,
+    on_resume: impl FnOnce(u32),
+    mut on_round: impl FnMut(u32) + 'static,
+) -> anyhow::Result<SocietyResult> {
+    check_memory(backend, &[&cfg])?;
+    let cfg = with_kernels(cfg, backend);
+    let ids = agent_ids(&cfg);
+    let result = match super::resume::plan(out, &cfg.to_toml()?, force)? {
+        Plan::Fresh => {
+            if !force && !Recorder::is_complete(out) && out.join("events.jsonl").is_file() {
+                crate::errln!(
+                    "note: {} holds an incomplete run without a complete round: starting it again",
+                    out.display()
+                );
+            }
+            let s = society(cfg, Some(out), &job_source)?.on_round(on_round);
+            run_one(backend, |agency| s.run(agency))?
+        }
+        Plan::Resume(mut r) => {
+            let kept = r.rounds;
+            on_resume(kept);
+            let jobs = job_source(&cfg)?;
+            let s = Society::new(cfg, jobs, r.recorder(out)?).on_round(move |n| {
+                if n > kept {
+                    on_round(n)
+                }
+            });
+            let mut driver = Driver::new();
+            driver.spawn(move |agency| s.run(agency));
+            let answers = r.answers(driver.sessions()[0]);
+            let mut replay = Replay::new(backend, answers);
+            driver
+                .run(&mut replay, |_| {})
+                .pop()
+                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result")))?
+        }
+    };
+    CallErrors::write(out, &ids)?;
+    Ok(result)
+}
+
 fn agent_ids(cfg: &SocietyConfig) -> Vec<String> {
     cfg.roster.iter().map(|a| a.agent_id.clone()).collect()
 }
 
+/// The society of a sweep's cell in `dir`: resumed from the last complete
+/// round of an incomplete run with the same resolved config there
+/// (`super::resume`), else from round 1 (a run of another config is
+/// cleared: the sweep file defines the cell).
+fn cell_society(
+    cfg: SocietyConfig,
+    dir: &Path,
+    make_jobs: MakeJobs,
+) -> anyhow::Result<(Society, Option<super::resume::Resumed>)> {
+    match super::resume::plan(dir, &cfg.to_toml()?, false) {
+        Ok(Plan::Resume(r)) => {
+            let jobs = make_jobs(&cfg)?;
+            let rec = r.recorder(dir)?;
+            Ok((Society::new(cfg, jobs, rec), Some(r)))
+        }
+        Ok(Plan::Fresh) | Err(_) => Ok((society(cfg, Some(dir), make_jobs)?, None)),
+    }
+}
+
 /// Run several societies concurrently on one driver, so their calls batch
-/// per model. Results come back in order.
+/// per model; each resumes an interrupted run in its folder as
+/// [`cell_society`] says. Results come back in order.
 pub fn run_many(
     cells: Vec<(SocietyConfig, std::path::PathBuf)>,
     backend: &mut dyn Backend,
@@ -202,20 +273,26 @@ pub fn run_many(
     let mut driver = Driver::new();
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
     let mut finish: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
+    let mut answers = Answers::new();
     for (cfg, dir) in cells {
         let cfg = with_kernels(cfg, backend);
         finish.push((dir.clone(), agent_ids(&cfg)));
-        match society(cfg, Some(&dir), make_jobs)
+        match cell_society(cfg, &dir, make_jobs)
             .with_context(|| format!("preparing {}", dir.display()))
         {
-            Ok(s) => {
+            Ok((s, resumed)) => {
                 driver.spawn(move |agency| s.run(agency));
+                if let Some(mut r) = resumed {
+                    let session = driver.sessions()[driver.sessions().len() - 1];
+                    answers.extend(r.answers(session));
+                }
                 early.push(None);
             }
             Err(e) => early.push(Some(e)),
         }
     }
-    let mut results = driver.run(backend, &mut on_batch).into_iter();
+    let mut replay = Replay::new(backend, answers);
+    let mut results = driver.run(&mut replay, &mut on_batch).into_iter();
     early
         .into_iter()
         .zip(finish)

@@ -253,6 +253,9 @@ impl Society {
             // The model server stopped answering during the round: its failed
             // calls are recorded; the run ends here, incomplete, to be rerun.
             if let Some(why) = agency.stopped() {
+                // Its round is not kept when the run resumes (`super::resume`).
+                self.rec
+                    .event("stopped", json!({"round": round, "reason": why}))?;
                 anyhow::bail!("stopped after round {round}: {why}");
             }
             let played = round;

@@ -938,6 +938,10 @@ impl StepBackend for LlmBackend {
         }
     }
 
+    fn sampling(&mut self) -> u64 {
+        self.running.batches.values().map(|b| b.sampled()).sum()
+    }
+
     fn step(&mut self) -> Vec<Answer> {
         let start = Instant::now();
         let mut out = std::mem::take(&mut self.running.ready);

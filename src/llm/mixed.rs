@@ -119,6 +119,10 @@ impl<L: Backend> StepBackend for MixedBackend<L> {
         }
     }
 
+    fn sampling(&mut self) -> u64 {
+        self.llm.stepwise().map_or(0, |s| s.sampling())
+    }
+
     fn step(&mut self) -> Vec<Answer> {
         let mut out = std::mem::take(&mut self.failed);
         // Scripted requests: one batch per batch key, in submission order.

@@ -84,16 +84,60 @@ pub fn eta(done: u64, total: u64, elapsed: Duration) -> Option<Duration> {
     Some(Duration::from_secs_f64(per_unit * (total - done) as f64))
 }
 
-/// [`eta`] as the words of a line: `eta 4m10s`, or `eta ?` without a pace.
+/// [`eta`] as the words of a line: `eta 4m10s`, `eta <1s` (never a bogus
+/// `0ms` while work remains), `eta ?` without a pace, `done` when all is.
 pub fn eta_words(done: u64, total: u64, elapsed: Duration) -> String {
-    match eta(done, total, elapsed) {
+    if done >= total {
+        return "done".to_string();
+    }
+    left_words(eta(done, total, elapsed))
+}
+
+/// The time left as words: `eta 4m10s`, `eta <1s`, or `eta ?` (unknown).
+pub fn left_words(left: Option<Duration>) -> String {
+    match left {
+        Some(d) if d < Duration::from_secs(1) => "eta <1s".to_string(),
         Some(d) => format!("eta {}", duration(d)),
         None => "eta ?".to_string(),
     }
 }
 
+/// The time left when `worked` units of work (fractions of a unit under
+/// way included) took `elapsed` and `remaining` are left, at the same pace;
+/// `None` before any work was measured.
+pub fn eta_at_pace(worked: f64, remaining: f64, elapsed: Duration) -> Option<Duration> {
+    if worked.is_nan() || worked <= 0.0 || !remaining.is_finite() {
+        return None;
+    }
+    let secs = elapsed.as_secs_f64() / worked * remaining.max(0.0);
+    secs.is_finite().then(|| Duration::from_secs_f64(secs))
+}
+
+/// Model calls, generated tokens and the time they took, in one scope
+/// (`this round`, `in all`): `this round 75 calls, 4,210 tokens, 38.2 tok/s`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tally {
+    pub calls: u64,
+    pub tokens: u64,
+    pub took: Duration,
+}
+
+impl Tally {
+    pub fn render(&self, scope: &str) -> String {
+        format!(
+            "{scope} {} calls, {} tokens, {}",
+            count(self.calls),
+            count(self.tokens),
+            rate(self.tokens as f64, self.took, "tok")
+        )
+    }
+}
+
 /// The plain line of one finished unit (a round, a cell, a race):
-/// `round 3/30: 75 calls, 4,210 tokens, 38.2 tok/s, eta 4m10s`.
+/// `round 3/30: this round 75 calls, 4,210 tokens, 38.2 tok/s; in all 225
+/// calls, 12,630 tokens, 35.0 tok/s; eta 4m10s`. Every count says its
+/// scope: `this round` (the unit just finished) or `in all` (since play
+/// started); `tokens` are always generated tokens.
 #[derive(Debug, Clone, Default)]
 pub struct UnitLine<'a> {
     /// `round`, `cell`, `race`.
@@ -102,15 +146,17 @@ pub struct UnitLine<'a> {
     pub total: u64,
     /// What finished, when it has a name (a cell's folder).
     pub name: Option<&'a str>,
-    /// This unit's model calls and generated tokens.
-    pub calls: u64,
-    pub tokens: u64,
-    /// The time this unit took (the rate divides by it).
+    /// This unit's model calls and tokens (rounds only: cells and races
+    /// overlap, so theirs are not told apart), and the time it took.
+    pub this: Option<Tally>,
+    /// Every model call and token since play started, and that time.
+    pub all: Tally,
+    /// The time this unit took (said when no model was called).
     pub took: Duration,
-    /// The time since the first unit started (the estimate goes by it).
-    pub elapsed: Duration,
     /// Units under way and not started yet, when several run at once.
     pub running_pending: Option<(u64, u64)>,
+    /// The time left (`None`: not known yet); unused once all are done.
+    pub left: Option<Duration>,
 }
 
 impl UnitLine<'_> {
@@ -121,21 +167,25 @@ impl UnitLine<'_> {
             s += &format!(" ({n})");
         }
         s += ": ";
-        if self.calls == 0 {
+        if self.all.calls == 0 {
             s += &duration(self.took);
         } else {
-            s += &format!(
-                "{} calls, {} tokens, {}",
-                count(self.calls),
-                count(self.tokens),
-                rate(self.tokens as f64, self.took, "tok")
-            );
+            let mut parts = Vec::new();
+            if let Some(t) = &self.this {
+                parts.push(t.render(&format!("this {}", self.unit)));
+            }
+            parts.push(self.all.render("in all"));
+            s += &parts.join("; ");
         }
         if let Some((running, pending)) = self.running_pending {
-            s += &format!(", {running} running, {pending} pending");
+            s += &format!("; {running} running, {pending} pending");
         }
-        s += ", ";
-        s += &eta_words(self.done, self.total, self.elapsed);
+        s += "; ";
+        if self.done >= self.total {
+            s += &format!("all done in {}", duration(self.all.took));
+        } else {
+            s += &left_words(self.left);
+        }
         s
     }
 }
@@ -193,34 +243,47 @@ mod tests {
     }
 
     #[test]
-    fn eta_goes_at_the_pace_so_far() {
+    fn eta_goes_at_the_pace_so_far_and_never_says_0ms_while_work_remains() {
         // 3 of 30 rounds in 30 s: 27 more at 10 s each.
         assert_eq!(
             eta(3, 30, Duration::from_secs(30)),
             Some(Duration::from_secs(270))
         );
         assert_eq!(eta(0, 30, Duration::from_secs(5)), None);
-        assert_eq!(eta(30, 30, Duration::from_secs(5)), Some(Duration::ZERO));
-        assert_eq!(eta(31, 30, Duration::from_secs(5)), Some(Duration::ZERO));
         assert_eq!(eta_words(0, 4, Duration::from_secs(1)), "eta ?");
         assert_eq!(eta_words(1, 2, Duration::from_secs(90)), "eta 1m30s");
+        assert_eq!(eta_words(999, 1000, Duration::from_millis(10)), "eta <1s");
+        assert_eq!(eta_words(30, 30, Duration::from_secs(5)), "done");
+        // 2.5 rounds worked in 50 s, 7.5 left.
+        assert_eq!(
+            eta_at_pace(2.5, 7.5, Duration::from_secs(50)),
+            Some(Duration::from_secs(150))
+        );
+        assert_eq!(eta_at_pace(0.0, 3.0, Duration::from_secs(5)), None);
     }
 
     #[test]
-    fn a_round_line_says_calls_tokens_rate_and_eta() {
+    fn a_round_line_gives_every_count_its_scope() {
         let line = UnitLine {
             unit: "round",
             done: 3,
             total: 30,
-            calls: 75,
-            tokens: 4_210,
-            took: Duration::from_millis(110_209),
-            elapsed: Duration::from_secs(28),
+            this: Some(Tally {
+                calls: 75,
+                tokens: 4_210,
+                took: Duration::from_millis(110_209),
+            }),
+            all: Tally {
+                calls: 225,
+                tokens: 12_630,
+                took: Duration::from_secs(360),
+            },
+            left: Some(Duration::from_secs(252)),
             ..Default::default()
         };
         assert_eq!(
             line.render(),
-            "round 3/30: 75 calls, 4,210 tokens, 38.2 tok/s, eta 4m12s"
+            "round 3/30: this round 75 calls, 4,210 tokens, 38.2 tok/s; in all 225 calls, 12,630 tokens, 35.1 tok/s; eta 4m12s"
         );
         let cell = UnitLine {
             unit: "cell",
@@ -228,26 +291,28 @@ mod tests {
             total: 4,
             name: Some("runs/s/a/seed_1"),
             took: Duration::from_millis(1_500),
-            elapsed: Duration::from_secs(2),
             running_pending: Some((1, 2)),
+            left: Some(Duration::from_secs(6)),
             ..Default::default()
         };
         assert_eq!(
             cell.render(),
-            "cell 1/4 (runs/s/a/seed_1): 1.5s, 1 running, 2 pending, eta 6.0s"
+            "cell 1/4 (runs/s/a/seed_1): 1.5s; 1 running, 2 pending; eta 6.0s"
         );
         let last = UnitLine {
             unit: "race",
             done: 2,
             total: 2,
-            calls: 1,
-            tokens: 0,
-            took: Duration::ZERO,
+            all: Tally {
+                calls: 1,
+                tokens: 0,
+                took: Duration::from_secs(3),
+            },
             ..Default::default()
         };
         assert_eq!(
             last.render(),
-            "race 2/2: 1 calls, 0 tokens, - tok/s, eta 0ms"
+            "race 2/2: in all 1 calls, 0 tokens, 0.0 tok/s; all done in 3.0s"
         );
     }
 }

@@ -83,7 +83,7 @@ pub(crate) fn line(mode: Mode, bar: Option<&ProgressBar>, text: &str) {
     match (mode, bar) {
         (Mode::Off, _) => {}
         (Mode::Bars, Some(b)) => b.println(text),
-        _ => eprintln!("{text}"),
+        _ => crate::errln!("{text}"),
     }
 }
 
@@ -179,7 +179,7 @@ impl Progress {
                 Some(bar)
             }
             Mode::Plain => {
-                eprintln!("{label}: {} to go", unit.amount(total));
+                crate::errln!("{label}: {} to go", unit.amount(total));
                 None
             }
             Mode::Off => None,
@@ -209,7 +209,7 @@ impl Progress {
         s.done = s.done.saturating_add(n);
         if self.mode == Mode::Plain && s.last_line.elapsed() >= HEARTBEAT {
             s.last_line = Instant::now();
-            eprintln!("{}", self.plain_line(&s));
+            crate::errln!("{}", self.plain_line(&s));
         }
     }
 
@@ -249,7 +249,7 @@ impl Progress {
                 Unit::Bytes => format!("{}/s", format::bytes_per_sec(s.done, took)),
                 Unit::Items(what) => format::rate(s.done as f64, took, what),
             };
-            eprintln!(
+            crate::errln!(
                 "{}: done, {} in {} ({rate})",
                 self.label,
                 self.unit.amount(s.done),
@@ -297,7 +297,7 @@ impl Stage {
                 Some(s)
             }
             Mode::Plain => {
-                eprintln!("{label} ...");
+                crate::errln!("{label} ...");
                 None
             }
             Mode::Off => None,
@@ -318,7 +318,7 @@ impl Stage {
             s.finish_and_clear();
         }
         if self.mode != Mode::Off {
-            eprintln!("{}: done in {}", self.label, format::duration(took));
+            crate::errln!("{}: done in {}", self.label, format::duration(took));
         }
     }
 }

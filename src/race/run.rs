@@ -194,7 +194,7 @@ pub fn run_experiment(
     if let Some(kernels) = race_kernels(cfg, backend) {
         let kernels = serde_json::to_value(kernels)?;
         if earlier_kernels.as_ref().is_some_and(|k| *k != kernels) {
-            eprintln!(
+            crate::errln!(
                 "note: {}: the kernels differ from the earlier start's; `kernels` now records this start's",
                 cfg_path.display()
             );

@@ -1,7 +1,8 @@
 //! Sweeps: a grid of Energy Society configs × seeds, run resumably. Each cell
 //! writes its own run folder `<out>/<config name>/seed_<seed>`; a cell whose
 //! folder holds the completion marker is skipped, so an interrupted sweep
-//! resumes where it stopped (an incomplete folder is cleared and rerun).
+//! resumes where it stopped (an incomplete cell resumes from its last
+//! complete round, `energy_society::resume`).
 //! [`run_cells`] runs all-scripted cells on worker threads and cells with
 //! model-backed agents together on one driver, so their model calls batch;
 //! cells share a backend only when their whole backend configuration agrees
@@ -164,8 +165,8 @@ pub fn run_cells(
     let ran = todo.len();
     let incomplete = todo.iter().filter(|c| c.dir.exists()).count();
     if incomplete > 0 && !quiet {
-        eprintln!(
-            "note: {incomplete} cell folder(s) hold an incomplete run (no COMPLETE marker): cleared and rerun"
+        crate::errln!(
+            "note: {incomplete} cell folder(s) hold an incomplete run (no COMPLETE marker): each resumes from its last complete round (from round 1 when it has none or was made with another config)"
         );
     }
     let bar =
@@ -185,6 +186,10 @@ pub fn run_cells(
     std::thread::scope(|scope| {
         for _ in 0..jobs.min(scripted.len()) {
             scope.spawn(|| loop {
+                // Interrupted (SIGINT/SIGTERM): no new cell starts.
+                if crate::interrupt::requested().is_some() {
+                    break;
+                }
                 let Some(c) = scripted.get(next.fetch_add(1, Ordering::Relaxed)) else {
                     break;
                 };
@@ -234,6 +239,9 @@ pub fn run_cells(
             }
         };
         for chunk in group.chunks(jobs) {
+            if crate::interrupt::requested().is_some() {
+                break;
+            }
             let dirs: Vec<PathBuf> = chunk.iter().map(|c| c.dir.clone()).collect();
             chunk.iter().for_each(|_| bar.unit_started());
             let results = run_many(

@@ -349,6 +349,14 @@ impl<'a> DecodeBatch<'a> {
         self.running.iter().map(|r| r.id).collect()
     }
 
+    /// Tokens the running sequences sampled so far (progress only).
+    pub fn sampled(&self) -> u64 {
+        self.running
+            .iter()
+            .map(|r| r.st.gen.tokens.len() as u64)
+            .sum()
+    }
+
     /// Sequences that finished without a forward step, taken out.
     pub fn take_finished(&mut self) -> Vec<Finished> {
         std::mem::take(&mut self.finished)

