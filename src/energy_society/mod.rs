@@ -14,6 +14,8 @@
 //! - [`policies`]: scripted baseline agents.
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
 //! - [`replay`]: re-run a reference run through the engine and compare.
+//! - [`trace`]: the same replay with each call also sent to a real model,
+//!   generating the recorded length (`joule bench trace`).
 //! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
 //! - [`call_errors`]: a run's INVOKE_ERROR and FORMAT_ERROR counts per agent.
@@ -40,3 +42,4 @@ pub(crate) mod society;
 #[cfg(test)]
 mod society_tests;
 pub mod state;
+pub mod trace;

@@ -61,6 +61,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../../models/nemotron-3-nano-4b.toml"),
     ),
     (
+        "qwen2.5-1.5b-instruct.toml",
+        include_str!("../../../models/qwen2.5-1.5b-instruct.toml"),
+    ),
+    (
         "qwen2.5-7b-instruct.toml",
         include_str!("../../../models/qwen2.5-7b-instruct.toml"),
     ),
