@@ -33,10 +33,11 @@ fn run_dir() -> PathBuf {
     d
 }
 
-/// Records what the faithful replay asks its backend.
+/// Records what the faithful replay asks its backend, each request with the tokens its
+/// recorded answer carries (0 for a failed call).
 struct Recording<'a> {
     inner: &'a mut ReplayBackend,
-    seen: Vec<ModelRequest>,
+    seen: Vec<(ModelRequest, u32)>,
 }
 
 impl Backend for Recording<'_> {
@@ -44,8 +45,12 @@ impl Backend for Recording<'_> {
         "recording".into()
     }
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
-        self.seen.extend(batch.iter().cloned());
-        self.inner.generate(batch)
+        let out = self.inner.generate(batch);
+        for (r, a) in batch.iter().zip(&out) {
+            let tokens = a.as_ref().map(|a| a.usage.generated_tokens).unwrap_or(0);
+            self.seen.push((r.clone(), tokens));
+        }
+        out
     }
 }
 
@@ -88,16 +93,17 @@ fn round_of(r: &ModelRequest) -> u64 {
         .unwrap_or(0)
 }
 
-/// (round, phase, agent, messages as JSON) of each request, sorted.
-fn prompts(reqs: &[ModelRequest]) -> Vec<(u64, String, String, String)> {
+/// (round, phase, agent, messages as JSON, tokens) of each request, sorted.
+fn prompts(reqs: &[(ModelRequest, u32)]) -> Vec<(u64, String, String, String, u32)> {
     let mut v: Vec<_> = reqs
         .iter()
-        .map(|r| {
+        .map(|(r, tokens)| {
             (
                 round_of(r),
                 r.tag.clone(),
                 r.agent_id.clone(),
                 serde_json::to_string(&r.messages).unwrap(),
+                *tokens,
             )
         })
         .collect();
@@ -158,23 +164,15 @@ fn the_trace_sends_the_faithful_replays_prompts_and_the_recorded_counts() {
     let (sent, mismatches, checked, replay) = trace_run(1);
     assert_eq!(mismatches, 0);
     assert!(checked > 1000, "{checked} values checked");
-    // Byte for byte the same messages, call for call (a recorded call of 0 tokens is not sent).
-    let sent_prompts = prompts(&sent);
-    let zero: Vec<_> = faithful
+    // Byte for byte the faithful replay's messages, call for call, each asking for the tokens
+    // the replay charges it; calls that generate nothing (an invocation's retries after its
+    // recorded tokens are spent, failed calls) are not sent.
+    let with_tokens: Vec<(ModelRequest, u32)> = sent
         .iter()
-        .filter(|p| !sent_prompts.contains(p))
+        .map(|r| (r.clone(), r.params.max_tokens))
         .collect();
-    assert_eq!(sent_prompts.len() + zero.len(), faithful.len());
-    for (round, phase, agent, _) in &zero {
-        let u =
-            replay.run.token_usage.iter().find(|u| {
-                u.round_num as u64 == *round && &u.phase == phase && &u.agent_id == agent
-            });
-        assert!(
-            u.is_none_or(|u| u.output_tokens == 0),
-            "round {round} {phase} {agent}: a recorded call with tokens was not sent"
-        );
-    }
+    let expected: Vec<_> = faithful.into_iter().filter(|p| p.4 > 0).collect();
+    assert_eq!(prompts(&with_tokens), expected);
     // Each call asks for exactly its recorded count (an invocation's calls sum to it), with
     // end-of-sequence ignored, no stop strings and no grammar.
     let mut asked: BTreeMap<(u64, String, String), u64> = BTreeMap::new();
