@@ -771,6 +771,13 @@ tag = "mini:1b"
                     Some("nemotron-3-nano:4b")
                 ),
                 (
+                    "qwen2.5-1.5b-instruct",
+                    "qwen2",
+                    true,
+                    1.5,
+                    Some("qwen2.5:1.5b-instruct")
+                ),
+                (
                     "qwen2.5-7b-instruct",
                     "qwen2",
                     true,
