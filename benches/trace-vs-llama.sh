@@ -22,8 +22,8 @@
 #   JOULE=path      a built joule binary (default: `cargo run --release`)
 #   OUT=dir         keep the reports there (default: a temporary folder, removed)
 #   SMOKE=1         a check that everything works, not a measurement: the first run only, round
-#                   1, token scale 0.02, each model with the fewest layers that hold every kind
-#                   of its layers
+#                   1, token scale 0.02, and the roster's models at tiny widths (hidden 256) with
+#                   their real vocabularies and the fewest layers that hold every kind of layer
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -36,10 +36,46 @@ trace_args=(--runs "$runs" -t "$t")
 roster=(gemma4-e4b nemotron-3-nano-4b qwen3.5-4b qwen3-8b qwen3.5-9b)
 names=("gemma4:e4b" "nemotron-3-nano:4b" "qwen3.5:4b" "qwen3:8b" "qwen3.5:9b")
 declare -A layers=()
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+server=""
+cleanup() {
+  [[ -n $server ]] && kill "$server" 2>/dev/null
+  [[ -z ${OUT:-} ]] && rm -rf "$out"
+  return 0
+}
+trap cleanup EXIT
 if [[ -n ${SMOKE:-} ]]; then
   trace_args+=(--max-runs 1 --rounds 1 --token-scale 0.02)
   layers=([gemma4-e4b]=4 [nemotron-3-nano-4b]=3 [qwen3.5-4b]=2 [qwen3.5-9b]=2 [qwen3-8b]=1)
   ctx=${CTX:-8192}
+  # Tiny widths, real vocabularies: manifests that replace the built-in ones (as
+  # scripts/gpu-check.sh's dry run makes them), and files of their own.
+  export JOULE_MODELS_DIR=$out/manifests
+  mkdir -p "$JOULE_MODELS_DIR"
+  python3 - "$repo/models" "$JOULE_MODELS_DIR" "${roster[@]}" <<'EOF2'
+import re, sys
+src, dst, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+common = {"hidden": 256, "heads": 2, "kv_heads": 1, "head_dim": 128, "ffn": 512}
+arch = {
+    "gemma4-e4b": {"head_dim_swa": 64, "per_layer_dim": 32},
+    "nemotron-3-nano-4b": {"ssm_state": 16, "ssm_groups": 2, "ssm_heads": 8, "ssm_head_dim": 32},
+    "qwen3.5-4b": {"ssm_state": 64, "ssm_groups": 2, "ssm_heads": 4, "rope_dims": 32,
+                   "rope_sections": "[6, 5, 5, 0]"},
+    "qwen3.5-9b": {"ssm_state": 64, "ssm_groups": 2, "ssm_heads": 4, "rope_dims": 32,
+                   "rope_sections": "[6, 5, 5, 0]"},
+    "qwen3-8b": {},
+}
+for n in names:
+    text = open(f"{src}/{n}.toml").read()
+    head, sep, synth = text.partition("[synth]")
+    assert sep, f"{n}: no [synth] table"
+    for k, v in {**common, **arch[n]}.items():
+        synth, count = re.subn(rf"(?m)^{k} = .*$", f"{k} = {v}", synth)
+        assert count == 1, f"{n}: key {k} found {count} times"
+    open(f"{dst}/{n}.toml", "w").write(head + sep + synth)
+EOF2
+  SYNTH_DIR=${SYNTH_DIR:-$out/synth}
 else
   [[ -n ${MAX_RUNS:-} ]] && trace_args+=(--max-runs "$MAX_RUNS")
   [[ -n ${ROUNDS:-} ]] && trace_args+=(--rounds "$ROUNDS")
@@ -83,16 +119,7 @@ else
 fi
 models=$(IFS=,; echo "${files[*]}")
 
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
 port=$((18000 + RANDOM % 1000))
-server=""
-cleanup() {
-  [[ -n $server ]] && kill "$server" 2>/dev/null
-  [[ -z ${OUT:-} ]] && rm -rf "$out"
-  return 0
-}
-trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench trace "${dirs[@]}" "${trace_args[@]}" --models "$models" --json > "$out/joule.json"
 cat "$out/joule.json"

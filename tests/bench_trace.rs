@@ -456,3 +456,121 @@ fn a_server_gets_the_same_requests_in_both_modes() {
         }
     }
 }
+
+/// The roster's manifests at tiny widths (their real vocabularies), as a folder of manifests
+/// that replaces the built-in ones.
+fn tiny_manifests(dir: &Path) {
+    let common: &[(&str, &str)] = &[
+        ("hidden", "256"),
+        ("heads", "2"),
+        ("kv_heads", "1"),
+        ("head_dim", "128"),
+        ("ffn", "512"),
+    ];
+    let own: &[(&str, &[(&str, &str)])] = &[
+        (
+            "gemma4-e4b",
+            &[("head_dim_swa", "64"), ("per_layer_dim", "32")],
+        ),
+        (
+            "nemotron-3-nano-4b",
+            &[
+                ("ssm_state", "16"),
+                ("ssm_groups", "2"),
+                ("ssm_heads", "8"),
+                ("ssm_head_dim", "32"),
+            ],
+        ),
+        (
+            "qwen3.5-4b",
+            &[
+                ("ssm_state", "64"),
+                ("ssm_groups", "2"),
+                ("ssm_heads", "4"),
+                ("rope_dims", "32"),
+                ("rope_sections", "[6, 5, 5, 0]"),
+            ],
+        ),
+        (
+            "qwen3.5-9b",
+            &[
+                ("ssm_state", "64"),
+                ("ssm_groups", "2"),
+                ("ssm_heads", "4"),
+                ("rope_dims", "32"),
+                ("rope_sections", "[6, 5, 5, 0]"),
+            ],
+        ),
+        ("qwen3-8b", &[]),
+    ];
+    std::fs::create_dir_all(dir).unwrap();
+    let models = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    for (name, keys) in own {
+        let text = std::fs::read_to_string(models.join(format!("{name}.toml"))).unwrap();
+        let (head, synth) = text.split_once("[synth]").unwrap();
+        let synth: Vec<String> = synth
+            .lines()
+            .map(|l| {
+                let key = l.split('=').next().unwrap_or("").trim();
+                match common.iter().chain(keys.iter()).find(|(k, _)| *k == key) {
+                    Some((k, v)) => format!("{k} = {v}"),
+                    None => l.to_string(),
+                }
+            })
+            .collect();
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            format!("{head}[synth]{}\n", synth.join("\n")),
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn without_models_the_roster_is_synthesized_with_its_vocabularies() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifests = dir.path().join("manifests");
+    tiny_manifests(&manifests);
+    let synth = dir.path().join("synth");
+    let run = run_dir().display().to_string();
+    let vocab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/tokenizers");
+    let out = std::process::Command::new(JOULE)
+        .args([
+            "bench",
+            "trace",
+            &run,
+            "--rounds",
+            "1",
+            "--token-scale",
+            "0.01",
+            "--layers",
+        ])
+        .args(["4", "--synth-dir", synth.to_str().unwrap(), "--vocab-dir"])
+        .args([vocab.to_str().unwrap(), "-t", "2", "--json"])
+        .env("JOULE_MODELS_DIR", &manifests)
+        .env("JOULE_PROGRESS", "off")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let models = r["models"].as_array().unwrap();
+    assert_eq!(models.len(), 5, "{r}");
+    for m in models {
+        let (key, file) = (m[0].as_str().unwrap(), m[1].as_str().unwrap());
+        assert_eq!(
+            Path::new(file),
+            synth.join(format!("{key}-q4_k_m-4l.gguf")),
+            "{r}"
+        );
+        assert!(Path::new(file).is_file());
+    }
+    assert!(r["calls"].as_u64().unwrap() >= 15, "{r}");
+    assert_eq!(r["short_calls"], 0, "{r}");
+    assert_eq!(r["replay_mismatches"], 0, "{r}");
+    let per_model = r["per_model"].as_object().unwrap();
+    assert_eq!(per_model.len(), 5, "every roster model answered: {r}");
+}

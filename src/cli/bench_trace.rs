@@ -118,7 +118,8 @@ pub struct GridEstimate {
     pub generated_tokens: f64,
     /// From the measured generated tokens/s alone.
     pub hours_by_generated_rate: f64,
-    /// Prefill time scaled by calls and the rest by generated tokens (local engine only).
+    /// Decode time scaled by generated tokens and the rest (prefill, the engine's per-call
+    /// work, the scenarios) by calls (local engine only).
     pub hours_split: Option<f64>,
     /// The estimate printed (`hours_split` where known).
     pub hours: f64,
@@ -618,7 +619,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         calls.len(),
         generated,
         wall,
-        engine.as_ref().map(|e| e.prefill_ms / 1e3),
+        engine.as_ref().map(|e| e.decode_ms / 1e3),
         args,
         at_once,
         (first, last),
@@ -669,7 +670,7 @@ fn grid_estimate(
     slice_calls: usize,
     slice_generated: u64,
     wall: f64,
-    prefill_s: Option<f64>,
+    decode_s: Option<f64>,
     args: &TraceBenchArgs,
     at_once: usize,
     rounds: (u32, u32),
@@ -682,12 +683,12 @@ fn grid_estimate(
     } else {
         f64::INFINITY
     };
-    let split = prefill_s
+    let split = decode_s
         .filter(|_| slice_calls > 0 && slice_generated > 0)
-        .map(|p| {
-            let p = p.min(wall);
-            (p * grid_calls / slice_calls as f64
-                + (wall - p) * grid_tokens / slice_generated as f64)
+        .map(|d| {
+            let d = d.min(wall);
+            ((wall - d) * grid_calls / slice_calls as f64
+                + d * grid_tokens / slice_generated as f64)
                 / 3600.0
         });
     let mut assumptions = vec![
@@ -703,8 +704,8 @@ fn grid_estimate(
     ];
     if split.is_some() {
         assumptions.push(
-            "prompt time grows with the calls (every prompt is the recorded run's at any token \
-             scale), decode and the rest with the generated tokens"
+            "decode time grows with the generated tokens, the rest (prompts, which are the \
+             recorded run's at any token scale, and each call's own work) with the calls"
                 .into(),
         );
     } else {
@@ -923,14 +924,14 @@ mod tests {
             args: TraceBenchArgs,
         }
         let cli = Cli::try_parse_from(["t", "x", "--token-scale", "0.5"]).unwrap();
-        // 10 calls, 1,000 tokens in 100 s, 40 of them prefill; a run: 100 calls, 50,000 tokens.
+        // 10 calls, 1,000 tokens in 100 s, 60 of them decode; a run: 100 calls, 50,000 tokens.
         let g = grid_estimate(
             50_000.0,
             100.0,
             10,
             1_000,
             100.0,
-            Some(40.0),
+            Some(60.0),
             &cli.args,
             1,
             (1, 2),
