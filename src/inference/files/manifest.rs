@@ -944,7 +944,7 @@ tag = "mini:1b"
         .unwrap();
         std::fs::write(dir.path().join("README.md"), "not a manifest").unwrap();
         let c = Catalog::with_dir(dir.path()).unwrap();
-        assert_eq!(c.iter().count(), 8);
+        assert_eq!(c.iter().count(), 9);
         assert_eq!(c.get("mini").unwrap().size_b, 0.5);
         assert_eq!(c.get("mini:1b").unwrap().name, "mini");
         let q = c.get("qwen3:8b").unwrap();
