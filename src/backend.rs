@@ -87,6 +87,12 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// Ask the chat template for a thinking block where it supports one.
     pub thinking: bool,
+    /// Never end at an end-of-generation token (they are never sampled): the
+    /// call generates exactly `max_tokens` unless a stop string or the
+    /// context ends it (a trace replay's recorded count; llama-server's
+    /// `ignore_eos`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_eos: bool,
 }
 
 impl Default for GenParams {
@@ -101,6 +107,7 @@ impl Default for GenParams {
             seed: 0,
             stop: Vec::new(),
             thinking: true,
+            ignore_eos: false,
         }
     }
 }

@@ -106,6 +106,36 @@ fn eos_ends_generation_and_is_counted_by_default() {
 }
 
 #[test]
+fn ignore_eos_never_samples_an_end_token_and_generates_max_tokens() {
+    let m = model();
+    let greedy = run(&m, PROMPT, &params(12, 0.0, 0), &GenOptions::default());
+    // The 2nd and 4th greedy tokens declared end tokens: without `ignore_eos` generation
+    // stops at the first of them; with it, it runs to max_tokens and never samples either.
+    let (eos, stop) = (greedy.tokens[1], greedy.tokens[3]);
+    let o = GenOptions {
+        eos_ids: vec![eos],
+        stop_ids: vec![stop],
+        ..GenOptions::default()
+    };
+    let ended = run(&m, PROMPT, &params(12, 0.0, 0), &o);
+    assert!(ended.tokens.len() < 12, "{:?}", ended.tokens);
+    for temperature in [0.0, 1.0] {
+        let p = GenParams {
+            ignore_eos: true,
+            ..params(12, temperature, 3)
+        };
+        let g = run(&m, PROMPT, &p, &o);
+        assert_eq!(g.finish, FinishReason::Length);
+        assert_eq!(g.generated_tokens, 12);
+        assert!(
+            !g.tokens.contains(&eos) && !g.tokens.contains(&stop),
+            "{:?}",
+            g.tokens
+        );
+    }
+}
+
+#[test]
 fn stop_strings_use_the_decode_callback() {
     let m = model();
     let greedy = run(&m, PROMPT, &params(12, 0.0, 0), &GenOptions::default());

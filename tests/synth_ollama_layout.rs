@@ -216,8 +216,8 @@ fn ollama_layout_holds_the_same_model() {
     }
     assert_eq!(
         checked.len(),
-        12,
-        "six models Ollama converts, two types each"
+        14,
+        "seven models Ollama converts, two types each"
     );
     // the expected exceptions, and only those
     let inexact: Vec<String> = checked

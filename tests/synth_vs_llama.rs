@@ -66,7 +66,7 @@ fn models() -> Vec<(String, String, SynthConfig)> {
         .collect();
     assert_eq!(
         out.len(),
-        7,
+        8,
         "every manifest in models/ has a [synth] table"
     );
     out

@@ -79,6 +79,9 @@ pub struct BenchArgs {
 pub enum BenchWorkload {
     /// N concurrent default Energy Societies (see `joule bench society --help`).
     Society(super::bench_society::SocietyBenchArgs),
+    /// Reference runs replayed at their recorded lengths on real models (see
+    /// `joule bench trace --help`).
+    Trace(super::bench_trace::TraceBenchArgs),
     /// Tokens/s of one real-shape matrix per GGUF type (see `joule bench matmul --help`).
     Matmul(super::bench_matmul::MatmulBenchArgs),
     /// Time of the recurrent and per-layer-embedding layer cores at real width (see
@@ -220,6 +223,7 @@ fn time_tg(
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(BenchWorkload::Society(a)) => return super::bench_society::run(a),
+        Some(BenchWorkload::Trace(a)) => return super::bench_trace::run(a),
         Some(BenchWorkload::Matmul(a)) => return super::bench_matmul::run(a),
         Some(BenchWorkload::Layers(a)) => return super::bench_layers::run(a),
         Some(BenchWorkload::Read(a)) => {

@@ -299,7 +299,7 @@ fn config(args: &SocietyBenchArgs, seed: u64) -> anyhow::Result<SocietyConfig> {
 /// `--models`: each roster model (in roster order) and the file or manifest that runs it.
 /// Entries are either all plain (one per roster agent, in order) or all `MODEL=PATH`; a path
 /// must be an existing file (a manifest name is resolved when the backend loads it).
-fn roster_models(
+pub(crate) fn roster_models(
     entries: &[String],
     roster: &[String],
 ) -> anyhow::Result<std::collections::BTreeMap<String, String>> {

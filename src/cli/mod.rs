@@ -4,6 +4,7 @@ pub(crate) mod bench;
 pub(crate) mod bench_layers;
 pub(crate) mod bench_matmul;
 pub(crate) mod bench_society;
+pub(crate) mod bench_trace;
 pub(crate) mod calibrate;
 pub(crate) mod generate;
 pub(crate) mod jobs;

@@ -582,17 +582,21 @@ mod tests {
         std::fs::write(&dest, b"GGUF").unwrap();
         let text = run_str(&["list"], s).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 8, "{text}");
+        assert_eq!(lines.len(), 9, "{text}");
         assert_eq!(
             lines[0].split_whitespace().collect::<Vec<_>>(),
             ["NAME", "ARCHITECTURE", "S", "IMPLEMENTED", "CACHED"]
         );
         assert_eq!(
             lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["qwen2.5-1.5b-instruct", "qwen2", "1.5", "yes", "-"]
+        );
+        assert_eq!(
+            lines[4].split_whitespace().collect::<Vec<_>>(),
             ["qwen2.5-7b-instruct", "qwen2", "7", "yes", "-"]
         );
         assert_eq!(
-            lines[7].split_whitespace().collect::<Vec<_>>(),
+            lines[8].split_whitespace().collect::<Vec<_>>(),
             [
                 "smollm2-135m-instruct",
                 "llama",

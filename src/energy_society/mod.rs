@@ -15,6 +15,8 @@
 //! - [`recorder`]: run folders (events.jsonl, reference layout, marker).
 //! - [`resume`]: resuming an interrupted run from its last complete round.
 //! - [`replay`]: re-run a reference run through the engine and compare.
+//! - [`trace`]: the same replay with each call also sent to a real model,
+//!   generating the recorded length (`joule bench trace`).
 //! - [`condition`]: the condition of a recorded run, inferred for replay (§5).
 //! - [`layout`]: the reference run-folder files.
 //! - [`call_errors`]: a run's INVOKE_ERROR and FORMAT_ERROR counts per agent.
@@ -42,3 +44,4 @@ pub(crate) mod society;
 #[cfg(test)]
 mod society_tests;
 pub mod state;
+pub mod trace;

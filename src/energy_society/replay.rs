@@ -275,7 +275,9 @@ impl ReplayBackend {
         })
     }
 
-    fn answer(&mut self, req: &ModelRequest) -> ModelResult {
+    /// The recorded answer to one engine call (what [`Backend::generate`]
+    /// answers it with).
+    pub fn answer(&mut self, req: &ModelRequest) -> ModelResult {
         let obs = &req.observation;
         let round = obs.get("round").and_then(Value::as_u64).unwrap_or(0) as u32;
         let call = obs.get("call").and_then(Value::as_u64).unwrap_or(0) as usize;
@@ -659,41 +661,94 @@ pub fn replay_run(dir: &Path) -> anyhow::Result<ReplayReport> {
 
 /// [`replay_run`] with some switches of the condition set by hand.
 pub fn replay_run_with(dir: &Path, flags: &Overrides) -> anyhow::Result<ReplayReport> {
-    let run = RunFolder::read(dir)?;
-    let condition = infer(&run, dir, flags);
-    let cfg = config_of(&run, &condition);
-    let jobs = ListedJobs::new(recorded_jobs(&run)?, dir.display().to_string());
-    let shared = Rc::new(RefCell::new(Shared::default()));
-    let mut backend = ReplayBackend::new(&run, cfg.cost, shared.clone());
-    let society = Society::new(cfg, Box::new(jobs), Recorder::in_memory());
+    let (replay, mut backend) = Replay::prepare(dir, flags)?;
+    let society = replay.society(None);
     let result = run_one(&mut backend, |agency| society.run(agency))
         .with_context(|| format!("replaying {}", dir.display()))?;
-    let mut sh = shared.borrow_mut();
-    let unused: Vec<Key> = backend
-        .recorded
-        .keys()
-        .filter(|k| !sh.used.contains(*k))
-        .cloned()
-        .collect();
-    for (round, phase, agent) in unused {
-        sh.mismatches.push(Mismatch {
-            round: Some(round),
-            agent,
-            field: format!("{phase} call"),
-            expected: "a call".into(),
-            got: "no call".into(),
-        });
+    Ok(replay.report(&backend, Some(&result), None))
+}
+
+/// A reference run made ready to replay: the faithful engine's
+/// configuration in the inferred condition and the recorded jobs. The
+/// [`ReplayBackend`] made with it answers the engine's calls;
+/// [`Replay::report`] then checks what the engine did against the record.
+pub struct Replay {
+    pub dir: std::path::PathBuf,
+    pub run: RunFolder,
+    pub condition: Condition,
+    pub config: SocietyConfig,
+    jobs: Vec<Vec<Job>>,
+    shared: Rc<RefCell<Shared>>,
+}
+
+impl Replay {
+    /// Read `dir` and infer its condition (`flags` set switches by hand).
+    pub fn prepare(dir: &Path, flags: &Overrides) -> anyhow::Result<(Replay, ReplayBackend)> {
+        let run = RunFolder::read(dir)?;
+        let condition = infer(&run, dir, flags);
+        let config = config_of(&run, &condition);
+        let jobs = recorded_jobs(&run)?;
+        let shared = Rc::new(RefCell::new(Shared::default()));
+        let backend = ReplayBackend::new(&run, config.cost, shared.clone());
+        let replay = Replay {
+            dir: dir.to_path_buf(),
+            run,
+            condition,
+            config,
+            jobs,
+            shared,
+        };
+        Ok((replay, backend))
     }
-    let mut mismatches = std::mem::take(&mut sh.mismatches);
-    let checked = compare(&run, &result.folder, &mut mismatches);
-    Ok(ReplayReport {
-        run: dir.display().to_string(),
-        condition,
-        rounds: result.rounds_played,
-        charges: sh.charges.clone(),
-        values_checked: checked,
-        mismatches,
-    })
+
+    /// The faithful society of the recorded run (records in memory), with
+    /// `config` in place of the replay's own where given (e.g. fewer rounds,
+    /// roster models that a real backend serves).
+    pub fn society(&self, config: Option<SocietyConfig>) -> Society {
+        let jobs = ListedJobs::new(self.jobs.clone(), self.dir.display().to_string());
+        let cfg = config.unwrap_or_else(|| self.config.clone());
+        Society::new(cfg, Box::new(jobs), Recorder::in_memory())
+    }
+
+    /// What the replay reproduced: every recorded call of rounds up to
+    /// `last_round` (all with `None`) must have been asked for, and with a
+    /// finished run of every round, every recorded value is compared.
+    pub fn report(
+        &self,
+        backend: &ReplayBackend,
+        result: Option<&super::society::SocietyResult>,
+        last_round: Option<u32>,
+    ) -> ReplayReport {
+        let mut sh = self.shared.borrow_mut();
+        let unused: Vec<Key> = backend
+            .recorded
+            .keys()
+            .filter(|k| !sh.used.contains(*k) && last_round.is_none_or(|r| k.0 <= r))
+            .cloned()
+            .collect();
+        for (round, phase, agent) in unused {
+            sh.mismatches.push(Mismatch {
+                round: Some(round),
+                agent,
+                field: format!("{phase} call"),
+                expected: "a call".into(),
+                got: "no call".into(),
+            });
+        }
+        let mut mismatches = std::mem::take(&mut sh.mismatches);
+        let checked = match (result, last_round) {
+            (Some(r), None) => compare(&self.run, &r.folder, &mut mismatches),
+            _ => 0,
+        };
+        ReplayReport {
+            run: self.dir.display().to_string(),
+            condition: self.condition.clone(),
+            rounds: result.map(|r| r.rounds_played).unwrap_or(0),
+            charges: sh.charges.clone(),
+            values_checked: checked,
+            mismatches,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,11 @@ pub fn request_body(req: &ModelRequest, served_model: &str, opts: &RequestOption
     if !p.stop.is_empty() {
         body.insert("stop".into(), json!(p.stop));
     }
+    if p.ignore_eos {
+        // llama-server's and vLLM's field; servers without it (Ollama) may end a call early,
+        // and the answer's `completion_tokens` says so.
+        body.insert("ignore_eos".into(), true.into());
+    }
     match opts.thinking_switch {
         ThinkingSwitch::ChatTemplateKwargs => {
             body.insert(
@@ -404,6 +409,7 @@ mod tests {
                 seed: u64::MAX,
                 stop: vec!["END".into()],
                 thinking: false,
+                ignore_eos: false,
             },
             observation: Value::Null,
         }
@@ -428,6 +434,11 @@ mod tests {
         assert!(b.get("min_p").is_none());
         assert_eq!(b["stop"], json!(["END"]));
         assert_eq!(b["stream"], false);
+        assert!(b.get("ignore_eos").is_none());
+        let mut eos = request();
+        eos.params.ignore_eos = true;
+        let be = request_body(&eos, "qwen3:8b", &opts());
+        assert_eq!(be["ignore_eos"], true);
         assert_eq!(b["chat_template_kwargs"], json!({"enable_thinking": false}));
         // The strict schema, with strings capped (not the enum one).
         let rf = &b["response_format"];

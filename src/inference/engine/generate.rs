@@ -25,8 +25,8 @@
 //!   included, when the caller names the delimiter ids.
 //! - Generation stops at `max_tokens` sampled tokens (finish `Length`), at
 //!   an end-of-generation id (`Eos` for the model's EOS ids, `Stop` for
-//!   extra stop ids), at a stop string (`Stop`), or when the context is full
-//!   (`Length`).
+//!   extra stop ids; never sampled with `params.ignore_eos`), at a stop
+//!   string (`Stop`), or when the context is full (`Length`).
 
 use crate::backend::{FinishReason, GenParams, TokenUsage};
 use crate::inference::engine::model::{logits_to_vec, CausalLm, SeqState, SeqStep};
@@ -600,6 +600,20 @@ fn advance(
     let mask = match seq.mask.as_mut() {
         Some(m) => m.allowed(&st.gen.tokens)?,
         None => None,
+    };
+    // `ignore_eos`: end-of-generation ids are never sampled.
+    let suppressed;
+    let logits = if seq.params.ignore_eos {
+        let mut l = logits.to_vec();
+        for &id in seq.options.eos_ids.iter().chain(&seq.options.stop_ids) {
+            if let Some(x) = l.get_mut(id as usize) {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+        suppressed = l;
+        &suppressed[..]
+    } else {
+        logits
     };
     let tok = st.sampler.sample(logits, &st.history, mask.as_deref())?;
     st.gen.tokens.push(tok);

@@ -61,6 +61,10 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../../models/nemotron-3-nano-4b.toml"),
     ),
     (
+        "qwen2.5-1.5b-instruct.toml",
+        include_str!("../../../models/qwen2.5-1.5b-instruct.toml"),
+    ),
+    (
         "qwen2.5-7b-instruct.toml",
         include_str!("../../../models/qwen2.5-7b-instruct.toml"),
     ),
@@ -767,6 +771,13 @@ tag = "mini:1b"
                     Some("nemotron-3-nano:4b")
                 ),
                 (
+                    "qwen2.5-1.5b-instruct",
+                    "qwen2",
+                    true,
+                    1.5,
+                    Some("qwen2.5:1.5b-instruct")
+                ),
+                (
                     "qwen2.5-7b-instruct",
                     "qwen2",
                     true,
@@ -933,7 +944,7 @@ tag = "mini:1b"
         .unwrap();
         std::fs::write(dir.path().join("README.md"), "not a manifest").unwrap();
         let c = Catalog::with_dir(dir.path()).unwrap();
-        assert_eq!(c.iter().count(), 8);
+        assert_eq!(c.iter().count(), 9);
         assert_eq!(c.get("mini").unwrap().size_b, 0.5);
         assert_eq!(c.get("mini:1b").unwrap().name, "mini");
         let q = c.get("qwen3:8b").unwrap();

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The paper's recorded workload on Joule's engine and on llama.cpp's llama-server, back to back on
+# the same model files and threads: `joule bench trace` (reference runs replayed at their recorded
+# lengths, every agent on its roster model) locally, then the identical requests through
+# llama-server's router (one child server per roster model) in both served modes: `best` (every
+# call of a wave at once, every slot busy) and `reference` (one call at a time, as the reference
+# ran it). Prints the three JSON reports, then one table with the ratios and each side's estimate
+# of the paper's 60-run grid on this machine.
+#
+# Usage: benches/trace-vs-llama.sh [RUN_DIR...]     (default ../shared/data/reference-runs)
+# Environment:
+#   THREADS=T       threads of Joule and of each llama-server child (default 2)
+#   RUNS=N          runs at once (default 1); llama-server gets N slots per model
+#   ROUNDS=A..B     rounds sent to the models (default every round)
+#   TOKEN_SCALE=F   every call generates its recorded count times F (default 1)
+#   MAX_RUNS=K      the first K runs found only
+#   LAYERS=L        synthesize the roster's models with L layers (real widths), for machines that
+#                   cannot hold all five at full depth (the output says so: it is in the file names)
+#   MODELS=F1,...,F5  your own GGUF files in roster order instead of synthesized ones
+#   CTX=C           llama-server's context per slot (default 16384: the longest recorded call,
+#                   10,181 tokens, and its prompt)
+#   JOULE=path      a built joule binary (default: `cargo run --release`)
+#   OUT=dir         keep the reports there (default: a temporary folder, removed)
+#   SMOKE=1         a check that everything works, not a measurement: the first run only, round
+#                   1, token scale 0.02, and the roster's models at tiny widths (hidden 256) with
+#                   their real vocabularies and the fewest layers that hold every kind of layer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+dirs=("$@")
+((${#dirs[@]})) || dirs=("$repo/../shared/data/reference-runs")
+t=${THREADS:-2}
+runs=${RUNS:-1}
+ctx=${CTX:-16384}
+trace_args=(--runs "$runs" -t "$t")
+roster=(gemma4-e4b nemotron-3-nano-4b qwen3.5-4b qwen3-8b qwen3.5-9b)
+names=("gemma4:e4b" "nemotron-3-nano:4b" "qwen3.5:4b" "qwen3:8b" "qwen3.5:9b")
+declare -A layers=()
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+server=""
+cleanup() {
+  [[ -n $server ]] && kill "$server" 2>/dev/null
+  [[ -z ${OUT:-} ]] && rm -rf "$out"
+  return 0
+}
+trap cleanup EXIT
+if [[ -n ${SMOKE:-} ]]; then
+  trace_args+=(--max-runs 1 --rounds 1 --token-scale 0.02)
+  layers=([gemma4-e4b]=4 [nemotron-3-nano-4b]=3 [qwen3.5-4b]=2 [qwen3.5-9b]=2 [qwen3-8b]=1)
+  ctx=${CTX:-8192}
+  # Tiny widths, real vocabularies: manifests that replace the built-in ones (as
+  # scripts/gpu-check.sh's dry run makes them), and files of their own.
+  export JOULE_MODELS_DIR=$out/manifests
+  mkdir -p "$JOULE_MODELS_DIR"
+  python3 - "$repo/models" "$JOULE_MODELS_DIR" "${roster[@]}" <<'EOF2'
+import re, sys
+src, dst, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+common = {"hidden": 256, "heads": 2, "kv_heads": 1, "head_dim": 128, "ffn": 512}
+arch = {
+    "gemma4-e4b": {"head_dim_swa": 64, "per_layer_dim": 32},
+    "nemotron-3-nano-4b": {"ssm_state": 16, "ssm_groups": 2, "ssm_heads": 8, "ssm_head_dim": 32},
+    "qwen3.5-4b": {"ssm_state": 64, "ssm_groups": 2, "ssm_heads": 4, "rope_dims": 32,
+                   "rope_sections": "[6, 5, 5, 0]"},
+    "qwen3.5-9b": {"ssm_state": 64, "ssm_groups": 2, "ssm_heads": 4, "rope_dims": 32,
+                   "rope_sections": "[6, 5, 5, 0]"},
+    "qwen3-8b": {},
+}
+for n in names:
+    text = open(f"{src}/{n}.toml").read()
+    head, sep, synth = text.partition("[synth]")
+    assert sep, f"{n}: no [synth] table"
+    for k, v in {**common, **arch[n]}.items():
+        synth, count = re.subn(rf"(?m)^{k} = .*$", f"{k} = {v}", synth)
+        assert count == 1, f"{n}: key {k} found {count} times"
+    open(f"{dst}/{n}.toml", "w").write(head + sep + synth)
+EOF2
+  SYNTH_DIR=${SYNTH_DIR:-$out/synth}
+else
+  [[ -n ${MAX_RUNS:-} ]] && trace_args+=(--max-runs "$MAX_RUNS")
+  [[ -n ${ROUNDS:-} ]] && trace_args+=(--rounds "$ROUNDS")
+  [[ -n ${TOKEN_SCALE:-} ]] && trace_args+=(--token-scale "$TOKEN_SCALE")
+  if [[ -n ${LAYERS:-} ]]; then
+    for m in "${roster[@]}"; do layers[$m]=$LAYERS; done
+  fi
+fi
+if [[ -n ${JOULE:-} ]]; then joule() { "$JOULE" "$@"; }; else joule() { cargo run --release --quiet -- "$@"; }; fi
+bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
+
+# The model files: given, or the roster's synthesized at real width (Q4_K_M) with their
+# vocabularies, once, where `joule bench trace` keeps its own.
+if [[ -n ${MODELS:-} ]]; then
+  IFS=, read -r -a files <<<"$MODELS"
+  if ((${#files[@]} != ${#roster[@]})); then
+    echo "MODELS: ${#files[@]} files for ${#roster[@]} roster models (${roster[*]})" >&2
+    exit 2
+  fi
+else
+  sdir=${SYNTH_DIR:-${JOULE_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/joule}/models/synth}
+  mkdir -p "$sdir"
+  vdir=$repo/../shared/data/tokenizers
+  declare -A vocab=([gemma4-e4b]=ggml-vocab-gemma-4.gguf [nemotron-3-nano-4b]=ggml-vocab-llama-bpe.gguf
+    [qwen3.5-4b]=ggml-vocab-qwen35.gguf [qwen3.5-9b]=ggml-vocab-qwen35.gguf [qwen3-8b]=ggml-vocab-qwen2.gguf)
+  files=()
+  for m in "${roster[@]}"; do
+    l=${layers[$m]:-}
+    f=$sdir/$m-q4_k_m${l:+-${l}l}.gguf
+    if [[ ! -f $f ]]; then
+      args=(models synth "$m" --out "$f.part" --quant q4_k_m -q --vocab "$vdir/${vocab[$m]}")
+      [[ $m == nemotron-3-nano-4b ]] &&
+        args+=(--chat-template "$repo/../shared/data/chat-templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja")
+      [[ -n $l ]] && args+=(--layers "$l")
+      echo "synthesizing $m${l:+ ($l layers)}" >&2
+      joule "${args[@]}" >&2
+      mv "$f.part" "$f"
+    fi
+    files+=("$f")
+  done
+fi
+models=$(IFS=,; echo "${files[*]}")
+
+port=$((18000 + RANDOM % 1000))
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+joule bench trace "${dirs[@]}" "${trace_args[@]}" --models "$models" --json > "$out/joule.json"
+cat "$out/joule.json"
+
+# llama-server's router: one child per roster model, each with one slot per run at once (each
+# model serves one agent of every run), named by the roster model and answering to its
+# `model_name` (a section name with a colon would be read as a repository and tag).
+{
+  echo "version = 1"
+  echo "[*]"
+  echo "parallel = $runs"
+  echo "ctx-size = $((runs * ctx))"
+  echo "threads = $t"
+  echo "threads-batch = $t"
+  for i in "${!roster[@]}"; do
+    echo "[${roster[$i]}]"
+    echo "alias = ${names[$i]}"
+    echo "model = $(realpath "${files[$i]}")"
+    echo "load-on-startup = true"
+  done
+} > "$out/models.ini"
+"$bin/llama-server" --models-preset "$out/models.ini" --models-max "${#roster[@]}" \
+  --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
+server=$!
+# Every model loaded before the clock starts.
+loaded=0
+for _ in $(seq 900); do
+  loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)["data"]
+print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>/dev/null || echo 0)
+  ((loaded >= ${#roster[@]})) && break
+  sleep 1
+done
+if ((loaded < ${#roster[@]})); then
+  echo "llama-server's router loaded $loaded of ${#roster[@]} models; its log:" >&2
+  tail -n 40 "$out/server.log" >&2
+  exit 1
+fi
+for mode in best reference; do
+  joule bench trace "${dirs[@]}" "${trace_args[@]}" --via "http://127.0.0.1:$port/v1" \
+    --served-mode "$mode" --json > "$out/served-$mode.json"
+  cat "$out/served-$mode.json"
+done
+python3 - "$out/joule.json" "$out/served-best.json" "$out/served-reference.json" <<'PY'
+import json, sys
+rows = [json.load(open(p)) for p in sys.argv[1:]]
+j = rows[0]
+print(f"\ntrace: {len(j['runs'])} run(s), {j['runs_at_once']} at once, rounds "
+      f"{j['rounds'][0]}..{j['rounds'][1]}, token scale {j['token_scale']}, {j['threads']} threads")
+for k, f in j["models"]:
+    print(f"  {k}: {f}")
+print("\n| engine | mode | wall s | calls | generated | gen t/s | prompt t/s | short calls | grid h |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for r, name in zip(rows, ["joule", "llama-server", "llama-server"]):
+    print(f"| {name} | {r['mode']} | {r['wall_s']:.1f} | {r['calls']} | {r['generated_tokens']} | "
+          f"{r['generated_tps']:.1f} | {r['prompt_tps']:.1f} | {r['short_calls']} | {r['grid']['hours']:.1f} |")
+for r in rows[1:]:
+    print(f"joule / llama-server {r['mode']}: wall {r['wall_s'] / j['wall_s']:.2f}x, "
+          f"generated t/s {j['generated_tps'] / max(r['generated_tps'], 1e-9):.2f}x")
+print("grid estimate (joule): " + "; ".join(j["grid"]["assumptions"]))
+PY
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
