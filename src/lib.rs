@@ -14,6 +14,7 @@
 //! - [`race`]: the AI development race, its audit and the evolutionary benchmark.
 //! - [`cli`]: the `joule` command line.
 //! - [`progress`]: progress of long operations on standard error (bars, plain lines, off).
+//! - [`names`]: the nearest known names for a misspelled one.
 //! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
@@ -25,6 +26,7 @@ pub mod inference;
 pub mod knobs;
 pub mod llm;
 pub mod meter;
+pub mod names;
 pub(crate) mod nprand;
 pub mod npy;
 pub mod progress;

@@ -46,6 +46,15 @@ pub struct ReportArgs {
     /// timeline and every model call, searchable; opens offline from file://.
     #[arg(long)]
     pub html: bool,
+    /// Write into a folder that is not empty: the files the report written
+    /// there before lists (`.joule-report-files`) are removed first; other
+    /// files are kept.
+    #[arg(long)]
+    pub force: bool,
+    /// Also report runs without their COMPLETE marker (runs that did not
+    /// finish; left out by default, and named).
+    #[arg(long)]
+    pub include_incomplete: bool,
 }
 
 /// `--mode` of `joule report`.
@@ -151,7 +160,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             }
             let mut out = Vec::new();
             for p in ab {
-                let mut c = report::load::discover(std::slice::from_ref(p))?;
+                let mut c = discover(std::slice::from_ref(p), args.include_incomplete)?;
                 if c.len() != 1 {
                     anyhow::bail!(
                         "--compare needs one condition per argument; {} holds {} (folders {})",
@@ -171,7 +180,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             if args.runs.is_empty() {
                 anyhow::bail!("give at least one run folder (or a folder of runs)");
             }
-            report::load::discover(&args.runs)?
+            discover(&args.runs, args.include_incomplete)?
         }
     };
     let conditions = checked_runs(conditions, args.compare.is_some())?;
@@ -180,10 +189,15 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .into_iter()
         .map(|c| report::analyse_with(c, mode))
         .collect();
-    let reproduction = match &args.against {
+    let mut reproduction = match &args.against {
         Some(a) => Some(report::reproduction::cli::compare(&reports, a, mode)?),
         None => None,
     };
+    if let Some(r) = &mut reproduction {
+        r.notes.extend(report::identical::notes(
+            reports.iter().map(|c| &c.condition),
+        ));
+    }
     let Some(out) = &args.out else {
         return match reproduction {
             Some(r) => {
@@ -195,9 +209,37 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             ),
         };
     };
-    let written = report::write(&reports, out, args.compare.is_some(), !args.no_plots)?;
+    let out_dir = report::out_dir::OutDir::prepare(out, args.force, "--out")?;
+    let pages = write_into(args, &reports, reproduction.as_ref(), out);
+    // What was written is listed even when a later step failed.
+    out_dir.finish()?;
+    pages
+}
+
+/// The runs under `paths`, with the run folders left out named on
+/// standard error.
+fn discover(
+    paths: &[PathBuf],
+    include_incomplete: bool,
+) -> anyhow::Result<Vec<report::load::Condition>> {
+    let d = report::load::discover_with(paths, include_incomplete)?;
+    for line in &d.left_out {
+        eprintln!("note: {line}");
+    }
+    Ok(d.conditions)
+}
+
+/// Write the report files into `out` (made ready by `OutDir::prepare`).
+fn write_into(
+    args: &ReportArgs,
+    reports: &[report::ConditionReport],
+    reproduction: Option<&report::reproduction::Reproduction>,
+    out: &std::path::Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let out = &out.to_path_buf();
+    let written = report::write(reports, out, args.compare.is_some(), !args.no_plots)?;
     print!("{}", written.terminal);
-    if let Some(r) = &reproduction {
+    if let Some(r) = reproduction {
         print!("\n{}", report::reproduction::render::markdown(r));
     }
     for d in &written.aggregate_dirs {
@@ -212,7 +254,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             out.join("plots").display()
         );
     }
-    if let Some(r) = &reproduction {
+    if let Some(r) = reproduction {
         for p in report::reproduction::cli::write(r, out)? {
             println!("wrote {}", p.display());
         }
@@ -228,8 +270,8 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .iter()
         .map(|d| d.parent().map_or_else(|| out.clone(), PathBuf::from))
         .collect();
-    let pages = report::html::write_society(&reports, &dirs, out, args.compare.is_some())?;
-    if let Some(r) = &reproduction {
+    let pages = report::html::write_society(reports, &dirs, out, args.compare.is_some())?;
+    if let Some(r) = reproduction {
         report::reproduction::cli::add_to_pages(r, &pages)?;
     }
     Ok(pages)
