@@ -753,19 +753,19 @@ init_energy = 100
                 "{s}"
             );
         }
-        for (value, key, expected) in [
-            ("alpha = -2.0", "cost.alpha", "expected a number >= 0"),
-            ("alpha = 50.0", "cost.alpha", "expected α in [0, 4.01) for this roster and k = 0.015, got 50: one generated token would cost roster[0] (`a`, size 4)"),
-            ("alpha = 0.0\nk = 0.0", "cost.k", "expected a positive number"),
-            ("alpha = 0.0\nk = 100.0", "cost.k", "expected a price per token below every agent's init_energy (the smallest is 100)"),
+        for (from, to, key, expected) in [
+            ("alpha = 0.0", "alpha = -2.0", "cost.alpha", "expected a number >= 0"),
+            ("alpha = 0.0", "alpha = 50.0", "cost.alpha", "expected α in [0, 4.01) for this roster and k = 0.015, got 50: one generated token would cost roster[0] (`a`, size 4)"),
+            ("k = 0.015", "k = 0.0", "cost.k", "expected a positive number"),
+            ("k = 0.015", "k = 100.0", "cost.k", "expected a price per token below every agent's init_energy (the smallest is 100)"),
         ] {
-            let bad = GOOD.replace("k = 0.015\nalpha = 0.0", value);
+            let bad = GOOD.replace(from, to);
             let s = SocietyConfig::from_toml_str(&bad, "c.toml")
                 .unwrap_err()
                 .to_string();
             assert!(
                 s.starts_with(&format!("c.toml: key `{key}`: {expected}")),
-                "{value}: {s}"
+                "{to}: {s}"
             );
         }
         let bad = GOOD.replace("max_rounds = 3", "max_rounds = 0");

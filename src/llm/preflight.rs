@@ -91,6 +91,20 @@ pub fn check_models(
         checked.push(key.clone());
         note(&key, &value, locate(&value, catalog));
     }
+    // A per-model stand-in whose key no agent names stands in for nothing
+    // (a misspelled key): the agent it was meant for would run on another model.
+    if llm.backend == BackendKind::Local {
+        for model in llm.stand_ins.keys() {
+            if !refs.iter().any(|r| &r.value == model) {
+                let key = format!("llm.stand_ins.\"{model}\"");
+                let problem = format!(
+                    "no agent has this model, so it stands in for nothing{}",
+                    nearest_note(model, refs.iter().map(|r| r.value.as_str()))
+                );
+                note(&key, model, Some(problem));
+            }
+        }
+    }
     if problems.is_empty() {
         return Ok(());
     }
@@ -249,7 +263,8 @@ mod tests {
             stand_in: Some("/nowhere/tiny.gguf".into()),
             ..LlmConfig::default()
         };
-        let e = check_models("c.toml", &refs, &llm, &policies())
+        let known = [ModelRef::new("roster[1].model", "qwen3-8b")];
+        let e = check_models("c.toml", &known, &llm, &policies())
             .unwrap_err()
             .to_string();
         assert_eq!(
@@ -281,6 +296,22 @@ mod tests {
             );
             check_models("c.toml", &refs, &llm, &policies()).unwrap();
         }
+        let mut misspelled = LlmConfig::default();
+        misspelled
+            .stand_ins
+            .insert("qwen3-8bb".into(), "/nowhere/x.gguf".into());
+        let e = check_models(
+            "c.toml",
+            &[ModelRef::new("roster[0].model", "qwen3-8b")],
+            &misspelled,
+            &policies(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("key `llm.stand_ins.\"qwen3-8bb\"`: `qwen3-8bb`: no agent has this model, so it stands in for nothing (nearest: qwen3-8b)"),
+            "{e}"
+        );
         // A served backend's names are the server's to check.
         let served = LlmConfig {
             backend: BackendKind::Openai,

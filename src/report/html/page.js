@@ -105,6 +105,7 @@
   function titleLines(text, width) {
     var per = Math.max(12, Math.floor(width / 7.6)), lines = [], line = '';
     String(text).split(' ').forEach(function (w) {
+      while (w.length > per) { if (line) { lines.push(line); line = ''; } lines.push(w.slice(0, per)); w = w.slice(per); }
       if (line && (line + ' ' + w).length > per) { lines.push(line); line = w; }
       else line = line ? line + ' ' + w : w;
     });
@@ -135,7 +136,7 @@
     clear(host);
     var W = Math.max(360, host.clientWidth || 800), H = opts.height || 330;
     var m = { l: 62, r: 86, t: 28, b: 44 };
-    var tl = titleLines(opts.title, W - m.l - 8);
+    var tx = W < 560 ? 8 : m.l, tl = titleLines(opts.title, W - tx - 8);
     m.t += 16 * (tl.length - 1);
     H += 16 * (tl.length - 1);
     var xs = [], ys = [];
@@ -153,7 +154,7 @@
     var Y = function (v) { return H - m.b - (v - y0) / (y1 - y0) * (H - m.t - m.b); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'group', tabindex: '0',
       'aria-label': opts.title + '. Use the left and right arrow keys to step through ' + (opts.xLabel || 'x') + ' values.' });
-    drawTitle(svg, tl, m.l);
+    drawTitle(svg, tl, tx);
     // At most one x label per 44 px of plot width, so narrow screens get fewer.
     var xn = Math.max(2, Math.min(12, x1 - x0, Math.floor((W - m.l - m.r) / 44)));
     var yt = niceTicks(y0, y1, 6), xt = niceTicks(x0, x1, xn);
@@ -267,7 +268,7 @@
     clear(host);
     var W = Math.max(300, host.clientWidth || 800), narrow = W < 560;
     var rowH = narrow ? 50 : 26;
-    var m = narrow ? { l: 8, r: 14, t: 30, b: 34 } : { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 30, b: 34 };
+    var m = narrow ? { l: 14, r: 20, t: 30, b: 34 } : { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 30, b: 34 };
     var tl = titleLines(title, W - (narrow ? 8 : m.l) - 4);
     m.t += 16 * (tl.length - 1);
     var H = m.t + m.b + rows.length * rowH;
