@@ -222,13 +222,13 @@ fn a_reproduction_of_runs_not_answered_by_the_papers_models_says_so_above_every_
     for seed in [1, 2] {
         run(
             "baseline-comp",
-            3,
+            30,
             seed,
             &t.path().join(format!("baseline-comp/seed_{seed}")),
         );
         run(
             "baseline-coop",
-            3,
+            30,
             seed,
             &t.path().join(format!("baseline-coop/seed_{seed}")),
         );

@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+mod default_model;
+
 const JOULE: &str = env!("CARGO_BIN_EXE_joule");
 
 fn root() -> PathBuf {
@@ -456,4 +458,27 @@ fn every_output_names_the_model_that_answered() {
         "{md}"
     );
     assert!(md.contains("not the paper's models"), "{md}");
+}
+
+/// A model-backed run on a stand-in (the default model standing in for
+/// qwen3:8b) names the stand-in beside the paper model in its summary and
+/// its run files.
+#[test]
+fn a_stand_in_run_names_the_stand_in_beside_the_paper_model() {
+    let Some(model) = default_model::cached() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("stand-in.toml");
+    std::fs::write(&cfg, default_model::one_round_society("stand-in", &model)).unwrap();
+    let out = t.path().join("run");
+    let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{err}");
+    let row = stdout.lines().find(|l| l.starts_with("agent_1 ")).unwrap();
+    assert!(row.contains("qwen3:8b") && row.contains(p(&model)), "{stdout}");
+    let agents: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("agents.json")).unwrap()).unwrap();
+    assert_eq!(agents[0]["model_name"], "qwen3:8b");
+    assert_eq!(agents[0]["answered_by"], p(&model));
 }

@@ -100,24 +100,10 @@
     return out;
   }
 
-  // A chart title in lines that fit `width` pixels (13 px bold: about 7.6 px
-  // a character), so a narrow screen wraps it instead of cutting it.
-  function titleLines(text, width) {
-    var per = Math.max(12, Math.floor(width / 7.6)), lines = [], line = '';
-    String(text).split(' ').forEach(function (w) {
-      while (w.length > per) { if (line) { lines.push(line); line = ''; } lines.push(w.slice(0, per)); w = w.slice(per); }
-      if (line && (line + ' ' + w).length > per) { lines.push(line); line = w; }
-      else line = line ? line + ' ' + w : w;
-    });
-    if (line) lines.push(line);
-    return lines;
-  }
-  function drawTitle(svg, lines, x) {
-    var t = sv('text', { x: x, y: 16, class: 'chart-title' });
-    lines.forEach(function (l, i) {
-      var ts = sv('tspan', { x: x, dy: i ? 16 : 0 }); ts.textContent = l; t.appendChild(ts);
-    });
-    svg.appendChild(t);
+  // A chart's title, as a line of text above its drawing: it wraps on a
+  // narrow screen (an SVG text would be cut by the chart's edge).
+  function chartTitle(host, title) {
+    host.appendChild(el('p', { cls: 'chart-title', text: title }));
   }
   // Shorten `t` (an SVG text in the document) with an ellipsis until it is
   // at most `width` pixels long.
@@ -135,10 +121,8 @@
   function lineChart(host, series, opts) {
     clear(host);
     var W = Math.max(360, host.clientWidth || 800), H = opts.height || 330;
-    var m = { l: 62, r: 86, t: 28, b: 44 };
-    var tx = W < 560 ? 8 : m.l, tl = titleLines(opts.title, W - tx - 8);
-    m.t += 16 * (tl.length - 1);
-    H += 16 * (tl.length - 1);
+    var m = { l: 62, r: 86, t: 12, b: 44 };
+    H -= 16;
     var xs = [], ys = [];
     series.forEach(function (s) {
       s.points.forEach(function (p) { xs.push(p.x); ys.push(p.y); });
@@ -154,7 +138,7 @@
     var Y = function (v) { return H - m.b - (v - y0) / (y1 - y0) * (H - m.t - m.b); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'group', tabindex: '0',
       'aria-label': opts.title + '. Use the left and right arrow keys to step through ' + (opts.xLabel || 'x') + ' values.' });
-    drawTitle(svg, tl, tx);
+    chartTitle(host, opts.title);
     // At most one x label per 44 px of plot width, so narrow screens get fewer.
     var xn = Math.max(2, Math.min(12, x1 - x0, Math.floor((W - m.l - m.r) / 44)));
     var yt = niceTicks(y0, y1, 6), xt = niceTicks(x0, x1, xn);
@@ -268,13 +252,11 @@
     clear(host);
     var W = Math.max(300, host.clientWidth || 800), narrow = W < 560;
     var rowH = narrow ? 50 : 26;
-    var m = narrow ? { l: 14, r: 20, t: 30, b: 34 } : { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 30, b: 34 };
-    var tl = titleLines(title, W - (narrow ? 8 : m.l) - 4);
-    m.t += 16 * (tl.length - 1);
+    var m = narrow ? { l: 14, r: 20, t: 10, b: 34 } : { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 10, b: 34 };
     var H = m.t + m.b + rows.length * rowH;
     var X = function (v) { return m.l + v * (W - m.l - m.r); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'img', 'aria-label': title });
-    drawTitle(svg, tl, narrow ? 8 : m.l);
+    chartTitle(host, title);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
       svg.appendChild(sv('line', { x1: X(v), x2: X(v), y1: m.t, y2: H - m.b, class: 'grid' }));
       var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick x-tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
