@@ -476,7 +476,10 @@ fn a_stand_in_run_names_the_stand_in_beside_the_paper_model() {
     let (stdout, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{stdout}{err}");
     let row = stdout.lines().find(|l| l.starts_with("agent_1 ")).unwrap();
-    assert!(row.contains("qwen3:8b") && row.contains(p(&model)), "{stdout}");
+    assert!(
+        row.contains("qwen3:8b") && row.contains(p(&model)),
+        "{stdout}"
+    );
     let agents: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("agents.json")).unwrap()).unwrap();
     assert_eq!(agents[0]["model_name"], "qwen3:8b");
