@@ -450,7 +450,7 @@ fn every_output_names_the_model_that_answered() {
     assert_eq!(start["agents"][3]["answered_by"], "scripted:greedy");
     // report.md names both.
     let rep = t.path().join("report");
-    let o = joule(&["report", p(&out), "--out", p(&rep), "--no-plots"]);
+    let o = joule(&["report", p(&out), "--out", p(&rep), "--no-plots", "--html"]);
     assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
     let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
     assert!(
@@ -458,6 +458,11 @@ fn every_output_names_the_model_that_answered() {
         "{md}"
     );
     assert!(md.contains("not the paper's models"), "{md}");
+    let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
+    assert!(
+        html.contains("<td>qwen3:8b (answered by scripted:greedy)</td>"),
+        "the HTML summary names both"
+    );
 }
 
 /// A model-backed run on a stand-in (the default model standing in for
