@@ -15,6 +15,7 @@
 //! - [`cli`]: the `joule` command line.
 //! - [`progress`]: progress of long operations on standard error (bars, plain lines, off).
 //! - [`output`]: printing that never fails on a closed pipe; [`interrupt`]: SIGINT/SIGTERM.
+//! - [`names`]: the nearest known names for a misspelled one.
 //! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
@@ -27,6 +28,7 @@ pub mod interrupt;
 pub mod knobs;
 pub mod llm;
 pub mod meter;
+pub mod names;
 pub(crate) mod nprand;
 pub mod npy;
 pub mod output;

@@ -558,6 +558,7 @@ fn phone_width_keeps_link_targets_and_axis_labels_clear() {
     let st = selftest(&l);
     assert_eq!(st["layout"]["width"], 390, "{st}");
     targets_clear_of_the_header(&st, 844.0);
+    fits_the_width(&st, 390);
     energy_lines_end_at_deactivation(&cond, &st);
     let img = image::open(&shot).unwrap().to_rgb8();
     assert_eq!(img.dimensions(), (390, 844));
@@ -771,4 +772,22 @@ fn race_page_draws_rates_and_trajectories() {
     let st = selftest(&l);
     assert_eq!(st["layout"]["width"], 390, "{st}");
     targets_clear_of_the_header(&st, 844.0);
+    fits_the_width(&st, 390);
+}
+
+/// The page is no wider than the screen (nothing to scroll sideways but the
+/// tables' own scrollers) and no chart text (title, bar label, value) is cut
+/// by its chart's edge.
+fn fits_the_width(st: &Value, width: u64) {
+    let lay = &st["layout"];
+    assert_eq!(
+        lay["page_width"].as_u64(),
+        Some(width),
+        "the page is wider than the screen: {lay}"
+    );
+    assert_eq!(
+        lay["clipped_texts"],
+        serde_json::json!([]),
+        "chart texts cut: {lay}"
+    );
 }

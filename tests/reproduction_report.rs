@@ -258,7 +258,7 @@ fn a_bad_against_is_a_clear_error() {
 #[test]
 fn a_scripted_sweep_against_the_paper_shows_the_known_differences() {
     // The paper's four published conditions with the scripted baselines of
-    // configs/energy-society (greedy in comp, donor in coop; procedural jobs),
+    // configs/energy-society (greedy in comp, cooperative in coop; procedural jobs),
     // three seeds each: under a second.
     let dir = tmp("sweep");
     let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society");
@@ -310,14 +310,18 @@ fn a_scripted_sweep_against_the_paper_shows_the_known_differences() {
         md.contains("`baseline-comp` (3 runs) against the paper's baseline comp"),
         "{md}"
     );
-    assert!(md.contains("agent_5 scripted:greedy"), "{md}");
+    assert!(
+        md.contains("agent_5 qwen3.5:9b (answered by scripted:greedy)"),
+        "{md}"
+    );
     for r in &rows {
         if !r[4].starts_with("—") {
             assert!(r[4].ends_with("(n=3)"), "{r:?}");
         }
     }
     // Certain by the policies: greedy never donates, so "zero donations" holds;
-    // the donor gave nothing here (nobody ran low), so agent 1's 29% is missed.
+    // the cooperative policy donates in 10.5 % of decisions, the paper's rate
+    // over all agents, so agent 1's (gemma4:e4b's) 29% is missed.
     assert_eq!(
         verdict_of(&rows, "baseline-comp", "donations / run (all agents)", "—"),
         "consistent"

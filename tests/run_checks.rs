@@ -8,6 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+mod default_model;
+
 const JOULE: &str = env!("CARGO_BIN_EXE_joule");
 
 fn root() -> PathBuf {
@@ -77,7 +79,7 @@ fn a_misspelled_policy_stops_before_anything_is_written() {
         "and 3 more",
         "`scripted:greedyy`",
         "unknown scripted policy `greedyy` (nearest: greedy)",
-        "known: donor, easiest, greedy, random",
+        "known: cooperative, donor, easiest, greedy, random",
     ] {
         assert!(err.contains(want), "missing {want:?} in {err}");
     }
@@ -342,4 +344,157 @@ fn empty_run_folders_are_reported_and_replays_are_summaries() {
     assert!(stdout.contains("more mismatches (--all"), "{stdout}");
     assert!(stdout.lines().all(|l| l.chars().count() < 400), "{stdout}");
     assert!(stdout.matches("MISMATCH").count() <= 20, "{stdout}");
+}
+
+#[test]
+fn a_misspelled_roster_model_is_refused_even_with_a_stand_in() {
+    let t = tempfile::tempdir().unwrap();
+    let tiny = root().join("tests/fixtures/gguf/tiny-llama.gguf");
+    let cfg = config(t.path(), "bad.toml", |s| {
+        set_model(s, 3, "qwen3-8bb").replacen(
+            "[[roster]]",
+            &format!("[llm]\nstand_in = {:?}\n\n[[roster]]", p(&tiny)),
+            1,
+        )
+    });
+    let out = t.path().join("run");
+    let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}{err}");
+    for want in [
+        "key `roster[3].model`",
+        "`qwen3-8bb`",
+        "no model of that name (nearest: qwen3-8b, qwen3:8b)",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in {err}");
+    }
+    assert!(!out.exists(), "nothing may be written");
+}
+
+#[test]
+fn a_flag_error_names_the_flag_and_bad_ranges_name_the_key() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), "good.toml", |s| s);
+    let o = joule(&[
+        "run",
+        p(&cfg),
+        "--rounds",
+        "0",
+        "--out",
+        p(&t.path().join("r")),
+    ]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}{err}");
+    assert!(err.contains("--rounds"), "{err}");
+    assert!(!err.contains(p(&cfg)), "the config is not to blame: {err}");
+    for (edit, key, says) in [
+        ("alpha = -2.0", "cost.alpha", "expected a number >= 0"),
+        ("alpha = 50.0", "cost.alpha", "expected α in [0, "),
+    ] {
+        let bad = config(t.path(), "bad.toml", |s| s.replace("alpha = 0.5", edit));
+        let o = joule(&["run", p(&bad), "--out", p(&t.path().join("r"))]);
+        let (stdout, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{edit}: {stdout}{err}");
+        assert!(
+            err.contains(&format!("{}: key `{key}`: {says}", p(&bad))),
+            "{edit}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_run_whose_agents_are_all_out_in_round_one_warns_and_exits_4() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), "starved.toml", |s| {
+        s.replace("init_energy = 1500.0", "init_energy = 1.0")
+    });
+    let out = t.path().join("run");
+    let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{stdout}{err}");
+    assert!(
+        err.contains("every agent was out (energy 0) at the end of round 1")
+            && err.contains("(exit status 4)"),
+        "{err}"
+    );
+    assert!(out.join("COMPLETE").is_file(), "the run itself is complete");
+    // A normal run still exits 0.
+    let cfg = config(t.path(), "fed.toml", |s| s);
+    let o = joule(&["run", p(&cfg), "--out", p(&t.path().join("fed"))]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+}
+
+#[test]
+fn every_output_names_the_model_that_answered() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), "scripted.toml", |s| s);
+    let out = t.path().join("run");
+    let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{err}");
+    let header = stdout.lines().nth(1).unwrap();
+    assert!(
+        header.contains("model") && header.contains("answered by"),
+        "{stdout}"
+    );
+    let row = stdout.lines().find(|l| l.starts_with("agent_4 ")).unwrap();
+    assert!(
+        row.contains("qwen3:8b") && row.contains("scripted:greedy"),
+        "{row}"
+    );
+    let json = |f: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join(f)).unwrap()).unwrap()
+    };
+    let agents = json("agents.json");
+    assert_eq!(agents[3]["model_name"], "qwen3:8b");
+    assert_eq!(agents[3]["answered_by"], "scripted:greedy");
+    let config = json("config.json");
+    assert_eq!(config["agents"][3]["model_name"], "qwen3:8b");
+    assert_eq!(config["agents"][3]["answered_by"], "scripted:greedy");
+    let events = std::fs::read_to_string(out.join("events.jsonl")).unwrap();
+    let start: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
+    assert_eq!(start["event"], "run_start", "{start}");
+    assert_eq!(start["agents"][3]["model_name"], "qwen3:8b");
+    assert_eq!(start["agents"][3]["answered_by"], "scripted:greedy");
+    // report.md names both.
+    let rep = t.path().join("report");
+    let o = joule(&["report", p(&out), "--out", p(&rep), "--no-plots", "--html"]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(
+        md.contains("| agent_4 | qwen3:8b (answered by scripted:greedy) |"),
+        "{md}"
+    );
+    assert!(md.contains("not the paper's models"), "{md}");
+    let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
+    assert!(
+        html.contains("<td>qwen3:8b (answered by scripted:greedy)</td>"),
+        "the HTML summary names both"
+    );
+}
+
+/// A model-backed run on a stand-in (the default model standing in for
+/// qwen3:8b) names the stand-in beside the paper model in its summary and
+/// its run files.
+#[test]
+fn a_stand_in_run_names_the_stand_in_beside_the_paper_model() {
+    let Some(model) = default_model::cached() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("stand-in.toml");
+    std::fs::write(&cfg, default_model::one_round_society("stand-in", &model)).unwrap();
+    let out = t.path().join("run");
+    let o = joule(&["run", p(&cfg), "--out", p(&out)]);
+    let (stdout, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{stdout}{err}");
+    let row = stdout.lines().find(|l| l.starts_with("agent_1 ")).unwrap();
+    assert!(
+        row.contains("qwen3:8b") && row.contains(p(&model)),
+        "{stdout}"
+    );
+    let agents: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("agents.json")).unwrap()).unwrap();
+    assert_eq!(agents[0]["model_name"], "qwen3:8b");
+    assert_eq!(agents[0]["answered_by"], p(&model));
 }

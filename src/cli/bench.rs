@@ -232,7 +232,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             }
             let meter = ReadMeter::new(a.mb.saturating_mul(1_000_000));
             let gbs = meter.best_gbs(a.passes);
-            println!(
+            crate::outln!(
                 "read: {gbs:.2} GB/s ({:.1} MB, best of {} passes, {} threads)",
                 (meter.buf.len() * 8) as f64 / 1e6,
                 a.passes.max(1),
@@ -354,23 +354,23 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         });
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         print_table(&results);
-        println!();
+        crate::outln!();
         print_bandwidth(&results);
         for line in kernels.lines() {
-            println!("{line}");
+            crate::outln!("{line}");
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
 fn print_table(results: &[BenchResult]) {
-    println!("| model | size | params | backend | threads | test | t/s |");
-    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    crate::outln!("| model | size | params | backend | threads | test | t/s |");
+    crate::outln!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
     for r in results {
-        println!(
+        crate::outln!(
             "| {} ({}) | {:.2} MiB | {:.2} M | candle-{} | {} | {} | {:.2} ± {:.2} |",
             r.model,
             r.arch,
@@ -392,7 +392,7 @@ fn print_bandwidth(results: &[BenchResult]) {
     let Some(bw) = r0.read_bandwidth_gbs else {
         return;
     };
-    println!(
+    crate::outln!(
         "read bandwidth: {bw:.2} GB/s (best streaming read of {:.1} MB, the matrices one decode \
          step reads, on {} threads)",
         r0.step_weight_bytes as f64 / 1e6,
@@ -400,7 +400,7 @@ fn print_bandwidth(results: &[BenchResult]) {
     );
     for r in results {
         if let (Some(d), Some(p)) = (r.decode_weight_gbs, r.bandwidth_pct) {
-            println!(
+            crate::outln!(
                 "{}: {d:.2} GB/s of weights ({:.1} MB × {:.2} steps/s) = {p:.1} % of the read \
                  bandwidth",
                 r.test,
@@ -414,7 +414,7 @@ fn print_bandwidth(results: &[BenchResult]) {
                     .copied()
                     .fold(f64::INFINITY, f64::min);
                 let hi = r.adjacent_read_gbs.iter().copied().fold(0.0, f64::max);
-                println!(
+                crate::outln!(
                     "{}: {a:.1} % of the reads beside each repetition (the better of the one \
                      before and after it; reads {lo:.1}–{hi:.1} GB/s)",
                     r.test
@@ -422,7 +422,7 @@ fn print_bandwidth(results: &[BenchResult]) {
             }
         }
     }
-    println!();
+    crate::outln!();
 }
 
 /// Bytes of the matrices a decode step multiplies, each read once.

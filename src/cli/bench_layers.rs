@@ -305,7 +305,7 @@ pub fn run(args: LayersBenchArgs) -> Result<ExitCode> {
                 },
                 other => bail!("--kinds: `{other}` is not a kind (delta, mamba, ple)"),
             };
-            println!(
+            crate::outln!(
                 "side=joule kind={kind} case={name} threads={threads} wall_ms={wall:.4} cpu_ms={cpu:.4}"
             );
         }

@@ -187,11 +187,13 @@ pub fn run(args: MatmulBenchArgs) -> Result<ExitCode> {
             .with_context(|| format!("--types {}", args.types[i]))?;
         if !args.json {
             if all.is_empty() {
-                println!("| backend | type | matrix | rows | ms | CPU ms | rows/s | weight GB/s | est. t/s, 8 B model | kernel |");
-                println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+                crate::outln!("| backend | type | matrix | rows | ms | CPU ms | rows/s | weight GB/s | est. t/s, 8 B model | kernel |");
+                crate::outln!(
+                    "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+                );
             }
             for r in &rs {
-                println!(
+                crate::outln!(
                     "| {} | {} | {}x{} | {} | {:.3} | {:.3} | {:.0} | {:.1} | {:.1} | {} |",
                     r.backend,
                     r.dtype,
@@ -210,7 +212,7 @@ pub fn run(args: MatmulBenchArgs) -> Result<ExitCode> {
         all.extend(rs);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&all)?);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -527,21 +527,22 @@ pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
         if !args.json {
             print_row(&r, out.is_empty());
             if !r.complete {
-                println!(
+                crate::outln!(
                     "(stopped by --time-limit: {} of {} societies finished; the counts are the \
                      calls answered by then)",
-                    r.finished, r.sims
+                    r.finished,
+                    r.sims
                 );
             }
         }
         out.push(r);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out)?);
     } else if let Some(k) = out.last().and_then(|r| r.kernels.as_ref()) {
-        println!();
+        crate::outln!();
         for line in k.lines() {
-            println!("{line}");
+            crate::outln!("{line}");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -557,10 +558,10 @@ fn opt_n(x: Option<u64>) -> String {
 
 fn print_row(r: &SocietyBench, header: bool) {
     if header {
-        println!("| backend | sims | rounds | calls | load s | wall s | gen tok | gen t/s | prompt tok | prompt t/s | computed | reused own | reused prefix | prefill s | decode s | engine s | scenarios s |");
-        println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+        crate::outln!("| backend | sims | rounds | calls | load s | wall s | gen tok | gen t/s | prompt tok | prompt t/s | computed | reused own | reused prefix | prefill s | decode s | engine s | scenarios s |");
+        crate::outln!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     }
-    println!(
+    crate::outln!(
         "| {} | {} | {} | {}{} | {} | {:.1} | {} | {:.1} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.1} |",
         r.backend,
         r.sims,

@@ -343,7 +343,7 @@ fn synthesized(args: &TraceBenchArgs, keys: &[String]) -> anyhow::Result<BTreeMa
             };
             // Written beside its final name, so a file cut short is never taken for a whole one.
             let part = path.with_extension("gguf.part");
-            eprintln!("synthesizing {key} into {}", path.display());
+            crate::errln!("synthesizing {key} into {}", path.display());
             synthesize(
                 &m.name,
                 &m.architecture,
@@ -590,7 +590,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
             let whole = last >= replay.config.max_rounds;
             let report = replay.report(&b, Some(&result), (!whole).then_some(last));
             if let Some(m) = report.mismatches.first() {
-                eprintln!(
+                crate::errln!(
                     "{}: the replay did not reproduce the record ({} mismatches; first: {m})",
                     replay.dir.display(),
                     report.mismatches.len()
@@ -754,7 +754,7 @@ pub fn run(args: TraceBenchArgs) -> anyhow::Result<ExitCode> {
     }
     let r = measure(&args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print_report(&r);
     }
@@ -772,19 +772,24 @@ pub fn run(args: TraceBenchArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_rates(title: &str, rates: &BTreeMap<String, Rates>) {
-    println!();
-    println!("| {title} | calls | generated | gen t/s | prompt tok | prompt t/s | busy s |");
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    crate::outln!();
+    crate::outln!("| {title} | calls | generated | gen t/s | prompt tok | prompt t/s | busy s |");
+    crate::outln!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (k, r) in rates {
-        println!(
+        crate::outln!(
             "| {k} | {} | {} | {:.1} | {} | {:.1} | {:.1} |",
-            r.calls, r.generated_tokens, r.generated_tps, r.prompt_tokens, r.prompt_tps, r.busy_s
+            r.calls,
+            r.generated_tokens,
+            r.generated_tps,
+            r.prompt_tokens,
+            r.prompt_tps,
+            r.busy_s
         );
     }
 }
 
 fn print_report(r: &TraceBench) {
-    println!(
+    crate::outln!(
         "trace of {} run(s), {} at once, rounds {}..{}, {} threads, on {} ({})",
         r.runs.len(),
         r.runs_at_once,
@@ -795,18 +800,19 @@ fn print_report(r: &TraceBench) {
         r.mode
     );
     if r.token_scale != 1.0 {
-        println!(
+        crate::outln!(
             "token scale {}: every call generates its recorded count × {} (at least 1 token)",
-            r.token_scale, r.token_scale
+            r.token_scale,
+            r.token_scale
         );
     }
     for (k, f) in &r.models {
-        println!("  {k}: {f}");
+        crate::outln!("  {k}: {f}");
     }
-    println!();
-    println!("| load s | wall s | calls | generated | gen t/s | prompt tok | prompt t/s |");
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    println!(
+    crate::outln!();
+    crate::outln!("| load s | wall s | calls | generated | gen t/s | prompt tok | prompt t/s |");
+    crate::outln!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    crate::outln!(
         "| {} | {:.1} | {}{} | {} | {:.1} | {} | {:.1} |",
         r.load_s
             .map(|s| format!("{s:.1}"))
@@ -824,17 +830,19 @@ fn print_report(r: &TraceBench) {
         r.prompt_tps
     );
     if r.short_calls > 0 {
-        println!(
+        crate::outln!(
             "{} call(s) generated another count than asked for ({} asked, {} generated): a \
              server that does not honour ignore_eos, or a context too short",
-            r.short_calls, r.requested_tokens, r.generated_tokens
+            r.short_calls,
+            r.requested_tokens,
+            r.generated_tokens
         );
     }
     print_rates("model", &r.per_model);
     print_rates("phase", &r.per_phase);
     if let Some(e) = &r.engine {
-        println!();
-        println!(
+        crate::outln!();
+        crate::outln!(
             "prompt tokens: {} computed, {} reused from the agent's own state, {} from the \
              prefix cache ({} lookups); prefill {:.1} s, decode {:.1} s, engine {:.1} s",
             e.computed_prompt_tokens(),
@@ -848,7 +856,7 @@ fn print_report(r: &TraceBench) {
     }
     if let Some(m) = &r.memory {
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-        println!(
+        crate::outln!(
             "memory: peak {} against the plan's {:.2} GiB (required with margin {:.2} GiB)",
             m.peak_bytes
                 .map(|b| format!("{:.2} GiB", gib(b)))
@@ -858,8 +866,8 @@ fn print_report(r: &TraceBench) {
         );
     }
     let g = &r.grid;
-    println!();
-    println!(
+    crate::outln!();
+    crate::outln!(
         "estimated time of the paper's grid on this machine: {:.1} h ({} runs, {:.1} M generated \
          tokens){}",
         g.hours,
@@ -874,7 +882,7 @@ fn print_report(r: &TraceBench) {
         }
     );
     for a in &g.assumptions {
-        println!("  assuming {a}");
+        crate::outln!("  assuming {a}");
     }
 }
 

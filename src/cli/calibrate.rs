@@ -191,7 +191,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         .collect();
     let fake = meter_name.starts_with("fake-");
     if args.json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "meter": meter_name, "test_meter": fake, "device": args.device,
@@ -200,7 +200,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    crate::outln!(
         "meter: {meter_name}{}",
         if fake {
             " (a test meter: these are not measurements)"
@@ -208,12 +208,16 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             ""
         }
     );
-    println!("| model | S (B) | batch | J/prompt token | J/generated token |");
-    println!("| --- | ---: | ---: | ---: | ---: |");
+    crate::outln!("| model | S (B) | batch | J/prompt token | J/generated token |");
+    crate::outln!("| --- | ---: | ---: | ---: | ---: |");
     for p in &points {
-        println!(
+        crate::outln!(
             "| {} | {:.6} | {} | {:.6} | {:.6} |",
-            p.model, p.size_b, p.batch, p.j_per_prompt_token, p.j_per_generated_token
+            p.model,
+            p.size_b,
+            p.batch,
+            p.j_per_prompt_token,
+            p.j_per_generated_token
         );
     }
     for f in &fits {
@@ -222,7 +226,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         } else {
             format!("α = {} (held: one model size)", f.fit.alpha)
         };
-        println!(
+        crate::outln!(
             "batch {}: J/generated token ≈ k · S^α with k = {:.6e} J, {a}; fit error: rms {:.1}%, max {:.1}% over {} model(s)",
             f.batch,
             f.fit.k,
@@ -231,6 +235,6 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             f.fit.points
         );
     }
-    println!("for `[cost] model = \"measured\"`: reference_size = S and reference_j_per_token = J/generated token of one row (the batch size your runs use).");
+    crate::outln!("for `[cost] model = \"measured\"`: reference_size = S and reference_j_per_token = J/generated token of one row (the batch size your runs use).");
     Ok(ExitCode::SUCCESS)
 }

@@ -109,10 +109,10 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     )
     .with_context(|| format!("generating with {}", args.gguf.display()))?;
     match &tokenizer {
-        Some(tok) => println!("{}", tok.decode(g.text_tokens(&options), false)),
+        Some(tok) => crate::outln!("{}", tok.decode(g.text_tokens(&options), false)),
         None => {
             let ids: Vec<String> = g.tokens.iter().map(|t| t.to_string()).collect();
-            println!("{}", ids.join(","));
+            crate::outln!("{}", ids.join(","));
         }
     }
     print_counts(&g);
@@ -136,7 +136,7 @@ fn print_counts(g: &crate::inference::engine::generate::Generation) {
     } else {
         0.0
     };
-    eprintln!(
+    crate::errln!(
         "prompt_tokens={} generated_tokens={} thinking_tokens={} eos_counted={} finish={:?} prefill_ms={:.1} decode_ms={:.1} decode_tok_s={:.2}",
         g.prompt_tokens,
         g.generated_tokens,

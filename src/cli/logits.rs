@@ -208,7 +208,7 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
             .map(|d| d.filter_map(|e| e.ok()).count())
             .unwrap_or(0);
         if written == 0 {
-            eprintln!(
+            crate::errln!(
                 "--dump {}: nothing written: {} has no layer-by-layer hook yet (qwen35 has one)",
                 dir.display(),
                 args.gguf.display()
@@ -264,13 +264,13 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
         comparison,
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let dest = args.out.as_ref().map_or_else(
             || args.gguf.display().to_string(),
             |o| o.display().to_string(),
         );
-        println!(
+        crate::outln!(
             "{dest}: {} positions x {vocab} logits ({}, {how}, {}, {seconds:.1} s)",
             ids.len(),
             report.arch,
@@ -278,19 +278,23 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
         );
         if let Some(c) = &report.comparison {
             let line = |what: &str, a: &Agreement| {
-                println!(
+                crate::outln!(
                     "  {what} ({} positions): max |diff| {:.4}, mean KL {:.6} (max {:.6}), \
                      top-1 {:.3}",
-                    a.positions, a.max_abs_diff, a.mean_kl, a.max_kl, a.top1
+                    a.positions,
+                    a.max_abs_diff,
+                    a.mean_kl,
+                    a.max_kl,
+                    a.top1
                 )
             };
-            println!("against {}:", c.reference.display());
+            crate::outln!("against {}:", c.reference.display());
             line("all", &c.all);
             if let (Some(p), Some(d)) = (&c.prefill, &c.decode) {
                 line("prompt", p);
                 line("decode", d);
             }
-            println!(
+            crate::outln!(
                 "  {} (mean KL <= {}, top-1 >= {})",
                 if c.pass { "pass" } else { "FAIL" },
                 c.max_kl,

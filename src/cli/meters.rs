@@ -15,18 +15,18 @@ pub struct MetersArgs {
 pub fn run(args: MetersArgs) -> anyhow::Result<ExitCode> {
     let probes = crate::meter::probe();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&probes)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&probes)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<6} {:<9} detail", "meter", "status");
+    crate::outln!("{:<6} {:<9} detail", "meter", "status");
     for p in &probes {
         let status = if p.available { "present" } else { "missing" };
-        println!("{:<6} {:<9} {}", p.kind, status, p.detail);
+        crate::outln!("{:<6} {:<9} {}", p.kind, status, p.detail);
     }
     if probes.iter().any(|p| p.available) {
-        println!("`[llm] meter = \"auto\"` (the default) meters model calls with every present meter, summed.");
+        crate::outln!("`[llm] meter = \"auto\"` (the default) meters model calls with every present meter, summed.");
     } else {
-        println!(
+        crate::outln!(
             "no energy meter on this machine: runs record the formula's charges only and say that nothing was measured."
         );
     }

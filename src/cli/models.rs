@@ -163,7 +163,7 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
             sources.progress = !f.quiet;
             let manifest = catalog.get(&f.name)?;
             let located = sources.fetch(manifest, f.path.as_deref())?;
-            eprintln!(
+            crate::errln!(
                 "joule: {} from {}{}",
                 manifest.name,
                 located.source,
@@ -174,7 +174,7 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
                 }
             );
             if !manifest.implemented {
-                eprintln!(
+                crate::errln!(
                     "joule: note: the candle engine does not implement `{}`: {}",
                     manifest.architecture,
                     manifest.note.as_deref().unwrap_or("")
@@ -187,7 +187,10 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
             let path = Path::new(&i.file);
             let path = if path.is_file() {
                 path.to_path_buf()
-            } else if let Ok(m) = catalog.get(&i.file) {
+            } else {
+                let m = catalog
+                    .get(&i.file)
+                    .map_err(|e| anyhow::anyhow!("{}: no such file, and {e}", i.file))?;
                 sources.find_cached(m).map(|l| l.path).ok_or_else(|| {
                     anyhow::anyhow!(
                         "model `{}` is not on this machine; run `joule models fetch {}` first",
@@ -195,8 +198,6 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
                         m.name
                     )
                 })?
-            } else {
-                anyhow::bail!("{}: no such file, and no model of that name", i.file);
             };
             inspect(&path, &i, out)
         }
@@ -642,14 +643,31 @@ mod tests {
             "{text}"
         );
         let e = run_str(&["inspect", "no-such-thing"], offline(root.path())).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "no-such-thing: no such file, and no model of that name"
+        assert!(
+            e.to_string().starts_with(
+                "no-such-thing: no such file, and no model named `no-such-thing`; known models: "
+            ),
+            "{e}"
         );
         let e = run_str(&["inspect", "qwen3-8b"], offline(root.path())).unwrap_err();
         assert!(e
             .to_string()
             .contains("run `joule models fetch qwen3-8b` first"));
+    }
+
+    #[test]
+    fn a_misspelled_model_name_gets_the_nearest_names() {
+        let root = tempfile::tempdir().unwrap();
+        for (argv, near) in [
+            (["fetch", "qwen3-8bb"], "(nearest: qwen3-8b, qwen3:8b)"),
+            (["path", "smollm2"], "(nearest: smollm2-135m-instruct)"),
+            (["inspect", "gemma4-e4"], "(nearest: gemma4-e4b"),
+        ] {
+            let e = run_str(&argv, offline(root.path()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(near), "{argv:?}: {e}");
+        }
     }
 
     #[test]

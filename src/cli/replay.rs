@@ -121,14 +121,14 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     let mut failed = 0;
     for dir in &args.runs {
         if let Some(w) = empty_run_warning(dir) {
-            eprintln!("warning: {w}; not replayed");
+            crate::errln!("warning: {w}; not replayed");
             failed += 1;
             continue;
         }
         let r = replay_run_with(dir, &flags)?;
         let c = &r.charges;
-        println!("{}: condition\n{}", r.run, r.condition);
-        println!(
+        crate::outln!("{}: condition\n{}", r.run, r.condition);
+        crate::outln!(
             "{}: {} rounds, {} values checked, charges: {} single-call formula, {} multi-call split, {} unrecorded, {} invoke errors; {} mismatches",
             r.run, r.rounds, r.values_checked, c.single_call, c.split_calls, c.unrecorded, c.invoke_errors,
             r.mismatches.len()
@@ -137,10 +137,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         for m in r.mismatches.iter().take(shown) {
             let m = m.to_string();
             let m = if args.all { m } else { clip(&m, WIDTH) };
-            println!("  MISMATCH {}: {m}", r.run);
+            crate::outln!("  MISMATCH {}: {m}", r.run);
         }
         if r.mismatches.len() > shown {
-            println!(
+            crate::outln!(
                 "  … and {} more mismatches (--all prints every one in full)",
                 r.mismatches.len() - shown
             );

@@ -46,6 +46,15 @@ pub struct ReportArgs {
     /// timeline and every model call, searchable; opens offline from file://.
     #[arg(long)]
     pub html: bool,
+    /// Write into a folder that is not empty: the files the report written
+    /// there before lists (`.joule-report-files`) are removed first; other
+    /// files are kept.
+    #[arg(long)]
+    pub force: bool,
+    /// Also report runs without their COMPLETE marker (runs that did not
+    /// finish; left out by default, and named).
+    #[arg(long)]
+    pub include_incomplete: bool,
 }
 
 /// `--mode` of `joule report`.
@@ -83,7 +92,7 @@ fn checked_runs(
                     "{} lists no agents: an empty or unfinished run folder",
                     run.dir.join("agents.json").display()
                 );
-                eprintln!("warning: {w}; left out of the report");
+                crate::errln!("warning: {w}; left out of the report");
                 left_out.push(w);
                 return false;
             }
@@ -97,7 +106,7 @@ fn checked_runs(
                 .filter(|a| !known.contains(a))
                 .collect();
             if !strangers.is_empty() {
-                eprintln!(
+                crate::errln!(
                     "warning: {}: token_usage.json or transcript.json name agents that agents.json does not list ({}): an inconsistent run folder",
                     run.dir.display(),
                     strangers.into_iter().collect::<Vec<_>>().join(", ")
@@ -106,7 +115,7 @@ fn checked_runs(
             if run.dir.join("events.jsonl").is_file()
                 && !crate::energy_society::recorder::Recorder::is_complete(&run.dir)
             {
-                eprintln!(
+                crate::errln!(
                     "warning: {}: no COMPLETE marker: the run did not finish",
                     run.dir.display()
                 );
@@ -134,7 +143,7 @@ fn checked_runs(
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     let pages = report_pages(&args)?;
     for p in pages {
-        println!("wrote {}", p.display());
+        crate::outln!("wrote {}", p.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -151,7 +160,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             }
             let mut out = Vec::new();
             for p in ab {
-                let mut c = report::load::discover(std::slice::from_ref(p))?;
+                let mut c = discover(std::slice::from_ref(p), args.include_incomplete)?;
                 if c.len() != 1 {
                     anyhow::bail!(
                         "--compare needs one condition per argument; {} holds {} (folders {})",
@@ -171,7 +180,7 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             if args.runs.is_empty() {
                 anyhow::bail!("give at least one run folder (or a folder of runs)");
             }
-            report::load::discover(&args.runs)?
+            discover(&args.runs, args.include_incomplete)?
         }
     };
     let conditions = checked_runs(conditions, args.compare.is_some())?;
@@ -180,14 +189,19 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .into_iter()
         .map(|c| report::analyse_with(c, mode))
         .collect();
-    let reproduction = match &args.against {
+    let mut reproduction = match &args.against {
         Some(a) => Some(report::reproduction::cli::compare(&reports, a, mode)?),
         None => None,
     };
+    if let Some(r) = &mut reproduction {
+        r.notes.extend(report::identical::notes(
+            reports.iter().map(|c| &c.condition),
+        ));
+    }
     let Some(out) = &args.out else {
         return match reproduction {
             Some(r) => {
-                print!("{}", report::reproduction::render::markdown(&r));
+                crate::out!("{}", report::reproduction::render::markdown(&r));
                 Ok(Vec::new())
             }
             None => anyhow::bail!(
@@ -195,30 +209,58 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             ),
         };
     };
-    let written = report::write(&reports, out, args.compare.is_some(), !args.no_plots)?;
-    print!("{}", written.terminal);
-    if let Some(r) = &reproduction {
-        print!("\n{}", report::reproduction::render::markdown(r));
+    let out_dir = report::out_dir::OutDir::prepare(out, args.force, "--out")?;
+    let pages = write_into(args, &reports, reproduction.as_ref(), out);
+    // What was written is listed even when a later step failed.
+    out_dir.finish()?;
+    pages
+}
+
+/// The runs under `paths`, with the run folders left out named on
+/// standard error.
+fn discover(
+    paths: &[PathBuf],
+    include_incomplete: bool,
+) -> anyhow::Result<Vec<report::load::Condition>> {
+    let d = report::load::discover_with(paths, include_incomplete)?;
+    for line in &d.left_out {
+        crate::errln!("note: {line}");
+    }
+    Ok(d.conditions)
+}
+
+/// Write the report files into `out` (made ready by `OutDir::prepare`).
+fn write_into(
+    args: &ReportArgs,
+    reports: &[report::ConditionReport],
+    reproduction: Option<&report::reproduction::Reproduction>,
+    out: &std::path::Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let out = &out.to_path_buf();
+    let written = report::write(reports, out, args.compare.is_some(), !args.no_plots)?;
+    crate::out!("{}", written.terminal);
+    if let Some(r) = reproduction {
+        crate::out!("\n{}", report::reproduction::render::markdown(r));
     }
     for d in &written.aggregate_dirs {
-        println!("wrote {}", d.display());
+        crate::outln!("wrote {}", d.display());
     }
-    println!("wrote {}", out.join("report.md").display());
-    println!("wrote {}", out.join("metrics.json").display());
+    crate::outln!("wrote {}", out.join("report.md").display());
+    crate::outln!("wrote {}", out.join("metrics.json").display());
     if !written.plots.is_empty() {
-        println!(
+        crate::outln!(
             "wrote {} plots in {}",
             written.plots.len(),
             out.join("plots").display()
         );
     }
-    if let Some(r) = &reproduction {
+    if let Some(r) = reproduction {
         for p in report::reproduction::cli::write(r, out)? {
-            println!("wrote {}", p.display());
+            crate::outln!("wrote {}", p.display());
         }
     }
     for w in &written.warnings {
-        eprintln!("warning: {w}");
+        crate::errln!("warning: {w}");
     }
     if !args.html {
         return Ok(Vec::new());
@@ -228,8 +270,8 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .iter()
         .map(|d| d.parent().map_or_else(|| out.clone(), PathBuf::from))
         .collect();
-    let pages = report::html::write_society(&reports, &dirs, out, args.compare.is_some())?;
-    if let Some(r) = &reproduction {
+    let pages = report::html::write_society(reports, &dirs, out, args.compare.is_some())?;
+    if let Some(r) = reproduction {
         report::reproduction::cli::add_to_pages(r, &pages)?;
     }
     Ok(pages)

@@ -7,8 +7,8 @@
 //! folder is kept unless `--force`; an interrupted one resumes from its last
 //! complete round (`energy_society::resume`). SIGINT/SIGTERM stop the run
 //! at its next model call with what it recorded kept (`crate::interrupt`).
-//! The exit status is 0, 3 (INVOKE_ERRORs), 2 (failed), 130 or 143
-//! (interrupted by SIGINT or SIGTERM).
+//! The exit status is 0, 3 (INVOKE_ERRORs), 4 (every agent out in round 1),
+//! 2 (failed), 130 or 143 (interrupted by SIGINT or SIGTERM).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +18,7 @@ use clap::Args;
 
 use crate::energy_society::call_errors::{CallErrors, EXIT_CALL_ERRORS};
 use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::outcome;
 use crate::energy_society::recorder::Recorder;
 use crate::energy_society::runner::{backend_for, check_roster, run_or_resume};
 use crate::energy_society::society::SocietyResult;
@@ -38,8 +39,8 @@ pub struct RunArgs {
     /// Override the config's seed.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Override the config's max_rounds.
-    #[arg(long)]
+    /// Override the config's max_rounds (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: Option<u32>,
     /// Override `[llm] meter` (`auto`, `none`, `nvml`, `rapl`, `fake-file:PATH`, `fake-power:WATTS`).
     #[arg(long)]
@@ -72,7 +73,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(r) = args.rounds {
         cfg.max_rounds = r;
-        cfg.validate(&config_path.display().to_string())?;
     }
     let out = args.out.unwrap_or_else(|| {
         PathBuf::from("runs")
@@ -123,6 +123,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     crate::outln!("run folder: {}", out.display());
+    if errors.invoke_errors == 0 && outcome::all_out_in_round_one(&result.folder.agents) {
+        ecrate::outln!(
+            "warning: {} (exit status {})",
+            outcome::warning(&out),
+            outcome::EXIT_ALL_OUT
+        );
+        return Ok(ExitCode::from(outcome::EXIT_ALL_OUT));
+    }
     Ok(exit_status(&errors))
 }
 
@@ -211,13 +219,30 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
 }
 
 /// The per-agent summary printed after a run, with each agent's
-/// INVOKE_ERROR and FORMAT_ERROR counts.
+/// INVOKE_ERROR and FORMAT_ERROR counts. `model` is the paper's model (its
+/// name and size S price the calls); `answered by` is the model that
+/// answered the calls (a stand-in, a served model, a scripted policy, or
+/// the paper's model itself).
 pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
+    let answered = |a: &crate::energy_society::layout::AgentRecord| {
+        a.answered_by
+            .clone()
+            .unwrap_or_else(|| a.model_name.clone())
+    };
+    let width = r
+        .folder
+        .agents
+        .iter()
+        .map(|a| answered(a).chars().count())
+        .chain([22])
+        .max()
+        .unwrap_or(22);
     let mut s = format!(
-        "{} rounds played\n{:<10} {:<22} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
+        "{} rounds played\n{:<10} {:<22} {:<width$} {:>6} {:>12} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
         r.rounds_played,
         "agent",
         "model",
+        "answered by",
         "size",
         "final",
         "active",
@@ -230,9 +255,10 @@ pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
     for (a, (att, succ, don)) in r.folder.agents.iter().zip(&r.stats) {
         let (inv, fmt) = errors.of(&a.agent_id);
         s += &format!(
-            "{:<10} {:<22} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
+            "{:<10} {:<22} {:<width$} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
             a.agent_id,
             a.model_name,
+            answered(a),
             a.model_size,
             a.final_energy,
             a.rounds_active,
@@ -243,5 +269,77 @@ pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
             fmt
         );
     }
+    if r.folder.agents.iter().any(|a| a.answered_by.is_some()) {
+        s += "note: `model` is the paper's model, whose name and size S set the prices; the calls were answered by the `answered by` model\n";
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::energy_society::layout::{AgentRecord, RunConfig, RunFolder};
+
+    /// The main command (`joule run`, the embedded default) names, in its
+    /// summary, the model that answered beside each paper model.
+    #[test]
+    fn the_default_runs_summary_names_the_stand_in_beside_the_paper_model() {
+        let cfg = SocietyConfig::from_toml_str(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME).unwrap();
+        let agents: Vec<AgentRecord> = cfg
+            .roster
+            .iter()
+            .map(|r| AgentRecord {
+                agent_id: r.agent_id.clone(),
+                model_name: r.model_name.clone(),
+                model_size: r.size,
+                init_energy: r.init_energy,
+                final_energy: r.init_energy,
+                rounds_active: 2,
+                deactivated_at_round: None,
+                memory: vec![],
+                errors: vec![],
+                answered_by: cfg.llm.answered_by(&r.model, &r.model_name),
+            })
+            .collect();
+        assert!(agents
+            .iter()
+            .all(|a| a.answered_by.as_deref() == Some("smollm2-135m-instruct")));
+        let result = SocietyResult {
+            folder: RunFolder {
+                config: RunConfig {
+                    experiment: cfg.name.clone(),
+                    run_number: 1,
+                    max_rounds: cfg.max_rounds,
+                    num_jobs: cfg.num_jobs(),
+                    model_size_exponent: cfg.cost.alpha,
+                    seed: cfg.seed,
+                    difficulty_distribution: cfg.difficulty,
+                    agents: vec![],
+                    prompt_mode: None,
+                    use_votes: None,
+                    enable_sabotage: None,
+                },
+                agents,
+                token_usage: vec![],
+                transcript: vec![],
+            },
+            rounds_played: 2,
+            stats: vec![(0, 0, 0); 5],
+        };
+        let table = summary_table(&result, &CallErrors::default());
+        let header = table.lines().nth(1).unwrap();
+        assert!(
+            header.contains(" model ") && header.contains(" answered by "),
+            "{table}"
+        );
+        let row = table.lines().find(|l| l.starts_with("agent_4 ")).unwrap();
+        assert!(
+            row.contains("qwen3:8b") && row.contains("smollm2-135m-instruct"),
+            "{table}"
+        );
+        assert!(
+            table.contains("the calls were answered by the `answered by` model"),
+            "{table}"
+        );
+    }
 }

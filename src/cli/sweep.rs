@@ -96,7 +96,21 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if with_errors.is_empty() {
-        return Ok(ExitCode::SUCCESS);
+        let all_out: Vec<String> = dirs
+            .iter()
+            .filter(|d| crate::energy_society::outcome::folder_all_out(d))
+            .map(|d| crate::energy_society::outcome::warning(d))
+            .collect();
+        if all_out.is_empty() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        let code = crate::energy_society::outcome::EXIT_ALL_OUT;
+        crate::errln!(
+            "warning: {} cell(s) had every agent out in round 1 (exit status {code}):\n  {}",
+            all_out.len(),
+            all_out.join("\n  ")
+        );
+        return Ok(ExitCode::from(code));
     }
     crate::errln!(
         "warning: {} cell(s) completed with INVOKE_ERRORs (exit status {EXIT_CALL_ERRORS}):\n  {}",

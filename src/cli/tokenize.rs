@@ -40,6 +40,6 @@ pub fn run(args: TokenizeArgs) -> Result<ExitCode> {
     };
     let ids = tok.encode(&text, args.add_special, args.parse_special)?;
     let line: Vec<String> = ids.iter().map(u32::to_string).collect();
-    println!("{}", line.join(" "));
+    crate::outln!("{}", line.join(" "));
     Ok(ExitCode::SUCCESS)
 }

@@ -331,12 +331,16 @@ impl SocietyConfig {
                 format!("expected a positive number, got {}", self.cost.k),
             ));
         }
-        if !self.cost.alpha.is_finite() {
+        if !(self.cost.alpha >= 0.0 && self.cost.alpha.is_finite()) {
             return Err(err(
                 "cost.alpha".into(),
-                format!("expected a finite number, got {}", self.cost.alpha),
+                format!(
+                    "expected a number >= 0 (0: no size penalty; the paper's 0.5), got {}: a negative α makes bigger models cheaper",
+                    self.cost.alpha
+                ),
             ));
         }
+        self.check_first_token().map_err(|(k, m)| err(k, m))?;
         self.cost.check().map_err(|(k, m)| err(k, m))?;
         if self.cost.model == crate::energy::CostKind::Measured {
             if self.llm.backend != crate::llm::BackendKind::Local {
@@ -423,6 +427,49 @@ impl SocietyConfig {
                 return Err(err(
                     "jobs.path".into(),
                     "expected a data set path (JSON, JSONL or parquet) or \"hub\"".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The paper's formula priced so that one generated token costs an
+    /// agent more than its whole initial energy puts every such agent out
+    /// at its first call, by construction: refused, with the range of
+    /// `cost.k` or `cost.alpha` that keeps one token within every agent's
+    /// energy. (The measured cost model prices joules, not tokens.)
+    fn check_first_token(&self) -> Result<(), (String, String)> {
+        if self.cost.model != crate::energy::CostKind::Formula {
+            return Ok(());
+        }
+        let (k, alpha) = (self.cost.k, self.cost.alpha);
+        let min_energy = self
+            .roster
+            .iter()
+            .map(|a| a.init_energy)
+            .fold(f64::INFINITY, f64::min);
+        if k >= min_energy {
+            return Err((
+                "cost.k".into(),
+                format!("expected a price per token below every agent's init_energy (the smallest is {min_energy}), got {k}: one token would put an agent out"),
+            ));
+        }
+        for (i, a) in self.roster.iter().enumerate() {
+            let price = self.cost.per_token(a.size);
+            if !(price < a.init_energy) {
+                // α ≤ ln(E/k) / ln(S) keeps k·S^α below E for every S > 1.
+                let max_alpha = self
+                    .roster
+                    .iter()
+                    .filter(|b| b.size > 1.0)
+                    .map(|b| (b.init_energy / k).ln() / b.size.ln())
+                    .fold(f64::INFINITY, f64::min);
+                return Err((
+                    "cost.alpha".into(),
+                    format!(
+                        "expected α in [0, {max_alpha:.2}) for this roster and k = {k}, got {alpha}: one generated token would cost roster[{i}] (`{}`, size {}) {price:.4e}, more than its init_energy {}, so every call would put it out",
+                        a.agent_id, a.size, a.init_energy
+                    ),
                 ));
             }
         }
@@ -704,6 +751,21 @@ init_energy = 100
             assert!(
                 s.starts_with(&format!("c.toml: key `{key}`: expected")),
                 "{s}"
+            );
+        }
+        for (from, to, key, expected) in [
+            ("alpha = 0.0", "alpha = -2.0", "cost.alpha", "expected a number >= 0"),
+            ("alpha = 0.0", "alpha = 50.0", "cost.alpha", "expected α in [0, 4.01) for this roster and k = 0.015, got 50: one generated token would cost roster[0] (`a`, size 4)"),
+            ("k = 0.015", "k = 0.0", "cost.k", "expected a positive number"),
+            ("k = 0.015", "k = 100.0", "cost.k", "expected a price per token below every agent's init_energy (the smallest is 100)"),
+        ] {
+            let bad = GOOD.replace(from, to);
+            let s = SocietyConfig::from_toml_str(&bad, "c.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                s.starts_with(&format!("c.toml: key `{key}`: {expected}")),
+                "{to}: {s}"
             );
         }
         let bad = GOOD.replace("max_rounds = 3", "max_rounds = 0");

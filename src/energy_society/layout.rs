@@ -46,6 +46,11 @@ pub struct AgentSpec {
     pub model_name: String,
     pub model_size: f64,
     pub init_energy: f64,
+    /// The model that answered, when it is not `model_name` (a stand-in,
+    /// a served model, a scripted policy): Joule's addition to the
+    /// reference layout, absent when the paper's model answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 /// One element of `agents.json`.
@@ -61,6 +66,11 @@ pub struct AgentRecord {
     pub memory: Vec<MemoryEntry>,
     #[serde(default)]
     pub errors: Vec<ErrorRecord>,
+    /// The model that answered, when it is not `model_name` (a stand-in,
+    /// a served model, a scripted policy): Joule's addition to the
+    /// reference layout, absent when the paper's model answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
 }
 
 /// A job as stored in memory entries.

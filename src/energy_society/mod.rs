@@ -31,6 +31,7 @@ pub mod job;
 pub(crate) mod layout;
 pub mod ledger;
 pub mod listed_jobs;
+pub mod outcome;
 pub(crate) mod policies;
 pub(crate) mod procedural;
 pub(crate) mod prompts;

@@ -245,6 +245,7 @@ impl Society {
             "run_start",
             json!({"seed": self.cfg.seed, "mode": mode, "jobs": self.jobs.describe(),
                    "agents": self.agents.iter().zip(self.ledger.energies()).map(|(a, e)| json!({"agent_id": a.id(), "model": a.spec.model,
+                       "model_name": a.spec.model_name, "answered_by": self.cfg.llm.answered_by(&a.spec.model, &a.spec.model_name),
                        "energy": e, "per_token": a.per_token})).collect::<Vec<_>>()}),
         )?;
         let mut round: u32 = 1;
@@ -306,6 +307,7 @@ impl Society {
                         model_name: r.model_name.clone(),
                         model_size: r.size,
                         init_energy: r.init_energy,
+                        answered_by: cfg.llm.answered_by(&r.model, &r.model_name),
                     })
                     .collect(),
                 prompt_mode: Some(cfg.objective.as_str().into()),
@@ -326,6 +328,7 @@ impl Society {
                     deactivated_at_round: a.deactivated_at_round,
                     memory: a.memory.clone(),
                     errors: a.errors.clone(),
+                    answered_by: cfg.llm.answered_by(&a.spec.model, &a.spec.model_name),
                 })
                 .collect(),
             token_usage: std::mem::take(&mut self.rec.token_usage),

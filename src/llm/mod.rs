@@ -183,6 +183,46 @@ impl LlmConfig {
 }
 
 impl LlmConfig {
+    /// The model that answers an agent whose roster `model` key is `key`
+    /// and whose paper name is `model_name`, when it is not that model: a
+    /// scripted policy (`scripted:donor`), a local stand-in
+    /// (`[llm.stand_ins]`, `[llm] stand_in`), a served `llm.model`, or a
+    /// local key that names another model than `model_name`. `None` when
+    /// the paper's model itself answered (`qwen3-8b` for `qwen3:8b`).
+    /// Every output that names an agent's model names this one beside it.
+    pub fn answered_by(&self, key: &str, model_name: &str) -> Option<String> {
+        if key.starts_with(crate::backend::SCRIPTED_PREFIX) {
+            return Some(key.to_string());
+        }
+        let differs = |m: &str| (!same_model(m, model_name)).then(|| m.to_string());
+        match self.backend {
+            BackendKind::Openai => self.model.as_deref().and_then(differs),
+            BackendKind::Local => match self.stand_ins.get(key).or(self.stand_in.as_ref()) {
+                Some(s) => differs(s),
+                None => differs(key),
+            },
+        }
+    }
+}
+
+/// Whether two model names name one model: equal, equal but for `:` and
+/// `-` (a manifest name and its Ollama tag: `qwen3-8b`, `qwen3:8b`), or a
+/// manifest and its Ollama tag.
+fn same_model(a: &str, b: &str) -> bool {
+    let norm = |s: &str| s.trim().to_lowercase().replace(':', "-");
+    if norm(a) == norm(b) {
+        return true;
+    }
+    crate::inference::files::manifest::Catalog::load(None)
+        .ok()
+        .and_then(|c| {
+            let (ma, mb) = (c.get(a).ok()?, c.get(b).ok()?);
+            Some(ma.name == mb.name)
+        })
+        .unwrap_or(false)
+}
+
+impl LlmConfig {
     /// What a served backend needs of this section.
     pub fn served(&self) -> ServedOptions {
         ServedOptions {
@@ -333,6 +373,46 @@ mod tests {
             base_url: Some("http://127.0.0.1:8080/v1".into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_answering_model_is_named_when_it_is_not_the_papers() {
+        let local = LlmConfig::default();
+        assert_eq!(local.answered_by("qwen3-8b", "qwen3:8b"), None);
+        assert_eq!(local.answered_by("qwen3:8b", "qwen3:8b"), None);
+        assert_eq!(
+            local
+                .answered_by("smollm2-135m-instruct", "qwen3:8b")
+                .as_deref(),
+            Some("smollm2-135m-instruct")
+        );
+        assert_eq!(
+            local.answered_by("scripted:donor", "qwen3:8b").as_deref(),
+            Some("scripted:donor")
+        );
+        let stand_in = LlmConfig {
+            stand_in: Some("smollm2-135m-instruct".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            stand_in.answered_by("qwen3-8b", "qwen3:8b").as_deref(),
+            Some("smollm2-135m-instruct")
+        );
+        let mut per_model = stand_in.clone();
+        per_model
+            .stand_ins
+            .insert("qwen3-8b".into(), "/m/tiny.gguf".into());
+        assert_eq!(
+            per_model.answered_by("qwen3-8b", "qwen3:8b").as_deref(),
+            Some("/m/tiny.gguf")
+        );
+        let mut served = openai();
+        assert_eq!(served.answered_by("qwen3-8b", "qwen3:8b"), None);
+        served.model = Some("llama3.2:1b".into());
+        assert_eq!(
+            served.answered_by("qwen3-8b", "qwen3:8b").as_deref(),
+            Some("llama3.2:1b")
+        );
     }
 
     #[test]

@@ -71,7 +71,9 @@ pub fn check_models(
         if llm.backend == BackendKind::Openai {
             continue;
         }
-        // A stand-in answers for the key: check the stand-in, once.
+        // A stand-in answers for the key: check the stand-in, once, and that
+        // the key it stands in for names a known model (a misspelled paper
+        // model would otherwise run, and be recorded, under a wrong name).
         let (key, value) = match llm.stand_ins.get(&r.value) {
             Some(s) => (format!("llm.stand_ins.\"{}\"", r.value), s.clone()),
             None => match &llm.stand_in {
@@ -79,12 +81,29 @@ pub fn check_models(
                 None => (r.key.clone(), r.value.clone()),
             },
         };
-        if key != r.key && checked.contains(&key) {
-            continue;
+        let catalog = catalog.get_or_insert_with(|| Catalog::load(None).map_err(|e| e.to_string()));
+        if key != r.key {
+            note(&r.key, &r.value, unknown_stood_in(&r.value, catalog));
+            if checked.contains(&key) {
+                continue;
+            }
         }
         checked.push(key.clone());
-        let catalog = catalog.get_or_insert_with(|| Catalog::load(None).map_err(|e| e.to_string()));
         note(&key, &value, locate(&value, catalog));
+    }
+    // A per-model stand-in whose key no agent names stands in for nothing
+    // (a misspelled key): the agent it was meant for would run on another model.
+    if llm.backend == BackendKind::Local {
+        for model in llm.stand_ins.keys() {
+            if !refs.iter().any(|r| &r.value == model) {
+                let key = format!("llm.stand_ins.\"{model}\"");
+                let problem = format!(
+                    "no agent has this model, so it stands in for nothing{}",
+                    nearest_note(model, refs.iter().map(|r| r.value.as_str()))
+                );
+                note(&key, model, Some(problem));
+            }
+        }
     }
     if problems.is_empty() {
         return Ok(());
@@ -108,6 +127,30 @@ pub fn check_models(
         lines.len(),
         lines.join("\n  ")
     )
+}
+
+/// Why `spec`, a roster model a stand-in answers for, is not a model Joule
+/// knows (a manifest name, its Ollama tag, or a GGUF file here), or `None`
+/// when it is.
+fn unknown_stood_in(spec: &str, catalog: &Result<Catalog, String>) -> Option<String> {
+    if Path::new(spec).is_file() {
+        return None;
+    }
+    let catalog = match catalog {
+        Ok(c) => c,
+        Err(e) => return Some(format!("the model manifests cannot be read: {e}")),
+    };
+    if catalog.get(spec).is_ok() {
+        return None;
+    }
+    let names: Vec<&str> = catalog
+        .iter()
+        .flat_map(|m| std::iter::once(m.name.as_str()).chain(m.ollama_tag()))
+        .collect();
+    Some(format!(
+        "no model of that name{}; a stand-in answers for a known model (its manifest name or Ollama tag: `joule models list`; a manifest of your own goes in $JOULE_MODELS_DIR)",
+        nearest_note(spec, names.into_iter())
+    ))
 }
 
 /// Why the local engine could not run the model `spec` names (a GGUF file,
@@ -168,48 +211,7 @@ fn locate(spec: &str, catalog: &Result<Catalog, String>) -> Option<String> {
     ))
 }
 
-/// ` (nearest: a, b)` for the names of `known` closest to `name`, or nothing
-/// when none is close.
-fn nearest_note<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> String {
-    let near = nearest(name, known);
-    if near.is_empty() {
-        String::new()
-    } else {
-        format!(" (nearest: {})", near.join(", "))
-    }
-}
-
-/// Up to three names of `known` within a few edits of `name`, closest first.
-pub fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a str>) -> Vec<String> {
-    let limit = (name.chars().count() / 3).max(2);
-    let mut scored: Vec<(usize, &str)> = known
-        .map(|k| (edit_distance(&name.to_lowercase(), &k.to_lowercase()), k))
-        .filter(|(d, _)| *d <= limit)
-        .collect();
-    scored.sort();
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, k)| k.to_string())
-        .collect()
-}
-
-/// Levenshtein distance in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
-}
+pub use crate::names::{edit_distance, nearest, nearest_note};
 
 #[cfg(test)]
 mod tests {
@@ -261,12 +263,54 @@ mod tests {
             stand_in: Some("/nowhere/tiny.gguf".into()),
             ..LlmConfig::default()
         };
-        let e = check_models("c.toml", &refs, &llm, &policies())
+        let known = [ModelRef::new("roster[1].model", "qwen3-8b")];
+        let e = check_models("c.toml", &known, &llm, &policies())
             .unwrap_err()
             .to_string();
         assert_eq!(
             e,
             "c.toml: key `llm.stand_in`: `/nowhere/tiny.gguf`: no such file; nothing was run"
+        );
+        // A misspelled roster model is refused even when a stand-in answers
+        // for it; a known one (manifest name or Ollama tag) is not.
+        let local = LlmConfig {
+            stand_in: Some("smollm2-135m-instruct".into()),
+            ..LlmConfig::default()
+        };
+        let e = check_models("c.toml", &refs, &local, &policies())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("c.toml: key `roster[1].model`: `qwen3-8bb`: no model of that name (nearest: qwen3-8b, qwen3:8b)"),
+            "{e}"
+        );
+        for known in ["qwen3-8b", "qwen3:8b", "scripted:donor"] {
+            let refs = [ModelRef::new("roster[1].model", known)];
+            let mut llm = local.clone();
+            llm.stand_in = Some(
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/gguf/tiny-llama.gguf"
+                )
+                .into(),
+            );
+            check_models("c.toml", &refs, &llm, &policies()).unwrap();
+        }
+        let mut misspelled = LlmConfig::default();
+        misspelled
+            .stand_ins
+            .insert("qwen3-8bb".into(), "/nowhere/x.gguf".into());
+        let e = check_models(
+            "c.toml",
+            &[ModelRef::new("roster[0].model", "qwen3-8b")],
+            &misspelled,
+            &policies(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("key `llm.stand_ins.\"qwen3-8bb\"`: `qwen3-8bb`: no agent has this model, so it stands in for nothing (nearest: qwen3-8b)"),
+            "{e}"
         );
         // A served backend's names are the server's to check.
         let served = LlmConfig {

@@ -5,7 +5,10 @@
 //! the attempted job's fields come from `attempted_job`, and a memory row is an
 //! `ERROR` row when its agent logged an error of any phase in that round.
 //!
-//! Run folders are recognised by holding `agents.json` and `config.json`. Runs
+//! Run folders are recognised by holding `agents.json` and `config.json`; a
+//! Joule run without its COMPLETE marker, and a folder with a run's records
+//! but no `agents.json` (an unfinished sweep cell), are left out and named
+//! ([`discover_with`] keeps the former on request). Runs
 //! are grouped into conditions by their parent folder and ordered by path, as
 //! pandas' `sorted(Path)` orders them; a run is labelled `run_<run_number>`, or
 //! by its folder name when runs of one condition share a run number (a sweep).
@@ -130,9 +133,32 @@ fn is_run_dir(dir: &Path) -> bool {
     dir.join("agents.json").is_file() && dir.join("config.json").is_file()
 }
 
-fn find_runs(root: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+/// A Joule run folder that did not finish: it has records
+/// (`config.resolved.toml` or `events.jsonl`) but not the reference layout
+/// a finished run writes last.
+fn is_unfinished_dir(dir: &Path) -> bool {
+    !is_run_dir(dir)
+        && (dir.join("events.jsonl").is_file() || dir.join("config.resolved.toml").is_file())
+}
+
+/// A run folder of Joule's (it has `events.jsonl`) without its COMPLETE
+/// marker. Reference runs have neither and are complete.
+pub fn is_incomplete(dir: &Path) -> bool {
+    dir.join("events.jsonl").is_file()
+        && !crate::energy_society::recorder::Recorder::is_complete(dir)
+}
+
+fn find_runs(
+    root: &Path,
+    out: &mut Vec<PathBuf>,
+    unfinished: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
     if is_run_dir(root) {
         out.push(root.to_path_buf());
+        return Ok(());
+    }
+    if is_unfinished_dir(root) {
+        unfinished.push(root.to_path_buf());
         return Ok(());
     }
     let entries =
@@ -140,10 +166,17 @@ fn find_runs(root: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     for e in entries {
         let e = e.with_context(|| format!("reading folder {}", root.display()))?;
         if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            find_runs(&e.path(), out)?;
+            find_runs(&e.path(), out, unfinished)?;
         }
     }
     Ok(())
+}
+
+/// The runs found, and the run folders left out of every report.
+pub struct Discovered {
+    pub conditions: Vec<Condition>,
+    /// One line per kind of folder left out, naming them (empty when none).
+    pub left_out: Vec<String>,
 }
 
 /// A short name for a condition folder: its last component, or the last two when
@@ -164,21 +197,69 @@ pub fn condition_label(dir: &Path) -> String {
 }
 
 /// Find every run folder under `paths` (each a run folder or a folder holding
-/// some, at any depth), read them, and group them by parent folder.
+/// some, at any depth), read them, and group them by parent folder. Runs
+/// without their COMPLETE marker and unfinished folders (a sweep cell
+/// without `agents.json`) are left out, each kind said in one line on
+/// standard error.
 pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<Condition>> {
+    let d = discover_with(paths, false)?;
+    for line in &d.left_out {
+        eprintln!("note: {line}");
+    }
+    Ok(d.conditions)
+}
+
+/// [`discover`], keeping the runs without their COMPLETE marker when
+/// `include_incomplete`, and returning what was left out instead of saying it.
+pub fn discover_with(paths: &[PathBuf], include_incomplete: bool) -> anyhow::Result<Discovered> {
     let mut dirs = Vec::new();
+    let mut unfinished = Vec::new();
+    let mut incomplete = Vec::new();
     for p in paths {
         if !p.is_dir() {
             anyhow::bail!("{} is not a folder", p.display());
         }
-        let before = dirs.len();
-        find_runs(p, &mut dirs)?;
-        if dirs.len() == before {
+        let mut found = Vec::new();
+        let unfinished_before = unfinished.len();
+        find_runs(p, &mut found, &mut unfinished)?;
+        let found_any = !found.is_empty();
+        for d in found {
+            if !include_incomplete && is_incomplete(&d) {
+                incomplete.push(d);
+            } else {
+                dirs.push(d);
+            }
+        }
+        if !found_any && unfinished.len() == unfinished_before {
             anyhow::bail!(
                 "no run folders (with agents.json and config.json) under {}",
                 p.display()
             );
         }
+    }
+    let names = |v: &[PathBuf]| {
+        v.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut left_out = Vec::new();
+    if !incomplete.is_empty() {
+        left_out.push(format!(
+            "left out {} run(s) without their COMPLETE marker (they did not finish; --include-incomplete keeps them): {}",
+            incomplete.len(),
+            names(&incomplete)
+        ));
+    }
+    if !unfinished.is_empty() {
+        left_out.push(format!(
+            "left out {} run folder(s) without agents.json (unfinished runs or sweep cells; nothing to report until they finish): {}",
+            unfinished.len(),
+            names(&unfinished)
+        ));
+    }
+    if dirs.is_empty() {
+        anyhow::bail!("no complete run to report: {}", left_out.join("; "));
     }
     dirs.sort();
     dirs.dedup();
@@ -205,14 +286,18 @@ pub fn discover(paths: &[PathBuf]) -> anyhow::Result<Vec<Condition>> {
             }
         }
     }
-    Ok(by_parent
+    let conditions = by_parent
         .into_iter()
         .map(|(dir, runs)| Condition {
             label: condition_label(&dir),
             dir,
             runs,
         })
-        .collect())
+        .collect();
+    Ok(Discovered {
+        conditions,
+        left_out,
+    })
 }
 
 impl Condition {

@@ -43,7 +43,7 @@ pub fn agent_table(s: &Summary) -> String {
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             a.agent_id,
-            a.model_name,
+            a.model_label(),
             fmt_size(a.model_size),
             a.rounds_active.fmt(2, 1.0, ""),
             a.gained_per_spent.fmt(2, 1.0, ""),
@@ -72,6 +72,11 @@ pub fn condition_section(s: &Summary) -> String {
         s.collisions.fmt(2, 1.0, ""),
         fmt_range(s.collisions_min, s.collisions_max),
     );
+    if s.agents.iter().any(|a| !a.answered_by.is_empty()) {
+        out.push_str(
+            "- Models: not the paper's models. The calls were answered by the models the Model column names after \"answered by\" (stand-ins, served models or scripted policies); each agent kept its paper model's name and size S, which set its prices\n\n",
+        );
+    }
     if s.mode == crate::report::metrics::Mode::Corrected {
         out.push_str(
             "- Metric mode: corrected (QUIRK-14 to 17 fixed; not comparable with the reference's CSVs)\n\n",

@@ -9,6 +9,8 @@
 //! - [`html`]: the self-contained `report.html` run explorer (`--html`, `joule view`).
 //! - [`measured`]: measured joules per agent and phase beside the formula's charges.
 //! - [`reproduction`]: `--against paper|DIR`, verdicts of a reproduction.
+//! - [`identical`]: conditions whose runs are the same record for record (empty effects).
+//! - [`out_dir`]: the output folder: a non-empty one refused unless forced; a report's own files listed.
 //!
 //! Output folder: `aggregate/*.csv` (one condition) or `<condition>/aggregate/*.csv`
 //! (several), `report.md`, `metrics.json`, `plots/*.svg|png`, and with
@@ -17,10 +19,12 @@
 
 pub(crate) mod compare;
 pub(crate) mod html;
+pub mod identical;
 pub mod load;
 pub(crate) mod markdown;
 pub(crate) mod measured;
 pub mod metrics;
+pub mod out_dir;
 pub(crate) mod plots;
 pub mod reproduction;
 pub(crate) mod stats;
@@ -152,6 +156,12 @@ pub fn write(
         .map(|r| measured::section(&r.measured))
         .collect();
     let mut md = markdown::report_with(&summaries, &measured, &png_plots);
+    let same = identical::notes(reports.iter().map(|r| &r.condition));
+    if !same.is_empty() {
+        let text: String = same.iter().map(|n| format!("- {n}\n")).collect();
+        md.push_str(&format!("\n## Identical conditions\n\n{text}"));
+        warnings.extend(same);
+    }
     let mut terminal: String = summaries
         .iter()
         .zip(&measured)

@@ -50,6 +50,11 @@ impl MeanStd {
 pub struct AgentSummary {
     pub agent_id: String,
     pub model_name: String,
+    /// The models that answered this agent's calls in the condition's runs
+    /// when not `model_name` (stand-ins, served models, scripted policies;
+    /// `agents.json`'s `answered_by`), in run order; empty when the paper's
+    /// model answered.
+    pub answered_by: Vec<String>,
     pub model_size: f64,
     pub n_runs: usize,
     pub rounds_active: MeanStd,
@@ -64,6 +69,24 @@ pub struct AgentSummary {
     pub success_rate: [MeanStd; 3],
     /// Attempts per run by difficulty (easy, medium, hard), zero-filled.
     pub attempts_per_run: [MeanStd; 3],
+}
+
+impl AgentSummary {
+    /// The model as reports show it: the paper's name, and the model that
+    /// answered beside it when another one did
+    /// (`qwen3:8b (answered by smollm2-135m-instruct)`).
+    pub fn model_label(&self) -> String {
+        model_label(&self.model_name, &self.answered_by)
+    }
+}
+
+/// `name`, or `name (answered by a / b)` when other models answered.
+pub fn model_label(name: &str, answered_by: &[String]) -> String {
+    if answered_by.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name} (answered by {})", answered_by.join(" / "))
+    }
 }
 
 /// The summary of one condition.
@@ -142,9 +165,22 @@ pub fn summarize(
         };
         let total =
             |table: &str, col: &str| lookup(get(tables, table), &k, col).unwrap_or(0.0) as i64;
+        let mut answered_by: Vec<String> = Vec::new();
+        for run in &cond.runs {
+            for r in &run.data.agents {
+                if r.agent_id == a.agent_id && r.model_name == a.model_name {
+                    if let Some(m) = &r.answered_by {
+                        if !answered_by.contains(m) {
+                            answered_by.push(m.clone());
+                        }
+                    }
+                }
+            }
+        }
         agents.push(AgentSummary {
             agent_id: a.agent_id.clone(),
             model_name: a.model_name.clone(),
+            answered_by,
             model_size: a.model_size,
             n_runs: rows
                 .agents

@@ -137,8 +137,13 @@ pub enum ManifestError {
         path: PathBuf,
         error: std::io::Error,
     },
-    #[error("no model named `{name}`; known models: {known}")]
-    UnknownModel { name: String, known: String },
+    #[error("no model named `{name}`{nearest}; known models: {known} (`joule models list`)")]
+    UnknownModel {
+        name: String,
+        /// ` (nearest: a, b)`, or empty (`crate::names::nearest_note`).
+        nearest: String,
+        known: String,
+    },
 }
 
 /// Where the chat template comes from.
@@ -664,6 +669,12 @@ impl Catalog {
             })
             .ok_or_else(|| ManifestError::UnknownModel {
                 name: name.to_string(),
+                nearest: crate::names::nearest_note(
+                    name,
+                    self.manifests
+                        .iter()
+                        .flat_map(|m| std::iter::once(m.name.as_str()).chain(m.ollama_tag())),
+                ),
                 known: self
                     .manifests
                     .iter()

@@ -522,9 +522,20 @@ pub fn build(
     for run in &cond.runs {
         for a in &run.data.agents {
             if !agents.iter().any(|x| x.id == a.agent_id) {
+                // The paper's model, and the models that answered beside it.
+                let mut answered: Vec<String> = Vec::new();
+                for r in cond.runs.iter().flat_map(|r| &r.data.agents) {
+                    if r.agent_id == a.agent_id {
+                        if let Some(m) = &r.answered_by {
+                            if !answered.contains(m) {
+                                answered.push(m.clone());
+                            }
+                        }
+                    }
+                }
                 agents.push(AgentInfo {
                     id: a.agent_id.clone(),
-                    model: a.model_name.clone(),
+                    model: crate::report::summary::model_label(&a.model_name, &answered),
                     size: a.model_size,
                 });
             }

@@ -115,7 +115,7 @@ pub fn summary_html(ci: usize, s: &Summary) -> String {
             out,
             "<tr><th scope=\"row\">{}</th><td>{}</td><td class=\"num\">{}</td>{}{}{}{}{}{}{}</tr>",
             esc(&a.agent_id),
-            esc(&a.model_name),
+            esc(&a.model_label()),
             esc(&fmt_size(a.model_size)),
             cell("rounds_active", a.rounds_active.fmt(2, 1.0, "")),
             cell("gained_per_spent", a.gained_per_spent.fmt(2, 1.0, "")),

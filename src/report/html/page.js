@@ -100,12 +100,29 @@
     return out;
   }
 
+  // A chart's title, as a line of text above its drawing: it wraps on a
+  // narrow screen (an SVG text would be cut by the chart's edge).
+  function chartTitle(host, title) {
+    host.appendChild(el('p', { cls: 'chart-title', text: title }));
+  }
+  // Shorten `t` (an SVG text in the document) with an ellipsis until it is
+  // at most `width` pixels long.
+  function fitText(t, width) {
+    var s = t.textContent;
+    if (!t.getComputedTextLength) return;
+    while (s.length > 1 && t.getComputedTextLength() > width) {
+      s = s.slice(0, -1);
+      t.textContent = s + '…';
+    }
+  }
+
   // series: [{label, short, points: [{x, y, info: [lines]}], width, band: [{x, lo, hi}]}]
   // opts: {title, xLabel, yLabel, xFmt, yMin, yMax, yFmt, kind: 'line'}
   function lineChart(host, series, opts) {
     clear(host);
     var W = Math.max(360, host.clientWidth || 800), H = opts.height || 330;
-    var m = { l: 62, r: 86, t: 28, b: 44 };
+    var m = { l: 62, r: 86, t: 12, b: 44 };
+    H -= 16;
     var xs = [], ys = [];
     series.forEach(function (s) {
       s.points.forEach(function (p) { xs.push(p.x); ys.push(p.y); });
@@ -121,7 +138,7 @@
     var Y = function (v) { return H - m.b - (v - y0) / (y1 - y0) * (H - m.t - m.b); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'group', tabindex: '0',
       'aria-label': opts.title + '. Use the left and right arrow keys to step through ' + (opts.xLabel || 'x') + ' values.' });
-    var title = sv('text', { x: m.l, y: 16, class: 'chart-title' }); title.textContent = opts.title; svg.appendChild(title);
+    chartTitle(host, opts.title);
     // At most one x label per 44 px of plot width, so narrow screens get fewer.
     var xn = Math.max(2, Math.min(12, x1 - x0, Math.floor((W - m.l - m.r) / 44)));
     var yt = niceTicks(y0, y1, 6), xt = niceTicks(x0, x1, xn);
@@ -228,29 +245,51 @@
   }
 
   // Interval chart: rows [{label, rate, lo, hi, n, note}], horizontal bars with whiskers.
+  // A bar with its 95 % interval per row. Wide: the label left of the bar,
+  // the value right of it. Narrow (under 560 px): the label, then the value,
+  // then the bar across the whole width, so nothing is cut.
   function intervalChart(host, rows, title) {
     clear(host);
-    var W = Math.max(360, host.clientWidth || 800), rowH = 26, m = { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 30, b: 34 };
+    var W = Math.max(300, host.clientWidth || 800), narrow = W < 560;
+    var rowH = narrow ? 50 : 26;
+    var m = narrow ? { l: 14, r: 20, t: 10, b: 34 } : { l: Math.min(190, W * 0.3), r: Math.min(200, W * 0.32), t: 10, b: 34 };
     var H = m.t + m.b + rows.length * rowH;
     var X = function (v) { return m.l + v * (W - m.l - m.r); };
     var svg = sv('svg', { viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'img', 'aria-label': title });
-    var t = sv('text', { x: m.l, y: 16, class: 'chart-title' }); t.textContent = title; svg.appendChild(t);
+    chartTitle(host, title);
     [0, 0.25, 0.5, 0.75, 1].forEach(function (v) {
       svg.appendChild(sv('line', { x1: X(v), x2: X(v), y1: m.t, y2: H - m.b, class: 'grid' }));
       var tt = sv('text', { x: X(v), y: H - m.b + 16, class: 'tick x-tick', 'text-anchor': 'middle' }); tt.textContent = (v * 100) + '%'; svg.appendChild(tt);
     });
+    var fits = [];
     rows.forEach(function (r, i) {
-      var y = m.t + i * rowH + rowH / 2;
-      var lab = sv('text', { x: m.l - 8, y: y + 4, class: 'tick', 'text-anchor': 'end' }); lab.textContent = r.label; svg.appendChild(lab);
+      var top = m.t + i * rowH;
+      var y = narrow ? top + 38 : top + rowH / 2;
+      var value = fmt(r.rate * 100, 1) + '% [' + fmt(r.lo * 100, 1) + '–' + fmt(r.hi * 100, 1) + '] n=' + r.n + (r.note || '');
+      var lab, v;
+      if (narrow) {
+        lab = sv('text', { x: m.l, y: top + 12, class: 'tick bar-label' });
+        v = sv('text', { x: m.l, y: top + 25, class: 'tick' });
+        fits.push([lab, W - m.l - 4], [v, W - m.l - 4]);
+      } else {
+        lab = sv('text', { x: m.l - 8, y: y + 4, class: 'tick bar-label', 'text-anchor': 'end' });
+        v = sv('text', { x: W - m.r + 6, y: y + 4, class: 'tick' });
+        fits.push([lab, m.l - 12], [v, m.r - 10]);
+      }
+      lab.textContent = r.label; svg.appendChild(lab);
+      v.textContent = value; svg.appendChild(v);
       svg.appendChild(sv('rect', { x: X(0), y: y - 7, width: Math.max(0, X(r.rate) - X(0)), height: 14, class: 'bar' }));
       svg.appendChild(sv('line', { x1: X(r.lo), x2: X(r.hi), y1: y, y2: y, class: 'whisker' }));
       svg.appendChild(sv('line', { x1: X(r.lo), x2: X(r.lo), y1: y - 5, y2: y + 5, class: 'whisker' }));
       svg.appendChild(sv('line', { x1: X(r.hi), x2: X(r.hi), y1: y - 5, y2: y + 5, class: 'whisker' }));
-      var v = sv('text', { x: W - m.r + 6, y: y + 4, class: 'tick' });
-      v.textContent = fmt(r.rate * 100, 1) + '% [' + fmt(r.lo * 100, 1) + '–' + fmt(r.hi * 100, 1) + '] n=' + r.n + (r.note || '');
-      svg.appendChild(v);
     });
     host.appendChild(svg);
+    // Whatever still does not fit is shortened, its whole text kept in a tooltip.
+    fits.forEach(function (f) {
+      var full = f[0].textContent;
+      fitText(f[0], f[1]);
+      if (f[0].textContent !== full) { var tip = sv('title'); tip.textContent = full; f[0].appendChild(tip); }
+    });
   }
 
   function selftestQuery() {
@@ -688,7 +727,17 @@
       labels += rs.length;
       for (var i = 1; i < rs.length; i++) if (rs[i].left < rs[i - 1].right + 2) overlaps++;
     });
-    return { width: window.innerWidth, header_height: header.getBoundingClientRect().height, targets: targets, x_labels: labels, x_label_overlaps: overlaps };
+    // Chart texts cut by their chart's edge.
+    var clipped = [];
+    Array.prototype.forEach.call(document.querySelectorAll('svg.chart-svg'), function (svg) {
+      var box = svg.getBoundingClientRect();
+      Array.prototype.forEach.call(svg.querySelectorAll('text'), function (t) {
+        var r = t.getBoundingClientRect();
+        if (r.width > 0 && (r.left < box.left - 0.5 || r.right > box.right + 0.5)) clipped.push(t.textContent);
+      });
+    });
+    return { width: window.innerWidth, page_width: document.documentElement.scrollWidth, header_height: header.getBoundingClientRect().height,
+      targets: targets, x_labels: labels, x_label_overlaps: overlaps, clipped_texts: clipped };
   }
 
   function writeSelftest(obj) {

@@ -167,6 +167,9 @@ pub struct Reproduction {
     pub alpha: f64,
     /// One line per run condition: what it was matched to, its agents.
     pub conditions: Vec<String>,
+    /// Said at the top of every table when the runs were answered by other
+    /// models than the paper's ([`stand_in_notice`]).
+    pub notice: Option<String>,
     pub levels: Vec<LevelRow>,
     pub contrasts: Vec<ContrastRow>,
     /// Contrasts or conditions that could not be compared, and why.
@@ -286,23 +289,24 @@ pub fn cell_label(c: Cell) -> String {
     format!("{} {}", c.0.label(), c.1.label())
 }
 
-/// The models or policies at each agent slot of a condition: the roster's
-/// `model` from `config.resolved.toml` (a Joule run: `scripted:greedy`, a
-/// model key) where there is one, else the recorded `model_name`.
+/// The models at each agent slot of a condition: the paper's model name,
+/// with the model that answered beside it when another one did
+/// (`qwen3:8b (answered by smollm2-135m-instruct)`, `gemma4:e4b (answered
+/// by scripted:greedy)`): `agents.json`'s `answered_by`, or for a run
+/// recorded without it, what its `config.resolved.toml` says answered.
 pub fn slot_models(cond: &Condition) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for run in &cond.runs {
         let resolved = std::fs::read_to_string(run.dir.join("config.resolved.toml"))
             .ok()
-            .and_then(|t| t.parse::<toml::Table>().ok());
+            .and_then(|t| crate::energy_society::config::SocietyConfig::from_toml_str(&t, "").ok());
         for a in &run.data.agents {
-            let from_resolved = resolved.as_ref().and_then(|t| {
-                t.get("roster")?.as_array()?.iter().find_map(|r| {
-                    (r.get("agent_id")?.as_str()? == a.agent_id)
-                        .then(|| r.get("model")?.as_str().map(str::to_string))?
-                })
+            let answered = a.answered_by.clone().or_else(|| {
+                let cfg = resolved.as_ref()?;
+                let r = cfg.roster.iter().find(|r| r.agent_id == a.agent_id)?;
+                cfg.llm.answered_by(&r.model, &a.model_name)
             });
-            let name = from_resolved.unwrap_or_else(|| a.model_name.clone());
+            let name = crate::report::summary::model_label(&a.model_name, answered.as_slice());
             if !out.iter().any(|(id, m)| id == &a.agent_id && m == &name) {
                 out.push((a.agent_id.clone(), name));
             }
@@ -310,6 +314,29 @@ pub fn slot_models(cond: &Condition) -> Vec<(String, String)> {
     }
     out.sort_by_key(|(id, _)| agent_order(id));
     out
+}
+
+/// The notice every table of a reproduction opens with when some of its
+/// runs were not answered by the paper's models (stand-ins, served
+/// models, scripted policies); `None` when every call was.
+pub fn stand_in_notice(reports: &[ConditionReport]) -> Option<String> {
+    let mut slots: Vec<String> = Vec::new();
+    for r in reports {
+        for (a, m) in slot_models(&r.condition) {
+            if m.contains(" (answered by ") {
+                let s = format!("{a} {m}");
+                if !slots.contains(&s) {
+                    slots.push(s);
+                }
+            }
+        }
+    }
+    (!slots.is_empty()).then(|| {
+        format!(
+            "Not the paper's models: these runs were answered by stand-ins ({}); each agent kept its paper model's name and size, so the differences below measure the stand-ins, not the paper's models.",
+            slots.join("; ")
+        )
+    })
 }
 
 fn model_of(models: &[(String, String)], agent: &str) -> Option<String> {
@@ -530,6 +557,7 @@ pub fn against_paper(reports: &[ConditionReport], mode: Mode) -> anyhow::Result<
         bootstrap: BOOTSTRAP,
         alpha: ALPHA,
         conditions,
+        notice: stand_in_notice(reports),
         levels,
         contrasts,
         notes,
@@ -696,6 +724,7 @@ pub fn against_runs(
         bootstrap: BOOTSTRAP,
         alpha: ALPHA,
         conditions,
+        notice: stand_in_notice(reports),
         levels,
         contrasts,
         notes,

@@ -110,6 +110,9 @@ pub fn markdown(r: &Reproduction) -> String {
     }
     md.push('\n');
     let _ = writeln!(md, "## Levels\n");
+    if let Some(n) = &r.notice {
+        let _ = writeln!(md, "> **{n}**\n");
+    }
     md.push_str(
         "| reference | runs | metric | agent | runs: mean ± sd (n) | reference | difference [95 % CI] | test | p (Holm) | verdict |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
@@ -153,6 +156,9 @@ pub fn markdown(r: &Reproduction) -> String {
     );
     if !r.contrasts.is_empty() {
         let _ = writeln!(md, "## Effects (the paper's claims as contrasts)\n");
+        if let Some(n) = &r.notice {
+            let _ = writeln!(md, "> **{n}**\n");
+        }
         md.push_str(
             "| contrast | runs (a − b) | runs' effect [95 % CI] | reference effect | sign | run − reference [95 % CI] | test | p sign (Holm) | p size (Holm) | size |\n\
              |---|---|---|---|---|---|---|---|---|---|\n",
@@ -313,7 +319,14 @@ pub fn html_section(r: &Reproduction) -> String {
     for c in &r.conditions {
         let _ = write!(h, "<li>{}</li>", esc(&c.replace('`', "")));
     }
-    h.push_str("</ul>\n<div class=\"scroll\"><table id=\"reproduction-levels\"><caption>Levels: the runs against the reference, per condition and metric</caption><thead><tr>");
+    h.push_str("</ul>\n");
+    let notice = |h: &mut String| {
+        if let Some(n) = &r.notice {
+            let _ = write!(h, "<p class=\"notice\"><strong>{}</strong></p>\n", esc(n));
+        }
+    };
+    notice(&mut h);
+    h.push_str("<div class=\"scroll\"><table id=\"reproduction-levels\"><caption>Levels: the runs against the reference, per condition and metric</caption><thead><tr>");
     for t in [
         "Reference",
         "Runs",
@@ -359,6 +372,7 @@ pub fn html_section(r: &Reproduction) -> String {
     }
     h.push_str("</tbody></table></div>\n");
     if !r.contrasts.is_empty() {
+        notice(&mut h);
         h.push_str("<div class=\"scroll\"><table id=\"reproduction-effects\"><caption>Effects: the paper's claims as contrasts (a − b)</caption><thead><tr>");
         for t in [
             "Contrast",

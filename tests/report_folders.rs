@@ -1,0 +1,255 @@
+//! What `joule report` reads and writes, checked on small scripted runs made
+//! by the built binary: an output folder with files in it is refused unless
+//! `--force`, which removes only the earlier report's own files; runs that
+//! did not finish are left out and named; two conditions with identical runs
+//! are named; the reproduction of runs not answered by the paper's models
+//! says so above every table; the cooperative scripted baseline donates.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn joule(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running joule")
+}
+
+fn ok(args: &[&str]) -> (String, String) {
+    let o = joule(args);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert_eq!(o.status.code(), Some(0), "joule {args:?}:\n{out}\n{err}");
+    (out, err)
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `configs/energy-society/<name>.toml` with `rounds` rounds, run with `seed` into `out`.
+fn run(name: &str, rounds: u32, seed: u64, out: &Path) {
+    let text = std::fs::read_to_string(root().join(format!("configs/energy-society/{name}.toml")))
+        .unwrap()
+        .replace("max_rounds = 30", &format!("max_rounds = {rounds}"));
+    let cfg = out.with_extension("toml");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    std::fs::write(&cfg, text).unwrap();
+    ok(&["run", p(&cfg), "--seed", &seed.to_string(), "--out", p(out)]);
+}
+
+fn n_runs(report: &Path) -> u64 {
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("metrics.json")).unwrap())
+            .unwrap();
+    m["conditions"][0]["summary"]["n_runs"].as_u64().unwrap()
+}
+
+#[test]
+fn an_out_folder_with_files_is_refused_and_force_removes_only_the_old_reports_files() {
+    let t = tempfile::tempdir().unwrap();
+    run("baseline-comp", 2, 1, &t.path().join("a/seed_1"));
+    run("baseline-comp", 2, 1, &t.path().join("b/seed_1"));
+    let rep = t.path().join("report");
+    // Two conditions: a folder per condition.
+    ok(&[
+        "report",
+        p(&t.path().join("a")),
+        p(&t.path().join("b")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+    ]);
+    assert!(rep.join("a/aggregate").is_dir() && rep.join("b/aggregate").is_dir());
+    std::fs::write(rep.join("mine.txt"), "kept").unwrap();
+    let o = joule(&[
+        "report",
+        p(&t.path().join("a")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("not empty") && err.contains("--force"),
+        "{err}"
+    );
+    assert!(
+        rep.join("b/aggregate").is_dir(),
+        "a refused report changes nothing"
+    );
+    // One condition, forced: the old condition folders go, the user's file stays.
+    ok(&[
+        "report",
+        p(&t.path().join("a")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+        "--force",
+    ]);
+    assert!(rep.join("aggregate").is_dir());
+    assert!(
+        !rep.join("a").exists() && !rep.join("b").exists(),
+        "stale condition folders"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rep.join("mine.txt")).unwrap(),
+        "kept"
+    );
+}
+
+#[test]
+fn runs_that_did_not_finish_are_left_out_and_named() {
+    let t = tempfile::tempdir().unwrap();
+    let cond = t.path().join("cond");
+    run("baseline-comp", 2, 1, &cond.join("seed_1"));
+    run("baseline-comp", 2, 2, &cond.join("seed_2"));
+    run("baseline-comp", 2, 3, &cond.join("seed_3"));
+    // seed_2 lost its COMPLETE marker; seed_3 stopped before its agents.json.
+    std::fs::remove_file(cond.join("seed_2/COMPLETE")).unwrap();
+    for f in [
+        "agents.json",
+        "config.json",
+        "token_usage.json",
+        "transcript.json",
+        "COMPLETE",
+    ] {
+        std::fs::remove_file(cond.join("seed_3").join(f)).unwrap();
+    }
+    let rep = t.path().join("report");
+    let (_, err) = ok(&["report", p(&cond), "--out", p(&rep), "--no-plots"]);
+    let line = |what: &str| {
+        err.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no line with {what:?} in {err}"))
+            .to_string()
+    };
+    let incomplete = line("without their COMPLETE marker");
+    assert!(
+        incomplete.contains("left out 1 run(s)") && incomplete.contains("seed_2"),
+        "{incomplete}"
+    );
+    assert!(incomplete.contains("--include-incomplete"), "{incomplete}");
+    let unfinished = line("without agents.json");
+    assert!(
+        unfinished.contains("left out 1 run folder(s)") && unfinished.contains("seed_3"),
+        "{unfinished}"
+    );
+    assert_eq!(n_runs(&rep), 1);
+    let rep2 = t.path().join("report2");
+    ok(&[
+        "report",
+        p(&cond),
+        "--out",
+        p(&rep2),
+        "--no-plots",
+        "--include-incomplete",
+    ]);
+    assert_eq!(n_runs(&rep2), 2);
+}
+
+#[test]
+fn identical_conditions_are_named_and_the_cooperative_baseline_donates() {
+    let t = tempfile::tempdir().unwrap();
+    run(
+        "baseline-comp",
+        10,
+        12345,
+        &t.path().join("comp/seed_12345"),
+    );
+    run(
+        "baseline-comp",
+        10,
+        12345,
+        &t.path().join("comp-again/seed_12345"),
+    );
+    run(
+        "baseline-coop",
+        10,
+        12345,
+        &t.path().join("coop/seed_12345"),
+    );
+    let agents =
+        |c: &str| std::fs::read_to_string(t.path().join(c).join("seed_12345/agents.json")).unwrap();
+    assert_ne!(
+        agents("comp"),
+        agents("coop"),
+        "the coop baseline plays like the comp one"
+    );
+    let coop: serde_json::Value = serde_json::from_str(&agents("coop")).unwrap();
+    let donations = coop
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| a["memory"].as_array().unwrap())
+        .filter(|m| m["action"] == "DONATE")
+        .count();
+    assert!(donations > 0, "the cooperative policy never donated");
+    let rep = t.path().join("report");
+    let (_, err) = ok(&[
+        "report",
+        p(&t.path().join("comp")),
+        p(&t.path().join("comp-again")),
+        p(&t.path().join("coop")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+    ]);
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(md.contains("## Identical conditions"), "{md}");
+    assert!(
+        md.contains("the runs of `comp` and `comp-again` are identical"),
+        "{md}"
+    );
+    assert!(
+        !md.contains("`coop` are identical") && !md.contains("and `coop`"),
+        "{md}"
+    );
+    assert!(err.contains("are identical"), "{err}");
+}
+
+#[test]
+fn a_reproduction_of_runs_not_answered_by_the_papers_models_says_so_above_every_table() {
+    let t = tempfile::tempdir().unwrap();
+    for seed in [1, 2] {
+        run(
+            "baseline-comp",
+            30,
+            seed,
+            &t.path().join(format!("baseline-comp/seed_{seed}")),
+        );
+        run(
+            "baseline-coop",
+            30,
+            seed,
+            &t.path().join(format!("baseline-coop/seed_{seed}")),
+        );
+    }
+    let (md, _) = ok(&[
+        "report",
+        p(&t.path().join("baseline-comp")),
+        p(&t.path().join("baseline-coop")),
+        "--against",
+        "paper",
+    ]);
+    let notice = "> **Not the paper's models: these runs were answered by stand-ins";
+    for table in ["## Levels", "## Effects"] {
+        let at = md
+            .find(table)
+            .unwrap_or_else(|| panic!("no {table} in {md}"));
+        let next = md[at..].find('|').unwrap();
+        assert!(md[at..at + next].contains(notice), "{table}: {md}");
+    }
+    assert!(
+        md.contains("agent_4 qwen3:8b (answered by scripted:greedy)"),
+        "{md}"
+    );
+}
