@@ -124,7 +124,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     crate::outln!("run folder: {}", out.display());
     if errors.invoke_errors == 0 && outcome::all_out_in_round_one(&result.folder.agents) {
-        ecrate::outln!(
+        crate::errln!(
             "warning: {} (exit status {})",
             outcome::warning(&out),
             outcome::EXIT_ALL_OUT
