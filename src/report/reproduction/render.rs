@@ -434,6 +434,13 @@ pub fn terminal(r: &Reproduction) -> String {
     for n in &r.notes {
         out.push_str(&wrap(&format!("not compared: {n}"), w, "  "));
     }
+    if r.allow_mismatch {
+        out.push_str(&wrap(
+            "!: the runs' set-up differs from the reference condition's (--allow-mismatch; what differs: above and in reproduction.md)",
+            w,
+            "  ",
+        ));
+    }
     out.push_str(&wrap(
         "detectable: the smallest difference the row detects with 80 % power at Holm's first step; \
          consistent: could have detected its margin, inconclusive: could not. \

@@ -108,30 +108,53 @@ pub fn t_sf2(t: f64, df: f64) -> f64 {
     beta_inc(df / 2.0, 0.5, x).clamp(0.0, 1.0)
 }
 
+/// The density of Student's t with `df` degrees of freedom.
+pub fn t_pdf(t: f64, df: f64) -> f64 {
+    (ln_gamma((df + 1.0) / 2.0)
+        - ln_gamma(df / 2.0)
+        - 0.5 * (df * std::f64::consts::PI).ln()
+        - (df + 1.0) / 2.0 * (t * t / df).ln_1p())
+    .exp()
+}
+
 /// The quantile q ∈ (0.5, 1) of Student's t with `df` degrees of freedom
-/// (bisection to the last bit on the two-sided tail).
+/// (Newton's method on the two-sided tail, kept inside a bracket that
+/// bisection narrows whenever a step would leave it; NaN outside (0.5, 1)).
 pub fn t_quantile(q: f64, df: f64) -> f64 {
-    assert!(q > 0.5 && q < 1.0, "t_quantile takes q in (0.5, 1)");
+    if !(q > 0.5 && q < 1.0) || df.is_nan() || df <= 0.0 {
+        return f64::NAN;
+    }
     let target = 2.0 * (1.0 - q);
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     while t_sf2(hi, df) > target {
+        lo = hi;
         hi *= 2.0;
         if hi > 1e300 {
             return f64::INFINITY;
         }
     }
-    for _ in 0..2000 {
-        let mid = 0.5 * (lo + hi);
-        if mid <= lo || mid >= hi {
+    let mut x = 0.5 * (lo + hi);
+    for _ in 0..500 {
+        let f = t_sf2(x, df) - target;
+        if f == 0.0 {
+            return x;
+        }
+        if f > 0.0 {
+            lo = x;
+        } else {
+            hi = x;
+        }
+        let mut next = x + f / (2.0 * t_pdf(x, df));
+        if !(next > lo && next < hi) {
+            next = 0.5 * (lo + hi);
+        }
+        let done = (next - x).abs() <= 2.0 * f64::EPSILON * x || hi - lo <= 2.0 * f64::EPSILON * hi;
+        x = next;
+        if done {
             break;
         }
-        if t_sf2(mid, df) > target {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
     }
-    0.5 * (lo + hi)
+    x
 }
 
 /// Two-sided normal tail P(|Z| ≥ |z|).
@@ -319,25 +342,49 @@ pub fn detectable(se: f64, df: f64, alpha: f64) -> f64 {
     if !se.is_finite() || df.is_nan() || df <= 0.0 {
         return f64::NAN;
     }
-    let (mut lo, mut hi) = (0.0f64, t_quantile(1.0 - alpha / 2.0, df) + 1.0);
-    while t_power(hi, df, alpha) < POWER {
-        lo = hi;
-        hi *= 2.0;
-        if hi > 1e6 {
+    // Regula falsi (Illinois) on power − 0.8 over a bracket of the
+    // noncentrality.
+    let g = |x: f64| t_power(x, df, alpha) - POWER;
+    let (mut a, mut b) = (0.0f64, t_quantile(1.0 - alpha / 2.0, df) + 1.0);
+    let (mut fa, mut fb) = (g(a), g(b));
+    while fb < 0.0 {
+        a = b;
+        fa = fb;
+        b *= 2.0;
+        if b > 1e6 {
             return f64::INFINITY;
         }
+        fb = g(b);
     }
-    for _ in 0..60 {
-        let mid = 0.5 * (lo + hi);
-        if t_power(mid, df, alpha) < POWER {
-            lo = mid;
-        } else {
-            hi = mid;
+    let mut side = 0i8;
+    for _ in 0..100 {
+        let x = (a * fb - b * fa) / (fb - fa);
+        let fx = g(x);
+        if fx.abs() < 1e-12 || (b - a) <= 1e-12 * b {
+            a = x;
+            b = x;
+            break;
         }
-        if hi - lo <= 1e-12 * hi {
+        if fx < 0.0 {
+            a = x;
+            fa = fx;
+            if side == -1 {
+                fb /= 2.0;
+            }
+            side = -1;
+        } else {
+            b = x;
+            fb = fx;
+            if side == 1 {
+                fa /= 2.0;
+            }
+            side = 1;
+        }
+        if (b - a) <= 1e-12 * b {
             break;
         }
     }
+    let (lo, hi) = (a, b);
     0.5 * (lo + hi) * se
 }
 
@@ -469,6 +516,7 @@ mod tests {
 
     #[test]
     fn t_quantiles_of_textbook_tables() {
+        assert!(t_quantile(0.4, 4.0).is_nan());
         assert!((t_quantile(0.975, 4.0) - 2.776_445_105_197_793).abs() < 1e-12);
         assert!((t_quantile(0.975, 1.0) - 12.706_204_736_174_7).abs() < 1e-9);
         assert!((t_sf2(2.776_445_105_197_793, 4.0) - 0.05).abs() < 1e-13);
