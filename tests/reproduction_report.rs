@@ -620,3 +620,40 @@ fn runs_of_another_set_up_are_refused_or_marked() {
         "{md}"
     );
 }
+
+#[test]
+fn the_spread_of_single_published_numbers_is_the_reference_runs_sd() {
+    use joule::report::reproduction::paper::{Paper, Published};
+    use joule::report::reproduction::stats::Summary;
+    use joule::report::reproduction::{paper_cell, side_values};
+    let paper = Paper::embedded();
+    let mut checked = 0;
+    for cond in ["comp_with_discussion", "coop"] {
+        let mut conds = joule::report::load::discover(&[condition_dir(cond)]).unwrap();
+        let r = joule::report::analyse_with(conds.remove(0), joule::report::Mode::Faithful);
+        let (cell, _) = paper_cell(&r.condition).unwrap();
+        for f in paper.figures.iter().filter(|f| f.cell == cell) {
+            let Published::Interval { spread, .. } = f.published else {
+                continue;
+            };
+            let spread = spread.expect("a figure of a condition with reference runs has their sd");
+            let agents: Vec<String> = f.agent.iter().cloned().collect();
+            let xs: Vec<f64> = side_values(&r, f.metric, &agents, joule::report::Mode::Faithful)
+                .into_iter()
+                .map(|(_, x)| x)
+                .collect();
+            let s = Summary::of(&xs);
+            assert_eq!(spread.n, s.n, "{cond} {:?}", f.metric);
+            assert!(
+                (spread.sd - s.sd).abs() < 5e-7,
+                "{cond} {} {:?}: paper.toml {} against the reference runs' {}",
+                f.metric.name(),
+                f.agent,
+                spread.sd,
+                s.sd
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11);
+}

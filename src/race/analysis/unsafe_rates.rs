@@ -237,6 +237,10 @@ mod tests {
         assert!(ts.iter().all(|t| t.verdict == "more Unsafe"), "{ts:?}");
         let (md, csv) = section(&obs, "human", &[("p_max", &keys)]);
         assert!(md.contains("more Unsafe"));
+        // Clusters of each group, and the t reference's G − 1 = 39 df.
+        assert!(md.contains("| 20 / 20 |"), "{md}");
+        assert!(md.contains(", df 39 ("), "{md}");
+        assert!(ts.iter().all(|t| t.df == 39.0));
         assert_eq!(csv.lines().count(), 3);
     }
 }

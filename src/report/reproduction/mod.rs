@@ -730,7 +730,12 @@ pub fn against_paper(
                 });
                 None
             } else {
-                let t = verdict::level(&xs, &reference);
+                let mut t = verdict::level(&xs, &reference);
+                if let Published::Interval { point: true, .. } = f.published {
+                    t.test = t
+                        .test
+                        .replace("the nearest end of the range", "the value ± its rounding");
+                }
                 set_test(&mut row, &t);
                 Some(t)
             };
