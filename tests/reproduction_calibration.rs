@@ -343,15 +343,15 @@ fn perfect_reproductions_against_reference_runs_hold_the_family_wise_level() {
     }
 }
 
+/// The printed detectable difference is where the noncentral t at the
+/// row's own Welch df reaches 80 %; Welch's estimated df costs the test a
+/// few points of that (74–78 % in these tables at 5 vs 5 runs), so a rate
+/// from 72 % to 92 % passes (2.3 Monte Carlo standard errors are ± 2 %).
 fn check_power(label: &str, flagged: usize, tables: usize) {
     let rate = flagged as f64 / tables as f64;
-    let mc = (0.8f64 * 0.2 / tables as f64).sqrt();
-    eprintln!(
-        "{label}: flagged in {rate:.3} of tables (80 % promised, ± {:.3})",
-        2.33 * mc
-    );
+    eprintln!("{label}: flagged in {rate:.3} of tables (80 % printed)");
     assert!(
-        rate >= 0.72 && rate <= 0.92,
+        (0.72..=0.92).contains(&rate),
         "{label}: a difference of the printed detectable size was flagged in {rate:.3} of tables, \
          not about 80 %"
     );

@@ -207,10 +207,9 @@ fn missing_note(c: &Contrast, cells: &[CellRuns], whose: &str) -> String {
 /// A published side as the interval its mean lies in and its variance
 /// component; `None` for the component when the side takes the runs' own
 /// sd (equal variances) — then `own` is that component.
-fn published_side(
-    p: &Published,
-    own: Option<&Summary>,
-) -> ((f64, f64), Option<(f64, f64)>, Option<(f64, f64)>) {
+type SideParts = ((f64, f64), Option<(f64, f64)>, Option<(f64, f64)>);
+
+fn published_side(p: &Published, own: Option<&Summary>) -> SideParts {
     match *p {
         Published::MeanSd { mean, sd, n } => (
             (mean, mean),

@@ -366,15 +366,8 @@ pub fn terminal(r: &Reproduction) -> String {
             ));
             let _ = writeln!(
                 out,
-                "  {:<18} {:<7} {:<19} {:<19} {:>8} {:>10} {:>7}  {}",
-                "metric",
-                "agent",
-                "runs mean ± sd",
-                "reference",
-                "diff",
-                "detectable",
-                "p Holm",
-                "verdict"
+                "  {:<18} {:<7} {:<19} {:<19} {:>8} {:>10} {:>7}  verdict",
+                "metric", "agent", "runs mean ± sd", "reference", "diff", "detectable", "p Holm"
             );
             block = head;
         }
@@ -415,8 +408,8 @@ pub fn terminal(r: &Reproduction) -> String {
         out.push_str("\nEffects (a − b)\n");
         let _ = writeln!(
             out,
-            "  {:<54} {:>8} {:>8} {:>8}  {:<15} {}",
-            "contrast", "runs", "ref", "detect.", "sign", "size"
+            "  {:<54} {:>8} {:>8} {:>8}  {:<15} size",
+            "contrast", "runs", "ref", "detect.", "sign"
         );
         for c in &r.contrasts {
             let line = format!(
