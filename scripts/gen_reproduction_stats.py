@@ -16,8 +16,11 @@ tests/reproduction_stats.rs checks the Rust functions against (relative toleranc
 - Holm: statsmodels.stats.multitest.multipletests(method="holm");
 - two proportions: statsmodels proportions_ztest (pooled z) and
   confint_proportions_2indep(compare="diff", method="wald");
-- cluster-robust difference of two rates: statsmodels OLS(y, [1, group]).fit(cov_type="cluster");
-- numpy's linear quantile of a fixed "bootstrap" sample and the bootstrap p-value of an interval.
+- cluster-robust difference of two rates: statsmodels OLS(y, [1, group]).fit(cov_type="cluster",
+  use_t=True) (t reference with G - 1 df), including a case with 4 clusters a side;
+- the power of a two-sided t test (scipy's noncentral t) and the detectable difference at 80 %
+  power (the noncentrality where it reaches 0.8, times the standard error);
+- Holm over a declared family of m tests (fewer p-values than m), from its definition.
 """
 import json
 import os
@@ -116,7 +119,8 @@ def two_prop_cases():
 def cluster_cases():
     rng = np.random.default_rng(29)
     out = []
-    for n_a, g_a, pa, n_b, g_b, pb in [(120, 12, 0.3, 300, 40, 0.45), (60, 6, 0.6, 80, 20, 0.5)]:
+    for n_a, g_a, pa, n_b, g_b, pb in [(120, 12, 0.3, 300, 40, 0.45), (60, 6, 0.6, 80, 20, 0.5),
+                                       (40, 4, 0.3, 40, 4, 0.6)]:
         ya = (rng.random(n_a) < pa).astype(int)
         yb = (rng.random(n_b) < pb).astype(int)
         ca = [f"m{i % g_a}" for i in range(n_a)]
@@ -125,28 +129,40 @@ def cluster_cases():
         x = np.concatenate([np.ones(n_a), np.zeros(n_b)])
         X = np.column_stack([np.ones(n_a + n_b), x])
         groups = np.array([int(c[1:]) + (0 if c[0] == "m" else 10_000) for c in ca + cb])
-        fit = sm.OLS(y, X).fit(cov_type="cluster", cov_kwds={"groups": groups})
+        fit = sm.OLS(y, X).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
         lo, hi = fit.conf_int()[1]
         out.append({"a": [[c, int(v)] for c, v in zip(ca, ya)],
                     "b": [[c, int(v)] for c, v in zip(cb, yb)],
                     "estimate": float(fit.params[1]), "se": float(fit.bse[1]),
-                    "p": float(fit.pvalues[1]), "ci": [float(lo), float(hi)]})
+                    "p": float(fit.pvalues[1]), "df": float(fit.df_resid_inference),
+                    "ci": [float(lo), float(hi)]})
     return out
 
 
-def quantile_cases():
-    rng = np.random.default_rng(7)
-    xs = np.sort(rng.normal(1.0, 0.3, 999))
-    out = {"sample": [float(x) for x in xs],
-           "q": {str(q): float(np.quantile(xs, q)) for q in (0.025, 0.5, 0.975)}}
-    b = len(xs)
-    ps = []
-    for lo, hi in [(1.0, 1.0), (0.4, 0.5), (1.5, 2.0), (0.9, 1.1), (-np.inf, 0.2)]:
-        below = np.sum(xs <= hi)
-        above = np.sum(xs >= lo)
-        p = min(1.0, 2 * min((1 + below) / (b + 1), (1 + above) / (b + 1)))
-        ps.append({"lo": None if np.isinf(lo) else lo, "hi": hi, "p": float(p)})
-    out["p_interval"] = ps
+def detectable_cases():
+    # The smallest ncp * se at which a two-sided t test at level alpha has power 0.8 (noncentral t),
+    # and the power at a few other points.
+    from scipy.optimize import brentq
+
+    def power(ncp, df, alpha):
+        crit = stats.t.ppf(1 - alpha / 2, df)
+        return stats.nct.sf(crit, df, ncp) + np.nan_to_num(stats.nct.cdf(-crit, df, ncp))
+
+    out = []
+    for se, df, alpha in [(1.0, 8.0, 0.05), (0.5, 4.0, 0.05 / 11), (2.3, 6.3, 0.05 / 9),
+                          (0.1, 30.0, 0.01), (1.0, 2.5, 0.05 / 3), (1.0, 1.5, 0.05 / 2)]:
+        ncp = brentq(lambda x: power(x, df, alpha) - 0.8, 0.0, 60.0, xtol=1e-13, rtol=1e-14)
+        out.append({"se": se, "df": df, "alpha": alpha, "detectable": float(ncp * se),
+                    "power_at": [[x, float(power(x, df, alpha))] for x in (0.5, 2.0, 4.0)]})
+    return out
+
+
+def holm_declared_cases():
+    out = []
+    for p, m in [([0.01, 0.04, 0.03], 5), ([0.001, 0.2], 10), ([0.02, 0.5, 0.3, 0.01], 4)]:
+        padded = p + [1.0] * (m - len(p))
+        _, adj, _, _ = multipletests(padded, alpha=0.05, method="holm")
+        out.append({"p": p, "m": m, "holm": [float(x) for x in adj[:len(p)]]})
     return out
 
 
@@ -162,7 +178,8 @@ def main():
         "holm": holm_cases(),
         "two_proportion": two_prop_cases(),
         "cluster_robust": cluster_cases(),
-        "quantile": quantile_cases(),
+        "detectable": detectable_cases(),
+        "holm_declared": holm_declared_cases(),
     }
     with open(OUT, "w") as f:
         json.dump(data, f, indent=1)

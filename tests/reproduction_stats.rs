@@ -3,8 +3,8 @@
 //! `scripts/gen_reproduction_stats.py`).
 
 use joule::report::reproduction::stats::{
-    cluster_robust_diff, holm, t_quantile, t_sf2, two_proportion_z, welch, welch_components,
-    Distribution, Summary,
+    cluster_robust_diff, detectable, holm, holm_declared, t_power, t_quantile, t_sf2,
+    two_proportion_z, welch, welch_components, Summary,
 };
 use serde_json::Value;
 
@@ -128,6 +128,8 @@ fn cluster_robust_difference_matches_statsmodels_ols() {
         let z = cluster_robust_diff(&side(&c["a"]), &side(&c["b"]));
         close(z.estimate, f(&c["estimate"]), "estimate");
         close(z.se, f(&c["se"]), "cluster se");
+        close(z.df, f(&c["df"]), "cluster t df (G − 1)");
+        assert_eq!(z.clusters_a + z.clusters_b, z.df as usize + 1);
         close(z.p, f(&c["p"]), "cluster p");
         close(z.ci.0, f(&c["ci"][0]), "cluster ci");
         close(z.ci.1, f(&c["ci"][1]), "cluster ci");
@@ -135,25 +137,36 @@ fn cluster_robust_difference_matches_statsmodels_ols() {
 }
 
 #[test]
-fn bootstrap_quantiles_and_interval_p_values_match_numpy() {
+fn holm_over_a_declared_family_matches_statsmodels_with_the_rest_at_one() {
     let d = fixture();
-    let q = &d["quantile"];
-    let dist = Distribution {
-        sorted: q["sample"].as_array().unwrap().iter().map(f).collect(),
-    };
-    for (k, v) in q["q"].as_object().unwrap() {
-        close(
-            dist.quantile(k.parse().unwrap()),
-            f(v),
-            &format!("quantile {k}"),
-        );
+    for c in d["holm_declared"].as_array().unwrap() {
+        let p: Vec<f64> = c["p"].as_array().unwrap().iter().map(f).collect();
+        let m = c["m"].as_u64().unwrap() as usize;
+        let want: Vec<f64> = c["holm"].as_array().unwrap().iter().map(f).collect();
+        for (g, w) in holm_declared(&p, m).iter().zip(&want) {
+            close(*g, *w, &format!("holm of {p:?} in a family of {m}"));
+        }
     }
-    for c in q["p_interval"].as_array().unwrap() {
-        let lo = c["lo"].as_f64().unwrap_or(f64::NEG_INFINITY);
-        close(
-            dist.p_interval(lo, f(&c["hi"])),
-            f(&c["p"]),
-            &format!("p_interval {c}"),
+}
+
+#[test]
+fn power_and_detectable_differences_match_scipys_noncentral_t() {
+    let d = fixture();
+    for c in d["detectable"].as_array().unwrap() {
+        let (se, df, alpha) = (f(&c["se"]), f(&c["df"]), f(&c["alpha"]));
+        let want = f(&c["detectable"]);
+        let got = detectable(se, df, alpha);
+        assert!(
+            ((got - want) / want).abs() < 1e-7,
+            "detectable {c}: got {got}, scipy {want}"
         );
+        for x in c["power_at"].as_array().unwrap() {
+            let (ncp, p) = (f(&x[0]), f(&x[1]));
+            let got = t_power(ncp, df, alpha);
+            assert!(
+                (got - p).abs() < 1e-8,
+                "power at {ncp} (df {df}, α {alpha}): got {got}, scipy {p}"
+            );
+        }
     }
 }

@@ -23,11 +23,18 @@ pub struct ReportArgs {
     /// Compare the runs with the paper's published figures (`paper`) or with
     /// reference runs (a folder in the reference layout): per condition and
     /// metric, mean ± sd beside the reference, the difference with a 95 %
-    /// interval, the test, and a verdict (consistent / higher / lower, Holm
-    /// over the table); and the paper's claims as effects. (A folder named
+    /// interval, the test, the smallest difference it could detect, and a
+    /// verdict (consistent / inconclusive / higher / lower, Holm over the
+    /// condition's family); and the paper's claims as effects. The terminal
+    /// shows a compact table, reproduction.md the full one. (A folder named
     /// `paper` is `./paper`.)
     #[arg(long, value_name = "paper|DIR")]
     pub against: Option<String>,
+    /// With `--against`: compare runs whose set-up (rounds, α, agents,
+    /// objective, votes, sabotage, memory, jobs) differs from the reference
+    /// condition's, marking every such row, instead of refusing them.
+    #[arg(long, requires = "against")]
+    pub allow_mismatch: bool,
     /// Compare two conditions A and B (each a folder of runs of one condition);
     /// differences are B − A.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
@@ -190,18 +197,23 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         .map(|c| report::analyse_with(c, mode))
         .collect();
     let mut reproduction = match &args.against {
-        Some(a) => Some(report::reproduction::cli::compare(&reports, a, mode)?),
+        Some(a) => Some(report::reproduction::cli::compare(
+            &reports,
+            a,
+            mode,
+            args.allow_mismatch,
+        )?),
         None => None,
     };
     if let Some(r) = &mut reproduction {
-        r.notes.extend(report::identical::notes(
+        r.warnings.extend(report::identical::notes(
             reports.iter().map(|c| &c.condition),
         ));
     }
     let Some(out) = &args.out else {
         return match reproduction {
             Some(r) => {
-                crate::out!("{}", report::reproduction::render::markdown(&r));
+                crate::out!("{}", report::reproduction::render::terminal(&r));
                 Ok(Vec::new())
             }
             None => anyhow::bail!(
@@ -240,7 +252,7 @@ fn write_into(
     let written = report::write(reports, out, args.compare.is_some(), !args.no_plots)?;
     crate::out!("{}", written.terminal);
     if let Some(r) = reproduction {
-        crate::out!("\n{}", report::reproduction::render::markdown(r));
+        crate::out!("\n{}", report::reproduction::render::terminal(r));
     }
     for d in &written.aggregate_dirs {
         crate::outln!("wrote {}", d.display());

@@ -8,7 +8,10 @@
 //! - the cluster-robust test, clustered as the logits are (a model's CRN
 //!   block `source::model::rep`, a human pair): the slope of a linear
 //!   probability model on a model dummy with statsmodels' cluster sandwich
-//!   (`OLS(...).fit(cov_type="cluster")`), its 95 % interval and normal p.
+//!   (`OLS(...).fit(cov_type="cluster", use_t=True)`), its 95 % interval and
+//!   p from a t reference with G − 1 degrees of freedom (G the clusters of
+//!   both groups: with a few clusters a normal reference rejects far too
+//!   often); the table shows the clusters of each group.
 //!
 //! Decisions of one player are not independent, so the verdict uses the
 //! cluster-robust p-value, Holm-adjusted over every test of the section.
@@ -39,6 +42,11 @@ pub struct Test {
     pub model_n: usize,
     pub human_k: usize,
     pub human_n: usize,
+    /// Clusters of the model's and of the humans' decisions.
+    pub model_clusters: usize,
+    pub human_clusters: usize,
+    /// Degrees of freedom of the cluster-robust t (G − 1).
+    pub df: f64,
     pub diff: f64,
     pub ci: (f64, f64),
     pub z_pooled: f64,
@@ -92,6 +100,9 @@ pub fn tests(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> Vec<Test
                 model_n: x.len(),
                 human_k: hk,
                 human_n: h.len(),
+                model_clusters: c.clusters_a,
+                human_clusters: c.clusters_b,
+                df: c.df,
                 diff: c.estimate,
                 ci: c.ci,
                 z_pooled: z.z,
@@ -129,30 +140,34 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
         "### Unsafe rates against the humans' (two-proportion tests)\n\n\
          Each model against the humans in the same cell: difference model − humans in percentage points \
          with its cluster-robust 95 % CI (clustered as the logits: a model's CRN block, a human pair), the \
-         pooled two-proportion z test (decisions taken as independent), and the cluster-robust p with \
-         Holm's adjustment over every test of this table, which gives the verdict.\n\n\
-         | cells | key | model | model Unsafe (n) | humans Unsafe (n) | difference [95 % CI] | z pooled, p | cluster-robust p (Holm) | verdict |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+         pooled two-proportion z test (decisions taken as independent), and the cluster-robust p (t with \
+         G − 1 df, G the clusters of both groups) with Holm's adjustment over every test of this table, \
+         which gives the verdict.\n\n\
+         | cells | key | model | model Unsafe (n) | humans Unsafe (n) | clusters model / humans | difference [95 % CI] | z pooled, p | cluster-robust p, t df (Holm) | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
     );
     let mut csv = String::from(
-        "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,p_cluster_holm,verdict\n",
+        "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,model_clusters,human_clusters,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,df_cluster,p_cluster_holm,verdict\n",
     );
     let pct = |k: usize, n: usize| format!("{:.1}% ({n})", 100.0 * k as f64 / n as f64);
     for t in &ts {
         let _ = writeln!(
             md,
-            "| {} | {} | `{}` | {} | {} | {:+.1} [{:+.1}, {:+.1}] | {:.2}, {} | {} ({}) | **{}** |",
+            "| {} | {} | `{}` | {} | {} | {} / {} | {:+.1} [{:+.1}, {:+.1}] | {:.2}, {} | {}, df {} ({}) | **{}** |",
             t.table,
             t.key,
             t.model,
             pct(t.model_k, t.model_n),
             pct(t.human_k, t.human_n),
+            t.model_clusters,
+            t.human_clusters,
             100.0 * t.diff,
             100.0 * t.ci.0,
             100.0 * t.ci.1,
             t.z_pooled,
             fp(t.p_pooled),
             fp(t.p_cluster),
+            t.df,
             fp(t.p_holm),
             t.verdict
         );
@@ -165,7 +180,7 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
         };
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             q(&t.table),
             q(&t.key),
             q(&t.model),
@@ -175,12 +190,15 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
             t.human_k,
             t.human_n,
             t.human_k as f64 / t.human_n as f64,
+            t.model_clusters,
+            t.human_clusters,
             t.diff,
             t.ci.0,
             t.ci.1,
             t.z_pooled,
             t.p_pooled,
             t.p_cluster,
+            t.df,
             t.p_holm,
             t.verdict
         );
@@ -219,6 +237,10 @@ mod tests {
         assert!(ts.iter().all(|t| t.verdict == "more Unsafe"), "{ts:?}");
         let (md, csv) = section(&obs, "human", &[("p_max", &keys)]);
         assert!(md.contains("more Unsafe"));
+        // Clusters of each group, and the t reference's G − 1 = 39 df.
+        assert!(md.contains("| 20 / 20 |"), "{md}");
+        assert!(md.contains(", df 39 ("), "{md}");
+        assert!(ts.iter().all(|t| t.df == 39.0));
         assert_eq!(csv.lines().count(), 3);
     }
 }

@@ -15,15 +15,16 @@ pub fn compare(
     reports: &[ConditionReport],
     against: &str,
     mode: Mode,
+    allow_mismatch: bool,
 ) -> anyhow::Result<Reproduction> {
     match Against::parse(against) {
-        Against::Paper => against_paper(reports, mode),
+        Against::Paper => against_paper(reports, mode, allow_mismatch),
         Against::Runs(dir) => {
             let refs: Vec<ConditionReport> = read_reference(&dir)?
                 .into_iter()
                 .map(|c| crate::report::analyse_with(c, mode))
                 .collect();
-            against_runs(reports, &refs, &dir, mode)
+            against_runs(reports, &refs, &dir, mode, allow_mismatch)
         }
     }
 }

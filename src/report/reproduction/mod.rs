@@ -1,22 +1,28 @@
 //! `joule report RUNS... --against paper|DIR`: is a reproduction consistent
 //! with the paper (or with reference runs)? For each condition and metric,
 //! the runs' mean ± sd (n) beside the paper's figure, the difference with a
-//! 95 % interval, the test that gave it and a verdict (consistent, higher,
-//! lower) after Holm's adjustment over the table; then the paper's claims as
-//! effects (contrasts): the run's effect, its sign and whether its size is
-//! compatible with the paper's.
+//! 95 % interval, the test that gave it, the smallest difference it could
+//! detect and a verdict (consistent, inconclusive, higher, lower) after
+//! Holm's adjustment over the condition's declared family of tests; then
+//! the paper's claims as effects (contrasts): the run's effect, its sign and
+//! whether its size is compatible with the paper's.
 //!
 //! - [`paper`]: the published figures (`src/report/reproduction/paper.toml`);
 //! - [`measures`]: the per-run values of each metric;
-//! - [`stats`]: Welch, Holm, two-proportion and cluster-robust tests, the
-//!   deterministic bootstrap (checked against scipy/statsmodels);
+//! - [`stats`]: Student's t, Welch, Holm, power, two-proportion and
+//!   cluster-robust tests (checked against scipy/statsmodels);
+//! - [`verdict`]: the test of each row and the rule that gives its verdict;
 //! - [`contrasts`]: the effects;
-//! - [`render`]: Markdown, CSV and the HTML section.
+//! - [`render`]: Markdown, the terminal's compact table, CSV and the HTML
+//!   section.
 //!
 //! Runs are matched to the paper's conditions by the condition inferred from
 //! each run (`energy_society::condition`: objective, votes, sabotage, memory,
 //! jobs per round, α) and to a reference folder's conditions the same way
-//! (or, with one condition on each side, directly).
+//! (or, with one condition on each side, directly). Runs whose set-up
+//! differs from the reference condition's (rounds, α, roster, objective,
+//! votes, sabotage, memory, jobs) are refused with the reason, or compared
+//! with `--allow-mismatch` and marked on every row.
 
 pub mod cli;
 pub mod contrasts;
@@ -24,6 +30,7 @@ pub mod measures;
 pub mod paper;
 pub mod render;
 pub mod stats;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 
@@ -37,15 +44,9 @@ use crate::report::summary::agent_order;
 use crate::report::ConditionReport;
 use measures::Metric;
 use paper::{Cell, Objective, Paper, PaperCondition, Published};
-use stats::{Bootstrap, Summary};
-
-/// The significance level of every verdict (after Holm).
-pub const ALPHA: f64 = 0.05;
-/// The bootstrap's fixed seed (the paper's publication date) and resamples.
-pub const BOOTSTRAP: Bootstrap = Bootstrap {
-    seed: 20_260_716,
-    resamples: 9_999,
-};
+use stats::Summary;
+pub use verdict::{distance, Verdict, ALPHA};
+use verdict::{Reference, RowTest, Spread};
 
 /// What `--against` names.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,40 +69,6 @@ impl Against {
     }
 }
 
-/// A verdict of one comparison.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Consistent,
-    Higher,
-    Lower,
-    /// Not tested, and why.
-    NotTested(String),
-}
-
-impl Verdict {
-    pub fn text(&self) -> String {
-        match self {
-            Verdict::Consistent => "consistent".into(),
-            Verdict::Higher => "higher".into(),
-            Verdict::Lower => "lower".into(),
-            Verdict::NotTested(why) => format!("not tested ({why})"),
-        }
-    }
-
-    fn from(p_holm: f64, diff: f64) -> Verdict {
-        if p_holm.is_nan() {
-            Verdict::NotTested("no p-value".into())
-        } else if p_holm >= ALPHA {
-            Verdict::Consistent
-        } else if diff > 0.0 {
-            Verdict::Higher
-        } else {
-            Verdict::Lower
-        }
-    }
-}
-
 /// One comparison of a level: the run's mean of a metric against the
 /// reference's.
 #[derive(Debug, Clone, Serialize)]
@@ -119,14 +86,39 @@ pub struct LevelRow {
     /// reference runs' mean ± sd (n)).
     pub reference: String,
     pub reference_summary: Option<Summary>,
-    /// run − reference (for a range or single number: the distance from it,
-    /// 0 inside).
+    /// What the row compares with, and where its spread comes from.
+    pub compared_with: Option<Reference>,
+    /// Where the reference's spread comes from (`published sd`, `sd of the
+    /// reference runs`, `the runs' own sd (equal variances)`), or `every
+    /// run` for an every-run claim.
+    pub spread: String,
+    /// run − reference (for a range: the distance from it, 0 inside).
     pub difference: f64,
     pub ci: (f64, f64),
     pub test: String,
+    /// t (NaN for an every-run count or an exact comparison).
+    pub statistic: f64,
+    pub df: f64,
+    pub se: f64,
     pub p: f64,
     pub p_holm: f64,
+    /// Runs deviating from an every-run value (of `run.n`).
+    pub deviating: Option<usize>,
+    /// The smallest difference detected with 80 % power at Holm's first
+    /// step (for an every-run claim: the smallest share of deviating runs).
+    pub detectable: f64,
+    /// The declared margin the verdict weighs `detectable` against.
+    pub margin: f64,
+    /// The Holm family and its m.
+    pub family: String,
+    pub family_m: usize,
+    /// Counted in the family's m (not an every-run count, not a row that
+    /// cannot differ).
+    pub in_family: bool,
     pub verdict: Verdict,
+    /// How the runs' set-up differs from the reference condition's
+    /// (compared anyway with `--allow-mismatch`).
+    pub mismatch: Option<String>,
     /// The sentence of the paper, or the reference folder.
     pub source: String,
 }
@@ -144,17 +136,29 @@ pub struct ContrastRow {
     pub run_ci: (f64, f64),
     pub reference_effect: String,
     pub reference_value: f64,
-    pub size_difference: f64,
-    pub size_ci: (f64, f64),
-    pub test: String,
-    pub p_sign: f64,
+    /// The sign test: the runs' effect against 0.
+    pub sign_test: RowTest,
     pub p_sign_holm: f64,
-    pub p_size: f64,
+    pub sign_detectable: f64,
+    /// The size test: the runs' effect against the reference's (the
+    /// distance from the published range of effects).
+    pub size_test: RowTest,
     pub p_size_holm: f64,
-    /// `same sign`, `opposite sign`, `no clear effect`.
+    pub size_detectable: f64,
+    /// |the reference effect|: what both tests must be able to detect.
+    pub margin: f64,
+    /// `same sign`, `opposite sign`, `no clear effect`, `inconclusive`.
     pub sign: String,
-    /// `compatible`, `higher`, `lower` (the run's effect against the paper's).
+    /// `compatible`, `inconclusive`, `higher`, `lower` (the run's effect
+    /// against the paper's).
     pub size: String,
+    pub mismatch: Option<String>,
+}
+
+impl ContrastRow {
+    pub fn size_difference(&self) -> f64 {
+        self.size_test.difference
+    }
 }
 
 /// The comparison of a set of runs against the paper or reference runs.
@@ -163,7 +167,6 @@ pub struct Reproduction {
     /// `the paper` or the reference folder.
     pub against: String,
     pub mode: Mode,
-    pub bootstrap: Bootstrap,
     pub alpha: f64,
     /// One line per run condition: what it was matched to, its agents.
     pub conditions: Vec<String>,
@@ -172,8 +175,16 @@ pub struct Reproduction {
     pub notice: Option<String>,
     pub levels: Vec<LevelRow>,
     pub contrasts: Vec<ContrastRow>,
+    /// The Holm families: name, m, and what was left out of m.
+    pub families: Vec<String>,
+    /// Runs compared although their set-up differs (`--allow-mismatch`).
+    pub allow_mismatch: bool,
     /// Contrasts or conditions that could not be compared, and why.
     pub notes: Vec<String>,
+    /// What a reader must know before reading the tables (e.g. two
+    /// conditions whose runs are identical, so every effect between them is
+    /// zero by construction); shown above the tables.
+    pub warnings: Vec<String>,
 }
 
 /// A number as the tables show it: a share as a percentage, others with two
@@ -222,66 +233,161 @@ pub fn resolved_switches(run_dir: &Path) -> Overrides {
     }
 }
 
-/// The paper cell of a condition, from the condition inferred for each run;
-/// `Err` says why it is none of the paper's.
-pub fn paper_cell(cond: &Condition) -> Result<Cell, String> {
-    let mut cell: Option<Cell> = None;
-    for run in &cond.runs {
-        let c = condition::infer(&run.data, &run.dir, &resolved_switches(&run.dir));
-        let d = c.difficulty.value;
-        let mut differs = Vec::new();
-        if !c.use_votes.value {
-            differs.push("no votes".to_string());
-        }
-        if c.enable_sabotage.value {
-            differs.push("sabotage".into());
-        }
-        if !c.memory.value {
-            differs.push("no memory".into());
-        }
-        if (d.easy, d.medium, d.hard) != (4, 4, 4) {
-            differs.push(format!("jobs {}/{}/{}", d.easy, d.medium, d.hard));
-        }
-        if run.data.config.max_rounds != 30 {
-            differs.push(format!("{} rounds", run.data.config.max_rounds));
-        }
-        let alpha = c.alpha.value;
-        let which = if alpha == 0.5 {
-            PaperCondition::Baseline
-        } else if alpha == 0.0 {
-            PaperCondition::NoSizePenalty
-        } else {
-            differs.push(format!("α = {alpha}"));
-            PaperCondition::Baseline
-        };
-        if !differs.is_empty() {
-            return Err(format!(
-                "{} ({}) is not a condition the paper gives figures for (baseline or no size penalty): {}",
-                cond.label,
-                run.dir.display(),
-                differs.join(", ")
-            ));
-        }
-        let obj = match c.objective.value {
-            EngineObjective::Competitive => Objective::Comp,
-            EngineObjective::Cooperative => Objective::Coop,
-        };
-        match cell {
-            None => cell = Some((which, obj)),
-            Some(prev) if prev != (which, obj) => {
-                return Err(format!(
-                    "the runs of {} are of different conditions ({} {} and {} {})",
-                    cond.label,
-                    prev.0.label(),
-                    prev.1.label(),
-                    which.label(),
-                    obj.label()
-                ))
-            }
-            _ => {}
+/// The set-up of a run that a comparison must match: objective, votes,
+/// sabotage, memory, jobs per round (easy/medium/hard), α, rounds and the
+/// agents' slots.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Setup {
+    pub objective: EngineObjective,
+    pub use_votes: bool,
+    pub enable_sabotage: bool,
+    pub memory: bool,
+    pub jobs: (u32, u32, u32),
+    pub alpha: f64,
+    pub rounds: u32,
+    pub agents: Vec<String>,
+}
+
+impl Setup {
+    /// The set-up of the paper's runs of `cell` (spec §5): votes, no
+    /// sabotage, memory, 4/4/4 jobs, 30 rounds, agent_1..agent_5.
+    pub fn paper(cell: Cell) -> Setup {
+        Setup {
+            objective: match cell.1 {
+                Objective::Comp => EngineObjective::Competitive,
+                Objective::Coop => EngineObjective::Cooperative,
+            },
+            use_votes: true,
+            enable_sabotage: false,
+            memory: true,
+            jobs: (4, 4, 4),
+            alpha: match cell.0 {
+                PaperCondition::Baseline => 0.5,
+                PaperCondition::NoSizePenalty => 0.0,
+            },
+            rounds: 30,
+            agents: (1..=5).map(|i| format!("agent_{i}")).collect(),
         }
     }
-    cell.ok_or_else(|| format!("{} holds no runs", cond.label))
+
+    /// The set-up of one run, inferred from what it recorded (its own
+    /// `config.resolved.toml` switches first).
+    pub fn of_run(run: &crate::report::load::Run) -> Setup {
+        let c = condition::infer(&run.data, &run.dir, &resolved_switches(&run.dir));
+        let d = c.difficulty.value;
+        let mut agents: Vec<String> = run.data.agents.iter().map(|a| a.agent_id.clone()).collect();
+        agents.sort_by_key(|id| agent_order(id));
+        agents.dedup();
+        Setup {
+            objective: c.objective.value,
+            use_votes: c.use_votes.value,
+            enable_sabotage: c.enable_sabotage.value,
+            memory: c.memory.value,
+            jobs: (d.easy, d.medium, d.hard),
+            alpha: c.alpha.value,
+            rounds: run.data.config.max_rounds,
+            agents,
+        }
+    }
+
+    /// The one set-up of a condition's runs; `Err` when they differ.
+    pub fn of_condition(cond: &Condition) -> Result<Setup, String> {
+        let mut out: Option<Setup> = None;
+        for run in &cond.runs {
+            let s = Setup::of_run(run);
+            match &out {
+                None => out = Some(s),
+                Some(prev) => {
+                    let d = prev.differences(&s);
+                    if !d.is_empty() {
+                        return Err(format!(
+                            "the runs of {} differ in their set-up ({}: {})",
+                            cond.label,
+                            run.dir.display(),
+                            d.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+        out.ok_or_else(|| format!("{} holds no runs", cond.label))
+    }
+
+    /// How `self` (the runs) differs from `reference`, in words
+    /// (`no memory`, `2 rounds (reference: 30)`); empty when comparable.
+    pub fn differences(&self, reference: &Setup) -> Vec<String> {
+        let mut out = Vec::new();
+        let obj = |o: EngineObjective| match o {
+            EngineObjective::Competitive => "comp",
+            EngineObjective::Cooperative => "coop",
+        };
+        if self.objective != reference.objective {
+            out.push(format!(
+                "objective {} (reference: {})",
+                obj(self.objective),
+                obj(reference.objective)
+            ));
+        }
+        let mut switch = |on: bool, want: bool, name: &str| {
+            if on != want {
+                out.push(if on {
+                    name.to_string()
+                } else {
+                    format!("no {name}")
+                });
+            }
+        };
+        switch(self.use_votes, reference.use_votes, "votes");
+        switch(self.enable_sabotage, reference.enable_sabotage, "sabotage");
+        switch(self.memory, reference.memory, "memory");
+        if self.jobs != reference.jobs {
+            let j = |x: (u32, u32, u32)| format!("{}/{}/{}", x.0, x.1, x.2);
+            out.push(format!(
+                "jobs {} (reference: {})",
+                j(self.jobs),
+                j(reference.jobs)
+            ));
+        }
+        if self.alpha != reference.alpha {
+            out.push(format!(
+                "α = {} (reference: {})",
+                self.alpha, reference.alpha
+            ));
+        }
+        if self.rounds != reference.rounds {
+            out.push(format!(
+                "{} rounds (reference: {})",
+                self.rounds, reference.rounds
+            ));
+        }
+        if self.agents != reference.agents {
+            out.push(format!(
+                "agents {} (reference: {})",
+                self.agents.join(", "),
+                reference.agents.join(", ")
+            ));
+        }
+        out
+    }
+}
+
+/// The paper cell of a condition (α 0: no size penalty, else the baseline;
+/// its objective) and how its set-up differs from the paper's runs of that
+/// cell; `Err` when its runs differ among themselves.
+pub fn paper_cell(cond: &Condition) -> Result<(Cell, Vec<String>), String> {
+    let s = Setup::of_condition(cond)?;
+    let which = if s.alpha == 0.0 {
+        PaperCondition::NoSizePenalty
+    } else {
+        PaperCondition::Baseline
+    };
+    let obj = match s.objective {
+        EngineObjective::Competitive => Objective::Comp,
+        EngineObjective::Cooperative => Objective::Coop,
+    };
+    let cell = (which, obj);
+    let d = s.differences(&Setup::paper(cell));
+    Ok((cell, d))
 }
 
 /// `baseline comp`.
@@ -389,75 +495,170 @@ fn values(v: &[(String, f64)]) -> Vec<f64> {
     v.iter().map(|(_, x)| *x).collect()
 }
 
-/// The signed distance of `x` from [lo, hi] (0 inside).
-pub fn distance(x: f64, lo: f64, hi: f64) -> f64 {
-    if x > hi {
-        x - hi
-    } else if x < lo {
-        x - lo
-    } else {
-        0.0
-    }
-}
-
-/// A level against a published figure.
-fn level_vs_published(
-    key: &str,
-    xs: &[f64],
-    published: &Published,
-) -> (f64, (f64, f64), String, f64) {
-    let run = Summary::of(xs);
-    match published.summary() {
-        Some(p) => {
-            let t = stats::welch(&run, &p);
-            let name = if p.sd == 0.0 {
-                format!(
-                    "one-sample t vs the every-run value (df {:.0})",
-                    run.n as f64 - 1.0
-                )
-            } else if t.df.is_nan() {
-                "Welch t (both sds 0)".to_string()
-            } else {
-                format!("Welch t (df {:.1})", t.df)
-            };
-            (t.estimate, t.ci, name, t.p)
-        }
-        None => {
+/// What a published figure is compared as: an every-run value (counted),
+/// or a mean in [low − rounding, high + rounding] with its published sd,
+/// the reference runs' sd, or (neither) the runs' own.
+pub fn reference_of(published: &Published) -> Reference {
+    match *published {
+        Published::MeanSd { mean, sd, n } => Reference::Mean {
+            lo: mean,
+            hi: mean,
+            spread: Spread::Known {
+                sd,
+                n_mean: n,
+                n_sd: n,
+            },
+        },
+        Published::Exact { value, .. } => Reference::EveryRun { value },
+        Published::Interval { n, spread, .. } => {
             let (lo, hi) = published.widened();
-            let d = BOOTSTRAP.mean(key, xs);
-            let (qlo, qhi) = d.ci95();
-            let name = match published {
-                Published::Interval { point: true, .. } => "bootstrap vs the value ± rounding",
-                _ => "bootstrap vs the range",
-            };
-            (
-                distance(run.mean, lo, hi),
-                (distance(qlo, lo, hi), distance(qhi, lo, hi)),
-                name.to_string(),
-                d.p_interval(lo, hi),
-            )
+            Reference::Mean {
+                lo,
+                hi,
+                spread: match spread {
+                    Some(s) => Spread::Known {
+                        sd: s.sd,
+                        n_mean: n,
+                        n_sd: s.n,
+                    },
+                    None => Spread::RunsOwn { n_mean: n },
+                },
+            }
         }
     }
 }
 
-/// Apply Holm over the rows' p-values and set their verdicts.
-fn adjust_levels(rows: &mut [LevelRow]) {
-    let p: Vec<f64> = rows.iter().map(|r| r.p).collect();
-    let h = stats::holm(&p);
-    for (r, ph) in rows.iter_mut().zip(h) {
-        r.p_holm = ph;
-        if !matches!(r.verdict, Verdict::NotTested(_)) {
-            r.verdict = Verdict::from(ph, r.difference);
+/// Where a reference's spread comes from, in words.
+pub fn spread_text(r: &Reference, paper: bool) -> String {
+    match r {
+        Reference::EveryRun { .. } => "every run".into(),
+        Reference::Mean {
+            spread: Spread::Known { n_sd, .. },
+            ..
+        } => {
+            if !paper {
+                format!("sd of the {n_sd} reference runs")
+            } else {
+                "published sd".into()
+            }
+        }
+        Reference::Mean {
+            spread: Spread::RunsOwn { .. },
+            ..
+        } => "runs' own sd (equal variances)".into(),
+    }
+}
+
+/// A row not yet tested (its test and verdict follow).
+#[allow(clippy::too_many_arguments)]
+fn blank_row(
+    reference_condition: String,
+    run_condition: String,
+    metric: Metric,
+    agent: Option<String>,
+    model: Option<String>,
+    run: Summary,
+    reference: String,
+    reference_summary: Option<Summary>,
+    margin: f64,
+    mismatch: Option<String>,
+    source: String,
+) -> LevelRow {
+    LevelRow {
+        reference_condition,
+        run_condition,
+        metric,
+        agent,
+        model,
+        run,
+        reference,
+        reference_summary,
+        compared_with: None,
+        spread: String::new(),
+        difference: f64::NAN,
+        ci: (f64::NAN, f64::NAN),
+        test: String::new(),
+        statistic: f64::NAN,
+        df: f64::NAN,
+        se: f64::NAN,
+        p: f64::NAN,
+        p_holm: f64::NAN,
+        deviating: None,
+        detectable: f64::NAN,
+        margin,
+        family: String::new(),
+        family_m: 0,
+        in_family: false,
+        verdict: Verdict::NotTested(String::new()),
+        mismatch,
+        source,
+    }
+}
+
+/// Put a row's test into it.
+fn set_test(row: &mut LevelRow, t: &RowTest) {
+    row.difference = t.difference;
+    row.ci = t.ci;
+    row.test = t.test.clone();
+    row.statistic = t.statistic;
+    row.df = t.df;
+    row.se = t.se;
+    row.p = t.p;
+    row.deviating = t.deviating;
+    row.in_family = !(t.cannot_differ || t.deviating.is_some());
+}
+
+/// Holm over one family (`rows` with their tests, `declared` tests in all),
+/// the detectable differences and the verdicts; returns the family's line.
+fn finish_family(rows: &mut [(LevelRow, Option<RowTest>)], name: &str, declared: usize) -> String {
+    let tested: Vec<&RowTest> = rows.iter().filter_map(|(_, t)| t.as_ref()).collect();
+    let (h, m) = verdict::adjust(&tested, declared);
+    let counts = tested.iter().filter(|t| t.deviating.is_some()).count();
+    let exact = tested.iter().filter(|t| t.cannot_differ).count();
+    let mut k = 0;
+    for (row, t) in rows.iter_mut() {
+        row.family = name.to_string();
+        row.family_m = m;
+        let Some(t) = t else { continue };
+        row.p_holm = h[k];
+        k += 1;
+        row.detectable = verdict::detectable(t, m);
+        if !matches!(&row.verdict, Verdict::NotTested(w) if !w.is_empty()) {
+            row.verdict = verdict::decide(t, row.p_holm, row.detectable, row.margin);
         }
     }
+    let mut left = Vec::new();
+    if counts > 0 {
+        left.push(format!(
+            "{counts} every-run claim(s), decided by their count"
+        ));
+    }
+    if exact > 0 {
+        left.push(format!(
+            "{exact} row(s) that cannot differ (sd 0 on both sides, equal)"
+        ));
+    }
+    format!(
+        "{name}: Holm over m = {m}{}",
+        if left.is_empty() {
+            String::new()
+        } else {
+            format!(" (not counted: {})", left.join("; "))
+        }
+    )
 }
 
 /// Compare `reports` with the paper.
-pub fn against_paper(reports: &[ConditionReport], mode: Mode) -> anyhow::Result<Reproduction> {
+pub fn against_paper(
+    reports: &[ConditionReport],
+    mode: Mode,
+    allow_mismatch: bool,
+) -> anyhow::Result<Reproduction> {
     let paper = Paper::embedded();
     let mut conditions = Vec::new();
     let mut notes = Vec::new();
     let mut cells: Vec<(Cell, usize)> = Vec::new();
+    let mut matched: Vec<(usize, Cell, Option<String>)> = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         let models = slot_models(&r.condition);
         let roster = models
@@ -465,27 +666,45 @@ pub fn against_paper(reports: &[ConditionReport], mode: Mode) -> anyhow::Result<
             .map(|(a, m)| format!("{a} {m}"))
             .collect::<Vec<_>>()
             .join(", ");
-        match paper_cell(&r.condition) {
-            Ok(c) => {
-                if let Some((_, j)) = cells.iter().find(|(cc, _)| *cc == c) {
-                    notes.push(format!(
-                        "{} is also {}; the contrasts use {}",
-                        r.condition.label,
-                        cell_label(c),
-                        reports[*j].condition.label
-                    ));
-                } else {
-                    cells.push((c, i));
-                }
-                conditions.push(format!(
-                    "`{}` ({} runs) against the paper's {} — agents: {roster}",
-                    r.condition.label,
-                    r.condition.runs.len(),
-                    cell_label(c)
-                ));
+        let (c, differs) = match paper_cell(&r.condition) {
+            Ok(x) => x,
+            Err(e) => {
+                notes.push(e);
+                continue;
             }
-            Err(e) => notes.push(e),
+        };
+        let mismatch = (!differs.is_empty()).then(|| differs.join(", "));
+        if let Some(d) = &mismatch {
+            if !allow_mismatch {
+                notes.push(format!(
+                    "{} ({}) is not a condition the paper gives figures for (baseline or no size penalty): {d} — refused (compare anyway with --allow-mismatch)",
+                    r.condition.label,
+                    r.condition.dir.display(),
+                ));
+                continue;
+            }
         }
+        if let Some((_, j)) = cells.iter().find(|(cc, _)| *cc == c) {
+            notes.push(format!(
+                "{} is also {}; the contrasts use {}",
+                r.condition.label,
+                cell_label(c),
+                reports[*j].condition.label
+            ));
+        } else {
+            cells.push((c, i));
+        }
+        conditions.push(format!(
+            "`{}` ({} runs) against the paper's {}{} — agents: {roster}",
+            r.condition.label,
+            r.condition.runs.len(),
+            cell_label(c),
+            mismatch
+                .as_deref()
+                .map(|d| format!(" (MISMATCH, compared with --allow-mismatch: {d})"))
+                .unwrap_or_default()
+        ));
+        matched.push((i, c, mismatch));
     }
     if cells.is_empty() {
         anyhow::bail!(
@@ -494,72 +713,110 @@ pub fn against_paper(reports: &[ConditionReport], mode: Mode) -> anyhow::Result<
         );
     }
     let mut levels = Vec::new();
-    for (i, r) in reports.iter().enumerate() {
-        let Ok(cell) = paper_cell(&r.condition) else {
-            continue;
-        };
+    let mut families = Vec::new();
+    for (i, cell, mismatch) in &matched {
+        let r = &reports[*i];
         let models = slot_models(&r.condition);
-        for f in paper.figures.iter().filter(|f| f.cell == cell) {
+        let figures: Vec<&paper::Figure> =
+            paper.figures.iter().filter(|f| f.cell == *cell).collect();
+        let mut rows: Vec<(LevelRow, Option<RowTest>)> = Vec::new();
+        for f in &figures {
             let agents: Vec<String> = f.agent.iter().cloned().collect();
             let xs = values(&side_values(r, f.metric, &agents, mode));
-            let run = Summary::of(&xs);
-            let key = format!(
-                "{i}:{}:{}:{}",
-                cell_label(cell),
-                f.metric.name(),
-                f.agent.as_deref().unwrap_or("")
-            );
-            let mut row = LevelRow {
-                reference_condition: cell_label(cell),
-                run_condition: r.condition.label.clone(),
-                metric: f.metric,
-                agent: f.agent.clone(),
-                model: f.agent.as_deref().and_then(|a| model_of(&models, a)),
-                run,
-                reference: f.published.text(f.metric.percent()),
-                reference_summary: f.published.summary(),
-                difference: f64::NAN,
-                ci: (f64::NAN, f64::NAN),
-                test: String::new(),
-                p: f64::NAN,
-                p_holm: f64::NAN,
-                verdict: Verdict::NotTested(String::new()),
-                source: match &f.also {
+            let reference = reference_of(&f.published);
+            let mut row = blank_row(
+                cell_label(*cell),
+                r.condition.label.clone(),
+                f.metric,
+                f.agent.clone(),
+                f.agent.as_deref().and_then(|a| model_of(&models, a)),
+                Summary::of(&xs),
+                f.published.text(f.metric.percent()),
+                f.published.summary(),
+                paper.margin(f.metric),
+                mismatch.clone(),
+                match &f.also {
                     Some(a) => format!("{} / {}", f.sentence, a),
                     None => f.sentence.clone(),
                 },
-            };
-            if xs.len() < 2 {
+            );
+            row.spread = spread_text(&reference, true);
+            if let (
+                Published::Interval { .. },
+                Reference::Mean {
+                    spread: Spread::Known { n_sd, .. },
+                    ..
+                },
+            ) = (&f.published, &reference)
+            {
+                row.spread = format!("sd of the {n_sd} reference runs");
+            }
+            row.compared_with = Some(reference);
+            let every_run = matches!(reference, Reference::EveryRun { .. });
+            let t = if xs.is_empty() || (xs.len() < 2 && !every_run) {
                 row.verdict = Verdict::NotTested(if xs.is_empty() {
                     "no value in these runs".into()
                 } else {
                     "one run".into()
                 });
+                None
             } else {
-                let (d, ci, test, p) = level_vs_published(&key, &xs, &f.published);
-                row.difference = d;
-                row.ci = ci;
-                row.test = test;
-                row.p = p;
-                row.verdict = Verdict::Consistent;
-            }
-            levels.push(row);
+                let mut t = verdict::level(&xs, &reference);
+                if let Published::Interval { point: true, .. } = f.published {
+                    t.test = t
+                        .test
+                        .replace("the nearest end of the range", "the value ± its rounding");
+                }
+                set_test(&mut row, &t);
+                Some(t)
+            };
+            rows.push((row, t));
         }
+        // The family: every figure of the cell that is a t test (declared
+        // by the paper), whether or not these runs had values for it.
+        let declared = figures
+            .iter()
+            .filter(|f| !matches!(f.published, Published::Exact { .. }))
+            .count()
+            + rows
+                .iter()
+                .filter(|(_, t)| t.as_ref().is_some_and(|t| t.deviating.is_some()))
+                .count();
+        families.push(finish_family(
+            &mut rows,
+            &format!(
+                "levels of `{}` against {}",
+                r.condition.label,
+                cell_label(*cell)
+            ),
+            declared,
+        ));
+        levels.extend(rows.into_iter().map(|(r, _)| r));
     }
-    adjust_levels(&mut levels);
-    let by_cell: Vec<(Cell, &ConditionReport)> =
-        cells.iter().map(|(c, i)| (*c, &reports[*i])).collect();
-    let (contrasts, mut cnotes) = contrasts::against_paper(&paper, &by_cell, mode);
+    let by_cell: Vec<(Cell, &ConditionReport, Option<String>)> = cells
+        .iter()
+        .map(|(c, i)| {
+            let mm = matched
+                .iter()
+                .find(|(j, _, _)| j == i)
+                .and_then(|(_, _, m)| m.clone());
+            (*c, &reports[*i], mm)
+        })
+        .collect();
+    let (contrasts, mut cnotes, cfam) = contrasts::against_paper(&paper, &by_cell, mode);
+    families.extend(cfam);
     notes.append(&mut cnotes);
     Ok(Reproduction {
         against: format!("the paper ({})", paper.source),
         mode,
-        bootstrap: BOOTSTRAP,
         alpha: ALPHA,
         conditions,
         notice: stand_in_notice(reports),
+        warnings: Vec::new(),
         levels,
         contrasts,
+        families,
+        allow_mismatch,
         notes,
     })
 }
@@ -580,12 +837,12 @@ pub fn read_reference(dir: &Path) -> anyhow::Result<Vec<Condition>> {
     })
 }
 
-/// The metrics and agents compared between runs and reference runs.
-fn shared_agents(a: &ConditionReport, b: &ConditionReport) -> Vec<String> {
+/// The agents of the reference condition, in slot order.
+fn reference_agents(x: &ConditionReport) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
-    for x in &a.rows.agents {
-        if !ids.contains(&x.agent_id) && b.rows.agents.iter().any(|y| y.agent_id == x.agent_id) {
-            ids.push(x.agent_id.clone());
+    for a in &x.rows.agents {
+        if !ids.contains(&a.agent_id) {
+            ids.push(a.agent_id.clone());
         }
     }
     ids.sort_by_key(|id| agent_order(id));
@@ -598,21 +855,23 @@ pub fn against_runs(
     refs: &[ConditionReport],
     dir: &Path,
     mode: Mode,
+    allow_mismatch: bool,
 ) -> anyhow::Result<Reproduction> {
+    let paper = Paper::embedded();
     let mut conditions = Vec::new();
     let mut notes = Vec::new();
-    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    let mut candidates: Vec<(usize, usize)> = Vec::new();
     if reports.len() == 1 && refs.len() == 1 {
-        pairs.push((0, 0));
+        candidates.push((0, 0));
     } else {
         for (i, r) in reports.iter().enumerate() {
-            let cell = paper_cell(&r.condition).ok();
+            let cell = paper_cell(&r.condition).ok().map(|c| c.0);
             let found = refs.iter().position(|x| {
-                (cell.is_some() && paper_cell(&x.condition).ok() == cell)
+                (cell.is_some() && paper_cell(&x.condition).ok().map(|c| c.0) == cell)
                     || x.condition.label == r.condition.label
             });
             match found {
-                Some(j) => pairs.push((i, j)),
+                Some(j) => candidates.push((i, j)),
                 None => notes.push(format!(
                     "{}: no condition of {} matches it (by inferred condition or by folder name)",
                     r.condition.label,
@@ -621,7 +880,39 @@ pub fn against_runs(
             }
         }
     }
+    // The set-ups must match.
+    let mut pairs: Vec<(usize, usize, Option<String>)> = Vec::new();
+    let mut refused = Vec::new();
+    for (i, j) in candidates {
+        let (r, x) = (&reports[i], &refs[j]);
+        let differs = match (
+            Setup::of_condition(&r.condition),
+            Setup::of_condition(&x.condition),
+        ) {
+            (Ok(a), Ok(b)) => a.differences(&b),
+            (Err(e), _) | (_, Err(e)) => vec![e],
+        };
+        if differs.is_empty() {
+            pairs.push((i, j, None));
+        } else if allow_mismatch {
+            pairs.push((i, j, Some(differs.join(", "))));
+        } else {
+            refused.push(format!(
+                "{} against {}: {}",
+                r.condition.label,
+                x.condition.label,
+                differs.join(", ")
+            ));
+        }
+    }
     if pairs.is_empty() {
+        if !refused.is_empty() {
+            anyhow::bail!(
+                "--against {}: the runs are not comparable with the reference condition (compare anyway with --allow-mismatch):\n  {}",
+                dir.display(),
+                refused.join("\n  ")
+            );
+        }
         anyhow::bail!(
             "--against {}: none of its conditions ({}) matches the runs' ({})",
             dir.display(),
@@ -636,19 +927,31 @@ pub fn against_runs(
                 .join(", ")
         );
     }
+    for r in refused {
+        notes.push(format!(
+            "refused (compare anyway with --allow-mismatch): {r}"
+        ));
+    }
     let mut levels = Vec::new();
-    for &(i, j) in &pairs {
-        let (r, x) = (&reports[i], &refs[j]);
+    let mut families = Vec::new();
+    for (i, j, mismatch) in &pairs {
+        let (r, x) = (&reports[*i], &refs[*j]);
         let models = slot_models(&r.condition);
         conditions.push(format!(
-            "`{}` ({} runs) against `{}` ({} runs, {})",
+            "`{}` ({} runs) against `{}` ({} runs, {}){}",
             r.condition.label,
             r.condition.runs.len(),
             x.condition.label,
             x.condition.runs.len(),
-            x.condition.dir.display()
+            x.condition.dir.display(),
+            mismatch
+                .as_deref()
+                .map(|d| format!(" (MISMATCH, compared with --allow-mismatch: {d})"))
+                .unwrap_or_default()
         ));
-        let agents = shared_agents(r, x);
+        // The family is the reference condition's table: every metric, and
+        // the per-agent ones for each of its agents.
+        let agents = reference_agents(x);
         let mut items: Vec<(Metric, Option<String>)> = Vec::new();
         for m in Metric::ALL {
             if m.per_agent() {
@@ -657,52 +960,67 @@ pub fn against_runs(
                 items.push((m, None));
             }
         }
+        let mut rows: Vec<(LevelRow, Option<RowTest>)> = Vec::new();
+        let mut declared = 0;
         for (m, agent) in items {
             let ag: Vec<String> = agent.iter().cloned().collect();
             let xs = values(&side_values(r, m, &ag, mode));
             let ys = values(&side_values(x, m, &ag, mode));
-            if xs.is_empty() && ys.is_empty() {
+            if ys.is_empty() {
+                // Not in the reference's table (no value in any reference run).
                 continue;
             }
-            let run = Summary::of(&xs);
+            declared += 1;
             let rs = Summary::of(&ys);
-            let mut row = LevelRow {
-                reference_condition: x.condition.label.clone(),
-                run_condition: r.condition.label.clone(),
-                metric: m,
-                agent: agent.clone(),
-                model: agent.as_deref().and_then(|a| model_of(&models, a)),
-                run,
-                reference: render::mean_sd(&rs, m.percent()),
-                reference_summary: Some(rs),
-                difference: f64::NAN,
-                ci: (f64::NAN, f64::NAN),
-                test: String::new(),
-                p: f64::NAN,
-                p_holm: f64::NAN,
-                verdict: Verdict::NotTested(String::new()),
-                source: x.condition.dir.display().to_string(),
+            let mut row = blank_row(
+                x.condition.label.clone(),
+                r.condition.label.clone(),
+                m,
+                agent.clone(),
+                agent.as_deref().and_then(|a| model_of(&models, a)),
+                Summary::of(&xs),
+                render::mean_sd(&rs, m.percent()),
+                Some(rs),
+                paper.margin(m),
+                mismatch.clone(),
+                x.condition.dir.display().to_string(),
+            );
+            let reference = Reference::Mean {
+                lo: rs.mean,
+                hi: rs.mean,
+                spread: Spread::Known {
+                    sd: rs.sd,
+                    n_mean: rs.n,
+                    n_sd: rs.n,
+                },
             };
-            if xs.len() < 2 || ys.len() < 2 {
+            row.spread = spread_text(&reference, false);
+            row.compared_with = Some(reference);
+            let t = if xs.len() < 2 || ys.len() < 2 {
                 row.verdict = Verdict::NotTested("fewer than 2 runs with a value".into());
+                None
             } else {
-                let key = format!("{i}:{j}:{}:{}", m.name(), agent.as_deref().unwrap_or(""));
-                let d = BOOTSTRAP.diff(&key, &xs, &ys);
-                row.difference = run.mean - rs.mean;
-                row.ci = d.ci95();
-                row.test = "bootstrap, difference of means".into();
-                row.p = d.p_interval(0.0, 0.0);
-                row.verdict = Verdict::Consistent;
-            }
-            levels.push(row);
+                let t = verdict::level(&xs, &reference);
+                set_test(&mut row, &t);
+                Some(t)
+            };
+            rows.push((row, t));
         }
+        families.push(finish_family(
+            &mut rows,
+            &format!(
+                "levels of `{}` against `{}`",
+                r.condition.label, x.condition.label
+            ),
+            declared,
+        ));
+        levels.extend(rows.into_iter().map(|(r, _)| r));
     }
-    adjust_levels(&mut levels);
     // The paper's contrasts, run effect against reference effect.
     let cells_of = |rs: &[ConditionReport], idx: Vec<usize>| -> Vec<(Cell, usize)> {
         let mut out: Vec<(Cell, usize)> = Vec::new();
         for i in idx {
-            if let Ok(c) = paper_cell(&rs[i].condition) {
+            if let Ok((c, _)) = paper_cell(&rs[i].condition) {
                 if !out.iter().any(|(cc, _)| *cc == c) {
                     out.push((c, i));
                 }
@@ -712,21 +1030,31 @@ pub fn against_runs(
     };
     let run_cells = cells_of(reports, pairs.iter().map(|p| p.0).collect());
     let ref_cells = cells_of(refs, pairs.iter().map(|p| p.1).collect());
-    let rc: Vec<(Cell, &ConditionReport)> =
-        run_cells.iter().map(|(c, i)| (*c, &reports[*i])).collect();
-    let xc: Vec<(Cell, &ConditionReport)> =
-        ref_cells.iter().map(|(c, i)| (*c, &refs[*i])).collect();
-    let (contrasts, mut cnotes) = contrasts::against_runs(&Paper::embedded(), &rc, &xc, mode);
+    let rc: Vec<(Cell, &ConditionReport, Option<String>)> = run_cells
+        .iter()
+        .map(|(c, i)| {
+            let mm = pairs.iter().find(|p| p.0 == *i).and_then(|p| p.2.clone());
+            (*c, &reports[*i], mm)
+        })
+        .collect();
+    let xc: Vec<(Cell, &ConditionReport, Option<String>)> = ref_cells
+        .iter()
+        .map(|(c, i)| (*c, &refs[*i], None))
+        .collect();
+    let (contrasts, mut cnotes, cfam) = contrasts::against_runs(&paper, &rc, &xc, mode);
+    families.extend(cfam);
     notes.append(&mut cnotes);
     Ok(Reproduction {
         against: dir.display().to_string(),
         mode,
-        bootstrap: BOOTSTRAP,
         alpha: ALPHA,
         conditions,
         notice: stand_in_notice(reports),
+        warnings: Vec::new(),
         levels,
         contrasts,
+        families,
+        allow_mismatch,
         notes,
     })
 }

@@ -56,13 +56,26 @@ pub enum Published {
     /// Every one of the `n` runs had `value` (mean = value, sd = 0).
     Exact { value: f64, n: usize },
     /// A single number or a range or bound, as published (`low`/`high`), and
-    /// the half unit of its last digit (`rounding`) that widens it.
+    /// the half unit of its last digit (`rounding`) that widens it. Each is
+    /// a mean over `n` seeds published without its spread: `spread` is the
+    /// sd of the reference runs of that condition (the runs the paper
+    /// summarises) where they exist, else the runs' own sd is taken for it.
     Interval {
         low: f64,
         high: f64,
         rounding: f64,
         point: bool,
+        n: usize,
+        spread: Option<Spread>,
     },
+}
+
+/// The spread of a figure published without one: the sample sd of the
+/// reference runs' values (faithful metrics) and how many runs gave it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub sd: f64,
+    pub n: usize,
 }
 
 impl Published {
@@ -159,6 +172,10 @@ pub struct Paper {
     pub seeds: usize,
     pub figures: Vec<Figure>,
     pub contrasts: Vec<Contrast>,
+    /// The declared margin of each metric (`[margins]`): the smallest effect
+    /// the paper reports on it. A row that could not detect a difference of
+    /// this size is *inconclusive*, not *consistent*.
+    pub margins: Vec<(Metric, f64)>,
 }
 
 #[derive(Deserialize)]
@@ -169,6 +186,7 @@ struct RawFile {
     figure: Vec<RawFigure>,
     #[serde(default)]
     contrast: Vec<RawContrast>,
+    margins: std::collections::BTreeMap<String, f64>,
 }
 
 #[derive(Deserialize)]
@@ -186,6 +204,8 @@ struct RawFigure {
     low: Option<f64>,
     high: Option<f64>,
     decimals: Option<u32>,
+    reference_sd: Option<f64>,
+    reference_n: Option<usize>,
     sentence: String,
     also: Option<String>,
 }
@@ -213,6 +233,17 @@ struct RawContrast {
 
 fn published(f: &RawFigure, seeds: usize) -> Result<Published, String> {
     let rounding = f.decimals.map_or(0.0, |d| 0.5 * 10f64.powi(-(d as i32)));
+    let spread = match (f.reference_sd, f.reference_n) {
+        (Some(sd), Some(n)) if sd >= 0.0 && n >= 2 => Some(Spread { sd, n }),
+        (None, None) => None,
+        _ => return Err("reference_sd (≥ 0) and reference_n (≥ 2) go together".into()),
+    };
+    if spread.is_some() && f.value.is_none() && f.low.is_none() && f.high.is_none() {
+        return Err(
+            "reference_sd belongs to a figure published without a spread (value, low/high)".into(),
+        );
+    }
+    let n = f.n.unwrap_or(seeds);
     match (f.mean, f.sd, f.exact, f.value, f.low, f.high) {
         (Some(mean), Some(sd), None, None, None, None) => Ok(Published::MeanSd {
             mean,
@@ -228,6 +259,8 @@ fn published(f: &RawFigure, seeds: usize) -> Result<Published, String> {
             high: v,
             rounding,
             point: true,
+            n,
+            spread,
         }),
         (None, None, None, None, lo, hi) if lo.is_some() || hi.is_some() => {
             Ok(Published::Interval {
@@ -235,6 +268,8 @@ fn published(f: &RawFigure, seeds: usize) -> Result<Published, String> {
                 high: hi.unwrap_or(f64::INFINITY),
                 rounding,
                 point: false,
+                n,
+                spread,
             })
         }
         _ => Err("give exactly one of mean + sd, exact, value, or low/high".into()),
@@ -356,12 +391,38 @@ impl Paper {
                 b: side(&c.b)?,
             });
         }
+        let mut margins = Vec::new();
+        for (k, v) in &raw.margins {
+            let m = Metric::ALL
+                .into_iter()
+                .find(|m| m.name() == k)
+                .ok_or_else(|| format!("margins: {k} is not a metric"))?;
+            if !(*v > 0.0 && v.is_finite()) {
+                return Err(format!("margins: {k} = {v}, expected a positive number"));
+            }
+            margins.push((m, *v));
+        }
+        if let Some(m) = Metric::ALL
+            .into_iter()
+            .find(|m| !margins.iter().any(|(x, _)| x == m))
+        {
+            return Err(format!("margins: no margin for {}", m.name()));
+        }
         Ok(Paper {
             source: raw.source,
             seeds: raw.seeds,
             figures,
             contrasts,
+            margins,
         })
+    }
+
+    /// The declared margin of `metric`.
+    pub fn margin(&self, metric: Metric) -> f64 {
+        self.margins
+            .iter()
+            .find(|(m, _)| *m == metric)
+            .map_or(f64::NAN, |(_, v)| *v)
     }
 
     /// The cells the paper reports, in order of first appearance.
@@ -415,7 +476,7 @@ mod tests {
 
     #[test]
     fn a_figure_without_a_value_is_an_error() {
-        let bad = "source = \"x\"\nseeds = 5\n[[figure]]\ncondition = \"baseline\"\nobjective = \"comp\"\nmetric = \"collisions\"\nsentence = \"s\"\n";
+        let bad = "source = \"x\"\nseeds = 5\nmargins = {}\n[[figure]]\ncondition = \"baseline\"\nobjective = \"comp\"\nmetric = \"collisions\"\nsentence = \"s\"\n";
         assert!(Paper::parse(bad).unwrap_err().contains("exactly one"));
     }
 }

@@ -1,0 +1,356 @@
+//! The test behind each row of the reproduction tables and the rule that
+//! turns it into a verdict, independent of where the values came from (so
+//! that `tests/reproduction_calibration.rs` can simulate thousands of tables
+//! through the same code):
+//!
+//! - a mean against a published mean ± sd, against a single published
+//!   number or range (a mean of the paper's seeds whose spread is the
+//!   reference runs' sd, or else the runs' own sd under equal variances), or
+//!   against reference runs: Welch's t (Welch–Satterthwaite degrees of
+//!   freedom over every variance component), the difference measured from
+//!   the nearest end of a range;
+//! - a claim that every run had a value: the count of runs that do not
+//!   (any one contradicts it), outside Holm's family;
+//! - Holm over a declared family, rows that cannot differ (no spread on
+//!   either side, equal) left out of its m;
+//! - the smallest difference each row detects with 80 % power at Holm's
+//!   first step (α/m: a single true difference in the family has the
+//!   smallest p and meets that threshold first), and the verdict: *higher* /
+//!   *lower* when the Holm-adjusted p is below α, else *consistent* when the
+//!   row could have detected the declared margin, else *inconclusive*.
+
+use serde::Serialize;
+
+use super::stats::{self, mean_component, Summary};
+
+/// The significance level of every verdict (after Holm).
+pub const ALPHA: f64 = 0.05;
+
+/// The share of runs an every-run claim must be able to catch deviating
+/// (80 % power) for its row to be *consistent*: half the runs (3 runs or
+/// more).
+pub const EVERY_RUN_MARGIN: f64 = 0.5;
+
+/// A verdict of one comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No difference shown, and the row could have detected the margin.
+    Consistent,
+    /// No difference shown, but the row could not have detected the margin.
+    Inconclusive,
+    Higher,
+    Lower,
+    /// Not tested, and why.
+    NotTested(String),
+}
+
+impl Verdict {
+    pub fn text(&self) -> String {
+        match self {
+            Verdict::Consistent => "consistent".into(),
+            Verdict::Inconclusive => "inconclusive".into(),
+            Verdict::Higher => "higher".into(),
+            Verdict::Lower => "lower".into(),
+            Verdict::NotTested(why) => format!("not tested ({why})"),
+        }
+    }
+
+    /// A difference shown.
+    pub fn differs(&self) -> bool {
+        matches!(self, Verdict::Higher | Verdict::Lower)
+    }
+}
+
+/// Where the spread of a reference mean comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Spread {
+    /// A published sd, or the reference runs' sd: `sd` of a mean over
+    /// `n_mean` runs, estimated from `n_sd` runs.
+    Known { sd: f64, n_mean: usize, n_sd: usize },
+    /// A published mean over `n_mean` runs without a spread and no reference
+    /// runs: its sd is taken to equal the runs' own (equal variances).
+    RunsOwn { n_mean: usize },
+}
+
+/// What a row compares the runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reference {
+    /// Every run had `value`.
+    EveryRun { value: f64 },
+    /// A mean that lies in [lo, hi] (a point when equal), with its spread.
+    Mean { lo: f64, hi: f64, spread: Spread },
+}
+
+/// One row's test: the difference (runs − reference, or the distance from
+/// a range), its 95 % interval, standard error, degrees of freedom, t and
+/// two-sided p; for an every-run claim the runs that deviate instead.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RowTest {
+    pub test: String,
+    pub difference: f64,
+    pub ci: (f64, f64),
+    pub se: f64,
+    pub df: f64,
+    pub statistic: f64,
+    /// NaN for an every-run claim (decided by its count, not a p-value).
+    pub p: f64,
+    /// No spread on either side and no difference: the row cannot differ
+    /// and is left out of Holm's m.
+    pub cannot_differ: bool,
+    /// Runs deviating from an every-run value, of `n`.
+    pub deviating: Option<usize>,
+    pub n: usize,
+}
+
+/// The signed distance of `x` from [lo, hi] (0 inside).
+pub fn distance(x: f64, lo: f64, hi: f64) -> f64 {
+    if x > hi {
+        x - hi
+    } else if x < lo {
+        x - lo
+    } else {
+        0.0
+    }
+}
+
+/// A t test of the distance of `estimate` from [lo, hi] with the variance
+/// components `comps` (variance of each independent part, its degrees of
+/// freedom).
+pub fn t_row(
+    test: String,
+    estimate: f64,
+    lo: f64,
+    hi: f64,
+    comps: &[(f64, f64)],
+    n: usize,
+) -> RowTest {
+    let d = distance(estimate, lo, hi);
+    let t = stats::welch_components(d, comps);
+    RowTest {
+        test,
+        difference: d,
+        ci: t.ci,
+        se: t.se,
+        df: t.df,
+        statistic: t.t,
+        p: t.p,
+        cannot_differ: t.se == 0.0 && d == 0.0,
+        deviating: None,
+        n,
+    }
+}
+
+/// The test of the runs' values `xs` (n ≥ 2, or n ≥ 1 for an every-run
+/// claim) against `reference`.
+pub fn level(xs: &[f64], reference: &Reference) -> RowTest {
+    let s = Summary::of(xs);
+    match *reference {
+        Reference::EveryRun { value } => {
+            let tol = 1e-9 * value.abs().max(1.0);
+            let dev: Vec<f64> = xs
+                .iter()
+                .map(|x| x - value)
+                .filter(|d| d.abs() > tol)
+                .collect();
+            RowTest {
+                test: "count of runs deviating from the every-run value".into(),
+                difference: s.mean - value,
+                ci: (f64::NAN, f64::NAN),
+                se: f64::NAN,
+                df: f64::NAN,
+                statistic: f64::NAN,
+                p: f64::NAN,
+                cannot_differ: false,
+                deviating: Some(dev.len()),
+                n: s.n,
+            }
+        }
+        Reference::Mean { lo, hi, spread } => {
+            let where_ = if lo == hi {
+                "the value"
+            } else {
+                "the nearest end of the range"
+            };
+            let (comps, test) = match spread {
+                Spread::Known { sd, n_mean, n_sd } => (
+                    vec![
+                        mean_component(&s),
+                        (sd * sd / n_mean as f64, n_sd as f64 - 1.0),
+                    ],
+                    format!("Welch t vs {where_}"),
+                ),
+                Spread::RunsOwn { n_mean } => (
+                    vec![(
+                        s.sd * s.sd * (1.0 / s.n as f64 + 1.0 / n_mean as f64),
+                        s.n as f64 - 1.0,
+                    )],
+                    format!("t vs {where_}, equal variances"),
+                ),
+            };
+            t_row(test, s.mean, lo, hi, &comps, s.n)
+        }
+    }
+}
+
+/// Holm over a family declared to hold `declared` tests (those not run
+/// count as p = 1), less the rows that cannot differ and every-run counts.
+/// Returns the adjusted p-values (NaN where no p) and the family's m.
+pub fn adjust(tests: &[&RowTest], declared: usize) -> (Vec<f64>, usize) {
+    let excluded = tests
+        .iter()
+        .filter(|t| t.cannot_differ || t.deviating.is_some())
+        .count();
+    let m = declared.saturating_sub(excluded).max(1);
+    let p: Vec<f64> = tests
+        .iter()
+        .map(|t| {
+            if t.cannot_differ || t.deviating.is_some() {
+                f64::NAN
+            } else {
+                t.p
+            }
+        })
+        .collect();
+    let mut h = stats::holm_declared(&p, m);
+    for (x, t) in h.iter_mut().zip(tests) {
+        if t.cannot_differ {
+            *x = 1.0;
+        }
+    }
+    (h, m)
+}
+
+/// The smallest difference `t` detects with 80 % power at Holm's first
+/// step of a family of `m` (for an every-run claim: the smallest share of
+/// deviating runs its n runs catch).
+pub fn detectable(t: &RowTest, m: usize) -> f64 {
+    if t.deviating.is_some() {
+        return stats::detectable_share(t.n);
+    }
+    if t.cannot_differ {
+        return 0.0;
+    }
+    stats::detectable(t.se, t.df, ALPHA / m.max(1) as f64)
+}
+
+/// The verdict of a row: `p_holm` below α is a difference (its sign that
+/// of the difference); else consistent when the row could detect `margin`
+/// (for an every-run claim: [`EVERY_RUN_MARGIN`] of the runs), else
+/// inconclusive.
+pub fn decide(t: &RowTest, p_holm: f64, detectable: f64, margin: f64) -> Verdict {
+    if let Some(k) = t.deviating {
+        return if k > 0 {
+            if t.difference > 0.0 {
+                Verdict::Higher
+            } else {
+                Verdict::Lower
+            }
+        } else if detectable <= EVERY_RUN_MARGIN {
+            Verdict::Consistent
+        } else {
+            Verdict::Inconclusive
+        };
+    }
+    if p_holm.is_nan() {
+        return Verdict::NotTested("no p-value".into());
+    }
+    if p_holm < ALPHA {
+        if t.difference > 0.0 {
+            Verdict::Higher
+        } else {
+            Verdict::Lower
+        }
+    } else if detectable <= margin {
+        Verdict::Consistent
+    } else {
+        Verdict::Inconclusive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_every_run_claim_is_contradicted_by_one_run() {
+        let t = level(
+            &[30.0, 30.0, 29.0, 30.0, 30.0],
+            &Reference::EveryRun { value: 30.0 },
+        );
+        assert_eq!(t.deviating, Some(1));
+        let d = detectable(&t, 10);
+        assert_eq!(decide(&t, f64::NAN, d, 1.0), Verdict::Lower);
+        let ok = level(&[30.0; 5], &Reference::EveryRun { value: 30.0 });
+        assert_eq!(
+            decide(&ok, f64::NAN, detectable(&ok, 10), 1.0),
+            Verdict::Consistent
+        );
+        let two = level(&[30.0; 2], &Reference::EveryRun { value: 30.0 });
+        assert_eq!(
+            decide(&two, f64::NAN, detectable(&two, 10), 1.0),
+            Verdict::Inconclusive
+        );
+    }
+
+    #[test]
+    fn rows_that_cannot_differ_leave_the_family() {
+        let a = level(
+            &[30.0; 5],
+            &Reference::Mean {
+                lo: 30.0,
+                hi: 30.0,
+                spread: Spread::Known {
+                    sd: 0.0,
+                    n_mean: 5,
+                    n_sd: 5,
+                },
+            },
+        );
+        assert!(a.cannot_differ);
+        let b = level(
+            &[1.0, 2.0, 3.0, 4.0, 5.0],
+            &Reference::Mean {
+                lo: 3.0,
+                hi: 3.0,
+                spread: Spread::RunsOwn { n_mean: 5 },
+            },
+        );
+        assert!(!b.cannot_differ);
+        assert_eq!(b.df, 4.0);
+        let (h, m) = adjust(&[&a, &b], 2);
+        assert_eq!(m, 1);
+        assert_eq!(h[0], 1.0);
+        assert_eq!(h[1], b.p);
+    }
+
+    #[test]
+    fn a_range_is_tested_from_its_nearest_end() {
+        let xs = [1.5, 1.6, 1.7];
+        let t = level(
+            &xs,
+            &Reference::Mean {
+                lo: 1.0,
+                hi: 1.2,
+                spread: Spread::Known {
+                    sd: 0.1,
+                    n_mean: 5,
+                    n_sd: 5,
+                },
+            },
+        );
+        assert!((t.difference - 0.4).abs() < 1e-12);
+        let inside = level(
+            &[1.1, 1.15, 1.12],
+            &Reference::Mean {
+                lo: 1.0,
+                hi: 1.2,
+                spread: Spread::RunsOwn { n_mean: 5 },
+            },
+        );
+        assert_eq!(inside.difference, 0.0);
+        assert_eq!(inside.p, 1.0);
+    }
+}
