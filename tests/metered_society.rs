@@ -61,8 +61,8 @@ init_energy = 1500.0
 
 [[roster]]
 agent_id = "agent_2"
-model = "qwen3-4b"
-model_name = "qwen3:4b"
+model = "qwen3.5-4b"
+model_name = "qwen3.5:4b"
 size = 4
 init_energy = 1500.0
 "#;

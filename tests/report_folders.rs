@@ -233,13 +233,24 @@ fn a_reproduction_of_runs_not_answered_by_the_papers_models_says_so_above_every_
             &t.path().join(format!("baseline-coop/seed_{seed}")),
         );
     }
-    let (md, _) = ok(&[
+    let rep = t.path().join("rep");
+    let (shown, _) = ok(&[
         "report",
         p(&t.path().join("baseline-comp")),
         p(&t.path().join("baseline-coop")),
         "--against",
         "paper",
+        "--out",
+        p(&rep),
+        "--no-plots",
     ]);
+    // The terminal's compact table opens with the notice too.
+    let compact = &shown[shown.find("Reproduction against").expect("compact table")..];
+    assert!(
+        compact.contains("Not the paper's models: these runs were answered by stand-ins"),
+        "{compact}"
+    );
+    let md = std::fs::read_to_string(rep.join("reproduction.md")).unwrap();
     let notice = "> **Not the paper's models: these runs were answered by stand-ins";
     for table in ["## Levels", "## Effects"] {
         let at = md

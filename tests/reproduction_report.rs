@@ -482,16 +482,19 @@ fn a_scripted_sweep_against_the_paper_shows_the_known_differences() {
             assert!(r[4].contains("(n=3)"), "{r:?}");
         }
     }
-    // Certain by the policies: greedy never donates, so "zero donations" holds;
-    // the cooperative policy donates in 10.5 % of decisions, the paper's rate
-    // over all agents, so agent 1's (gemma4:e4b's) 29% is missed.
+    // Certain by the policies: greedy never donates, so "zero donations" holds.
+    // The cooperative policy donates in 10.5 % of decisions, the paper's rate
+    // over all agents, so agent 1 (gemma4:e4b) stays below the paper's 29%
+    // (12.2 % here); with three runs that difference is not significant after
+    // Holm, and the row could not have detected the paper's margin: inconclusive,
+    // never consistent.
     assert_eq!(
         verdict_of(&rows, "baseline-comp", "donations / run (all agents)", "—"),
         "consistent"
     );
     assert_eq!(
         verdict_of(&rows, "baseline-coop", "DONATE share of actions", "agent_1"),
-        "lower"
+        "inconclusive"
     );
     // Scripted agents spend ~600 tokens a call whatever their size, and all
     // survive: the large agents' short lives, the paper's size effect, are not

@@ -22,7 +22,7 @@ use crate::agency::Driver;
 use crate::backend::{Answer, Backend, ModelRequest, ModelResult, StepBackend};
 use crate::energy_society::config::SocietyConfig;
 use crate::energy_society::runner::{job_source, society};
-use crate::inference::llm_backend::{EngineStats, LlmBackend};
+use crate::inference::llm_backend::LlmBackend;
 use crate::served::openai::OpenAiBackend;
 
 #[derive(Args, Debug)]
@@ -453,7 +453,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         (None, None) => None,
     };
     let delta = match (before, local.as_ref()) {
-        (Some(b), Some(l)) => Some(diff(&l.stats(), &b)),
+        (Some(b), Some(l)) => Some(l.stats().since(&b)),
         _ => None,
     };
     Ok(SocietyBench {
@@ -495,20 +495,6 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         complete: finished == sims,
         finished,
     })
-}
-
-fn diff(a: &EngineStats, b: &EngineStats) -> EngineStats {
-    EngineStats {
-        calls: a.calls - b.calls,
-        prompt_tokens: a.prompt_tokens - b.prompt_tokens,
-        reused_own_tokens: a.reused_own_tokens - b.reused_own_tokens,
-        reused_prefix_tokens: a.reused_prefix_tokens - b.reused_prefix_tokens,
-        generated_tokens: a.generated_tokens - b.generated_tokens,
-        prefill_ms: a.prefill_ms - b.prefill_ms,
-        decode_ms: a.decode_ms - b.decode_ms,
-        engine_ms: a.engine_ms - b.engine_ms,
-        prefix: a.prefix,
-    }
 }
 
 pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {

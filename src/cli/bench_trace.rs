@@ -607,7 +607,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
             .map(|p| p.hwm);
     }
     let engine = match (before, local.as_ref()) {
-        (Some(b), Some(l)) => Some(diff(&l.stats(), &b)),
+        (Some(b), Some(l)) => Some(l.stats().since(&b)),
         _ => None,
     };
     let requested: u64 = calls.iter().map(|c| c.requested as u64).sum();
@@ -731,20 +731,6 @@ fn grid_estimate(
         hours_split: split,
         hours: split.unwrap_or(by_rate),
         assumptions,
-    }
-}
-
-fn diff(a: &EngineStats, b: &EngineStats) -> EngineStats {
-    EngineStats {
-        calls: a.calls - b.calls,
-        prompt_tokens: a.prompt_tokens - b.prompt_tokens,
-        reused_own_tokens: a.reused_own_tokens - b.reused_own_tokens,
-        reused_prefix_tokens: a.reused_prefix_tokens - b.reused_prefix_tokens,
-        generated_tokens: a.generated_tokens - b.generated_tokens,
-        prefill_ms: a.prefill_ms - b.prefill_ms,
-        decode_ms: a.decode_ms - b.decode_ms,
-        engine_ms: a.engine_ms - b.engine_ms,
-        prefix: a.prefix,
     }
 }
 

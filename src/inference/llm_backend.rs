@@ -160,6 +160,22 @@ impl EngineStats {
     pub fn computed_prompt_tokens(&self) -> u64 {
         self.prompt_tokens - self.reused_own_tokens - self.reused_prefix_tokens
     }
+
+    /// What was computed since `earlier` (a snapshot of the same backend);
+    /// the prefix cache's state is this one's.
+    pub fn since(&self, earlier: &EngineStats) -> EngineStats {
+        EngineStats {
+            calls: self.calls - earlier.calls,
+            prompt_tokens: self.prompt_tokens - earlier.prompt_tokens,
+            reused_own_tokens: self.reused_own_tokens - earlier.reused_own_tokens,
+            reused_prefix_tokens: self.reused_prefix_tokens - earlier.reused_prefix_tokens,
+            generated_tokens: self.generated_tokens - earlier.generated_tokens,
+            prefill_ms: self.prefill_ms - earlier.prefill_ms,
+            decode_ms: self.decode_ms - earlier.decode_ms,
+            engine_ms: self.engine_ms - earlier.engine_ms,
+            prefix: self.prefix,
+        }
+    }
 }
 
 impl Default for LlmOptions {
