@@ -1,4 +1,4 @@
-//! A run that went wrong says so (issue #28): the built `joule` binary on
+//! A run that went wrong says so: the built `joule` binary on
 //! small scripted configs. Nothing starts that cannot run as configured (a
 //! misspelled policy or model is one error naming file, key, value and the
 //! nearest names, and nothing is written); call errors show in the summary,
