@@ -736,8 +736,28 @@
         if (r.width > 0 && (r.left < box.left - 0.5 || r.right > box.right + 0.5)) clipped.push(t.textContent);
       });
     });
+    // Elements and text runs that reach past the screen's right edge outside
+    // a scroller, so a failing width check names its culprit.
+    var wide = [], items = Array.prototype.map.call(document.body.querySelectorAll('*'), function (el) {
+      return { rect: el.getBoundingClientRect(), el: el, from: el.parentElement };
+    });
+    var walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (var n = walker.nextNode(); n; n = walker.nextNode()) {
+      var rg = document.createRange();
+      rg.selectNodeContents(n);
+      items.push({ rect: rg.getBoundingClientRect(), el: n.parentElement, from: n.parentElement });
+    }
+    items.forEach(function (it) {
+      if (it.rect.right <= window.innerWidth + 0.5 || wide.length >= 8) return;
+      for (var p = it.from; p && p !== document.body; p = p.parentElement) {
+        var ox = getComputedStyle(p).overflowX;
+        if (ox === 'auto' || ox === 'scroll' || ox === 'hidden') return;
+      }
+      var el = it.el;
+      wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + ' right=' + Math.round(it.rect.right) + ': ' + (el.textContent || '').slice(0, 40));
+    });
     return { width: window.innerWidth, page_width: document.documentElement.scrollWidth, header_height: header.getBoundingClientRect().height,
-      targets: targets, x_labels: labels, x_label_overlaps: overlaps, clipped_texts: clipped };
+      targets: targets, x_labels: labels, x_label_overlaps: overlaps, clipped_texts: clipped, too_wide: wide };
   }
 
   function writeSelftest(obj) {
