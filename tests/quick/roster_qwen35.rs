@@ -4,8 +4,8 @@
 //! sequences of different lengths, snapshot restore; generation reusing a
 //! snapshot; an Energy Society round on the fixture; bad files.
 
-mod gguf_edit;
-mod roster_common;
+use crate::gguf_edit;
+use crate::roster_common;
 use roster_common::*;
 
 use candle_core::quantized::QTensor;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-mod default_model;
+use crate::default_model;
 
 const JOULE: &str = env!("CARGO_BIN_EXE_joule");
 

@@ -12,7 +12,7 @@ use joule::energy::CostModel;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, run_society};
 
-mod default_model;
+use crate::default_model;
 
 #[test]
 fn smollm2_society_round_charges_exactly_the_counted_tokens() {

@@ -2,7 +2,7 @@
 //! never a panic: truncated data, a corrupted header, an unknown
 //! architecture, a missing tensor, a tensor of the wrong shape.
 
-mod gguf_edit;
+use crate::gguf_edit;
 use gguf_edit::load_err;
 
 use candle_core::quantized::{gguf_file, QTensor};

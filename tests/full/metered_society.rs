@@ -67,7 +67,7 @@ size = 4
 init_energy = 1500.0
 "#;
 
-mod default_model;
+use crate::default_model;
 
 fn model() -> Option<String> {
     default_model::cached().map(|p| p.display().to_string())

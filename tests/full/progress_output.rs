@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod default_model;
+use crate::default_model;
 
 const JOULE: &str = env!("CARGO_BIN_EXE_joule");
 

@@ -24,7 +24,7 @@
 //!
 //! Linux only (elsewhere `--measure` says it cannot read the resident memory).
 
-mod default_model;
+use crate::default_model;
 
 use joule::inference::files::manifest::Catalog;
 use joule::inference::files::synth::recipe::FileType;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-mod default_model;
+use crate::default_model;
 
 const JOULE: &str = env!("CARGO_BIN_EXE_joule");
 

@@ -11,7 +11,7 @@
 //! to a recompute, the `joule logits` binary, bad files, and the tokenizer
 //! and chat template read from the fixture's metadata.
 
-mod gguf_edit;
+use crate::gguf_edit;
 use gguf_edit::load_err;
 
 use candle_core::quantized::{gguf_file, QTensor};

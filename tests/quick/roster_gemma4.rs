@@ -5,8 +5,8 @@
 //! `joule logits` binary; vision/audio towers in the same file; bad files;
 //! the manifest and its chat template with thinking on and off.
 
-mod gguf_edit;
-mod roster_common;
+use crate::gguf_edit;
+use crate::roster_common;
 use gguf_edit::{load_err, rewrite};
 
 use roster_common::*;

@@ -29,7 +29,7 @@ use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, job_source, run_society};
 use joule::sweep::slurm::{cell_status, CellStatus};
 use joule::sweep::{cells, out_dir, run_cells};
-mod default_model;
+use crate::default_model;
 use serde_json::Value;
 
 /// One llama-server at a time: they share two cores.

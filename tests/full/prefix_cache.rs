@@ -10,7 +10,7 @@
 //! checked with f32 and with f16 key/value caches (`[llm] kv_cache`); f16
 //! logits stay within 1% of f32 ones (f32 files; quantised ones by cosine).
 
-mod roster_common;
+use crate::roster_common;
 
 use joule::backend::GenParams;
 use joule::inference::engine::generate::{generate, GenOptions, GenSeq};
@@ -215,7 +215,7 @@ fn smollm2() -> Option<PathBuf> {
     default_model::cached()
 }
 
-mod default_model;
+use crate::default_model;
 
 #[test]
 fn exact_on_smollm2() {

@@ -8,8 +8,8 @@
 //! finished sequence's place is taken at the next step, before the longest
 //! sequence ends.
 
-mod batch_rows;
-mod roster_common;
+use crate::batch_rows;
+use crate::roster_common;
 
 use batch_rows::{ids, rows_are_independent};
 

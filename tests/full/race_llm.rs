@@ -20,7 +20,7 @@ use joule::race::run::{backend_for, backend_for_models, run_experiment};
 use joule::race::scenario::{RaceRecord, TurnRecord};
 use joule::record::read_jsonl;
 
-mod default_model;
+use crate::default_model;
 
 fn model_cached() -> bool {
     default_model::cached().is_some()

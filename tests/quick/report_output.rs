@@ -132,7 +132,7 @@ fn report_of_one_condition_has_the_table_and_plots() {
 
 /// The HTML page's series colours (`COLORS` in page.js), as `#RRGGBB`.
 fn page_colours() -> Vec<String> {
-    let js = include_str!("../src/report/html/page.js");
+    let js = include_str!("../../src/report/html/page.js");
     let at = js.find("var COLORS = [").expect("COLORS in page.js");
     let list = &js[at..at + js[at..].find(']').unwrap()];
     list.split('\'')
