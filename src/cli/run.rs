@@ -159,7 +159,7 @@ fn interrupted_note(out: &Path, max_rounds: u32, signal: i32, e: &anyhow::Error)
 }
 
 /// 0 for a complete run, [`EXIT_CALL_ERRORS`] for one that completed with
-/// INVOKE_ERRORs (README, "Exit statuses"); a failed run is an error (2).
+/// INVOKE_ERRORs (docs/commands.md, "Exit statuses"); a failed run is an error (2).
 pub fn exit_status(errors: &CallErrors) -> ExitCode {
     if errors.invoke_errors > 0 {
         crate::errln!(

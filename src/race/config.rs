@@ -98,7 +98,7 @@ pub struct ExperimentConfig {
     /// Token counts of scripted answers.
     #[serde(default)]
     pub scripted_tokens: Option<TokenDist>,
-    /// How model-backed seats run (device, stand-in model); see `[llm]` in README.
+    /// How model-backed seats run (device, stand-in model); see `[llm]` in docs/configuration.md.
     #[serde(default)]
     pub llm: crate::llm::LlmConfig,
 }

@@ -17,7 +17,7 @@
 
 pub mod attention;
 pub mod delta_net;
-// Tested against the CPU scan; Nemotron-H does not call it yet (README, "Running on a GPU").
+// Tested against the CPU scan; Nemotron-H does not call it yet (docs/gpu.md).
 #[cfg_attr(not(test), allow(dead_code))]
 pub mod mamba2;
 
