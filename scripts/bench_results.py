@@ -125,6 +125,12 @@ def metric_label(m):
     return label
 
 
+def when(path_record):
+    """Order of records: date, then the optional `time_utc` (HH:MM), then file name."""
+    path, rec = path_record
+    return (rec["date"], rec.get("time_utc") or "", path.name)
+
+
 def render(records):
     out = [
         "# Benchmark results",
@@ -147,7 +153,7 @@ def render(records):
             groups.setdefault(key, []).append((p, r))
         current, older = [], []
         for key in sorted(groups):
-            g = sorted(groups[key], key=lambda pr: (pr[1]["date"], pr[0].name), reverse=True)
+            g = sorted(groups[key], key=when, reverse=True)
             current.append(g[0])
             older.extend(g[1:])
         out += ["", f"## {target}", ""]
@@ -171,7 +177,7 @@ def render(records):
                 )
         if older:
             out += ["", "Older records:", ""]
-            for p, r in sorted(older, key=lambda pr: (pr[1]["date"], pr[0].name), reverse=True):
+            for p, r in sorted(older, key=when, reverse=True):
                 ratios = "; ".join(
                     f"{m['metric']} {fmt_ratio(m['ratio'])}" for m in r["measurements"]
                 )
