@@ -691,8 +691,7 @@ pub fn cpu_form(dtype: GgmlDType, simd: Simd) -> Option<&'static str> {
 /// A Q4_0, Q5_0 or Q8_0 matrix as this CPU multiplies it fastest: with AVX-512 VNNI with
 /// its rows in lanes ([`x86::qlanes512::QLanes`]: a block's exact integer sum, then one
 /// fused multiply-add per block; built straight from the GGUF rows), else row major
-/// ([`QuantMatrix`]). Measured in benches/README.md, "The 32-value fallback types in
-/// lanes".
+/// ([`QuantMatrix`]). Measured with `cargo bench --bench quant_matmul -- T forms`.
 fn q_matrix<B: LaneBlock>(
     src: &source::RowSource<'_>,
     n: usize,

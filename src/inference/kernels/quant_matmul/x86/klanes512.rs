@@ -940,7 +940,7 @@ pub(super) fn group_masks(js: Range<usize>) -> impl Iterator<Item = (usize, __mm
 /// guided shares, `quant_matmul::run_guided`): whole groups, about eight items per thread,
 /// from one group to 16, so a work item's fixed costs (the activation terms, the call)
 /// spread over more weights. One-group items had left decode of a 65,536 × 4,096 Q4_K
-/// matrix a quarter slower (benches/README, "Decode: what the profile showed").
+/// matrix a quarter slower (profiled with perf).
 pub(super) fn lanes_chunk_rows(n: usize, threads: usize) -> usize {
     let per_thread = n / (8 * threads.max(1));
     (per_thread / ROWS).clamp(1, 16) * ROWS
