@@ -23,7 +23,7 @@ REQUIRED = {
     "target": str,
     "date": str,
     "machine": dict,
-    "threads": int,
+    "threads": (int, type(None)),
     "commit": (str, type(None)),
     "commands": list,
     "model": dict,
@@ -122,6 +122,8 @@ def metric_label(m):
         label += f" (vs {m['peer_mode']})"
     if m.get("aggregate"):
         label += f" ({m['aggregate']})"
+    if m.get("baseline") is not None:
+        label += f" (against {m.get('baseline_label', 'the baseline')}: {fmt(m['baseline'])})"
     return label
 
 
@@ -149,7 +151,7 @@ def render(records):
         recs = [(p, r) for p, r in records if r["target"] == target]
         groups = {}
         for p, r in recs:
-            key = (r["model"]["name"], machine_label(r["machine"]), r["threads"])
+            key = (r["model"]["name"], machine_label(r["machine"]), r["threads"] or 0)
             groups.setdefault(key, []).append((p, r))
         current, older = [], []
         for key in sorted(groups):
@@ -165,7 +167,7 @@ def render(records):
             for i, m in enumerate(r["measurements"]):
                 # The record's own columns on its first row only.
                 head = (
-                    f"| {r['model']['name']} | {machine_label(r['machine'])} | {r['threads']} "
+                    f"| {r['model']['name']} | {machine_label(r['machine'])} | {fmt(r['threads'])} "
                     f"| {r['date']} "
                     if i == 0
                     else "| | | | "
