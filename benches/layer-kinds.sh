@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #27 item 3: the recurrent and per-layer-embedding layer cores at real width, Joule
+# The recurrent and per-layer-embedding layer cores at real width, Joule
 # (`joule bench layers`, src/cli/bench_layers.rs) against llama.cpp de3ff81's ggml graph for the
 # same cores (scripts/llama-layer-kinds.cpp, built here against the tree that
 # scripts/fetch-llama-cpp.sh makes): Qwen3.5-4B's gated delta net (16 key / 32 value heads of

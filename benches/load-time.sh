@@ -2,7 +2,7 @@
 # Load time of GGUF files: Joule (`joule models inspect FILE --memory`'s `load:` line) against
 # llama.cpp's `llama-logits FILE --load-only` (mmap'd, then --no-mmap), page cache warm, each
 # side REPS times, with wall, user and system seconds and the peak resident set from
-# /usr/bin/time, and the load average before each run (issue #26 item 4). Run it on a quiet
+# /usr/bin/time, and the load average before each run. Run it on a quiet
 # machine, inside the bench lock:
 #
 #   JOULE=target/release/joule flock /work/notes/bench.lock benches/load-time.sh \

@@ -9,7 +9,7 @@
 //! asserts nothing about speed).
 //!
 //! `cargo bench --bench quant_matmul -- THREADS rows [TYPE] [REPS]` instead prints the
-//! crossover table of issue #27 item 1: Q4_K and Q6_K (or TYPE) at Qwen3-8B's real
+//! kernel crossover table: Q4_K and Q6_K (or TYPE) at Qwen3-8B's real
 //! widths (`[n, k]` = 4096×4096 q/o, 12288×4096 gate/up, 4096×12288 down, 151936×4096
 //! output head), Joule's k-quant kernel against candle's repacked one for 1 to 64
 //! activation rows, as µs per call and Joule's speed over candle's (the row count from

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open time of the HTML report (benches/README.md, "HTML report"): writes the
+# Open time of the HTML report (benches/README.md): writes the
 # page of the shared reference condition coop/exponent_0.5 (5 runs of 30
 # rounds, transcripts) and of a 60-run scripted condition (full call records),
 # loads each in headless Chromium N times (default 3) and prints the page size,

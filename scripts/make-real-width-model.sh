@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make the real-width Q4_K_M benchmark file (issue #27): a dense `llama` model with Qwen3-8B's
+# Make the real-width Q4_K_M benchmark file: a dense `llama` model with Qwen3-8B's
 # widths (hidden 4096, FFN 12288, 32/8 heads of 128, vocabulary 151,936), LAYERS layers
 # (default 4) of random weights, written in f16 by scripts/make-real-width-model.py with
 # llama.cpp's own gguf-py and quantised by its `llama-quantize` to Q4_K_M (Q4_K matrices, Q6_K

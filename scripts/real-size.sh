@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's models at their real size on this machine (issue #26, items 2, 3, 4 and 6): for each
+# The paper's models at their real size on this machine: for each
 # model, smallest first, `joule models synth` writes the full-size Q4_K_M file (and a Q8_0 one
 # for the logits check) under ${JOULE_HOME:-~/.cache/joule}/models/real/, then:
 #   - file size;
@@ -13,8 +13,8 @@
 #   - speed: `joule bench -p 512 -n 128` and `llama-bench -p 512 -n 128 -fa 0,1`, THREADS threads,
 #     REPS repetitions;
 #   - logits: a 32-token prompt through `llama-logits` (one pass) and `joule logits` on the Q4_K_M
-#     and Q8_0 files, in one pass and as 16 tokens in one pass then 16 steps of one (issue #26
-#     item 2's two modes): mean KL(llama.cpp ‖ Joule) and top-1 agreement over the 32 positions,
+#     and Q8_0 files, in one pass and as 16 tokens in one pass then 16 steps of one (the
+#     two modes): mean KL(llama.cpp ‖ Joule) and top-1 agreement over the 32 positions,
 #     and llama.cpp's own one pass against its own prefill + steps (the drift two correct
 #     engines' rounding reaches on this synthesized model: random weights amplify it with depth);
 # and deletes the files (--keep keeps the Q4_K_M file for a later pass, e.g. --no-measure

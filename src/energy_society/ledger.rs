@@ -493,7 +493,7 @@ mod tests {
     }
 
     /// Faithful rules move what the model asked for, negative amounts included (QUIRK-6): a
-    /// donation of −5.2·10¹⁵ (a served model's answer, session 23) takes energies to a size
+    /// donation of −5.2·10¹⁵ (a served model's answer) takes energies to a size
     /// where a cent is below the doubles' rounding. The round still closes; at an ordinary
     /// size a charge passed off as a donation still fails the check.
     #[test]

@@ -1,4 +1,4 @@
-//! The memory plan against what the process really holds (issue #26, item 3):
+//! The memory plan against what the process really holds:
 //! `joule models inspect FILE --memory --measure` runs the plan's workload in
 //! its own process and reports the plan's difference to what it holds,
 //! which must be within 5 % both ways: weights and states against the
@@ -14,7 +14,7 @@
 //!   Q4_K_M: candle's Q4_K/Q6_K kernels with their repacked copies, the
 //!   embedding table and the output matrix at full size; 2 sequences of 512
 //!   tokens; and the same run with the allocator told never to hand memory
-//!   back (`JOULE_PURGE_DELAY=-1`, as the binary was until session 13),
+//!   back (`JOULE_PURGE_DELAY=-1`, as the binary once was),
 //!   which must hold more at rest (a quarter of the planned scratch) and fail
 //!   the check: it fails if prompt steps' buffers stay resident again;
 //! - `plan_matches_the_process_for_a_delta_net_hybrid_at_real_width`: a
@@ -121,7 +121,7 @@ fn check(what: &str, m: Measured) {
 }
 
 /// The issue's workload (5 sequences of 4,096 tokens) on the default model.
-/// With transparent huge pages (the binary's setting until session 17) the
+/// With transparent huge pages (the binary's former setting) the
 /// plan fell 10.8 % short here, 11 % at the peak; without them 1.3 %. At 5 ×
 /// 1,024 it is still 10.7 % short (42 MiB; 1 × 1,024: 5 %, 5 × 2,048: 4.2 %),
 /// a residue that shrinks as the sequences grow; not explained (the
@@ -182,7 +182,7 @@ fn plan_matches_the_process_at_real_width() {
     let file = synth_real_width("qwen3-8b", 1, dir.path(), 151_936);
     let handed_back = measure(&file, 512, 2, None);
     check("qwen3-8b, 1 layer, Q4_K_M", handed_back);
-    // Kept for good (the binary's setting until session 13), the prompt
+    // Kept for good (the binary's former setting), the prompt
     // steps' buffers stay resident: 46-54 MiB more at rest here, about half
     // the planned scratch (the peak plan less the plan at rest, less the few
     // MiB VmRSS had beyond RssAnon before loading), which on this file is

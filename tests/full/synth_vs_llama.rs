@@ -1,4 +1,4 @@
-//! `joule models synth` against llama.cpp (issue #26, items 1 and 2).
+//! `joule models synth` against llama.cpp: quant mixes and logits.
 //!
 //! - `quant_mix_matches_llama_quantize`: for every manifest with a `[synth]` table, at the real
 //!   size (every layer, the real vocabulary), the type Joule gives each tensor for Q4_K_M,
@@ -338,7 +338,7 @@ fn logits_check(vocab_rows: Option<u64>) {
                     .any(|&(n, f, h)| n == name && f == format!("{ft:?}") && h == how);
                 if !(kl <= 0.01 && top1 >= 0.9) {
                     if known {
-                        eprintln!("known gap (issue #26, see KNOWN_GAPS): {line}");
+                        eprintln!("known gap (see KNOWN_GAPS): {line}");
                     } else {
                         failures.push(line);
                     }
@@ -357,11 +357,11 @@ fn logits_check(vocab_rows: Option<u64>) {
     );
 }
 
-/// Cases below the thresholds, still open in issue #26, reported but not failed on (every other
+/// Cases below the thresholds, still open, reported but not failed on (every other
 /// case fails the test): none. Measured 2026-12-02 (llama.cpp de3ff81, vocabulary cut to
 /// 32,768, 64 positions): every model and type passes with mean KL <= 0.0015 and top-1 >=
-/// 0.969 (session 13, with 8-bit activation scales held as f16 as llama.cpp holds them;
-/// Qwen3.5-4B Q8_0 0.0006). Before session 12 Joule's Q8_0 matrices of whole 256-value blocks went to candle's repacked
+/// 0.969 (with 8-bit activation scales held as f16 as llama.cpp holds them;
+/// Qwen3.5-4B Q8_0 0.0006). Before Joule's own Q8_0 kernel, Joule's Q8_0 matrices of whole 256-value blocks went to candle's repacked
 /// kernel, which rounds the activations in blocks of 256 where llama.cpp rounds in blocks of 32
 /// (`quant_matmul::candle_repack_rounds_as_llama`): Qwen3.5-4B Q8_0 was at mean KL 0.009 (16
 /// positions; 0.0075 over 64). Nemotron-3-Nano-4B Q8_0 failed top-1 (0.875 over 16 positions)

@@ -1,4 +1,4 @@
-//! `joule models synth --layout ollama` against `--layout llama.cpp` (issue #26, item 1): for
+//! `joule models synth --layout ollama` against `--layout llama.cpp`: for
 //! every model Ollama converts, the two files of one seed hold the same model, so Joule gives
 //! the same logits on both, in one pass and as a prefill followed by one-token decode steps.
 //!

@@ -7,7 +7,7 @@
 //! may later collapse a mostly empty 2 MiB range (a freed conversion buffer beside a live one)
 //! into a whole huge page again. What the process holds then exceeds what it uses by an amount
 //! that depends on the allocation order (and, through `khugepaged`, on time), which no plan
-//! predicts: measured with `joule models inspect F --memory --measure` (issue #26 item 3),
+//! predicts: measured with `joule models inspect F --memory --measure`,
 //! huge pages made SmolLM2 at 5 × 4,096 tokens hold 1.13 GiB against 1.01 GiB without them
 //! (plan −10.8 % against −1.3 %), and full-size Qwen3.5-4B's load 0.13 GiB beyond its weights
 //! against 0.01 GiB.

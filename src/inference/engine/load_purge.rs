@@ -4,7 +4,7 @@
 //! [`KEEP_FREED_MS`] instead of its default 10 ms: inference frees and reallocates the same
 //! large buffers every layer of every step, and handing them back after 10 ms made each step
 //! fault in (and the kernel zero) fresh pages again, about 7 % of a prompt's time. Kept for
-//! good (a purge delay of -1, sessions 11-12), though, those buffers are never handed back at
+//! good (a purge delay of -1, as the binary once had), though, those buffers are never handed back at
 //! all: mimalloc then marks every segment it creates as never to be purged, so what a prompt
 //! step's layers freed and the next allocations did not fit into (a buffer split around one
 //! that stays: a recurrent snapshot, candle's repacked weights) stayed resident and grew with

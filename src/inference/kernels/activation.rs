@@ -5,7 +5,7 @@
 //!   `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))`, candle's formula with `tanh(u)` as
 //!   `sign(u)·(1 − e)/(1 + e)`, `e = exp(−2|u|)` from the softmax's exponential
 //!   ([`super::cpu_attention::exp_neg`], relative error about 1e-7). Candle's `gelu` spent
-//!   4 % of a full-size Gemma 4 decode step in `tanhf`/`expm1f` (session 18, perf).
+//!   4 % of a full-size Gemma 4 decode step in `tanhf`/`expm1f` (measured with perf).
 //! - [`softcap`]: `cap·tanh(x / cap)` (Gemma's final-logit and attention soft-capping), the
 //!   same `tanh`: candle's `tanh` took libm's `tanhf` for each of Gemma 4's 262,144 logits
 //!   per token.

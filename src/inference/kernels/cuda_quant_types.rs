@@ -1,4 +1,4 @@
-//! CUDA against the CPU for every GGUF type of the real files' quant mixes (issue #27: Q4_K,
+//! CUDA against the CPU for every GGUF type of the real files' quant mixes (Q4_K,
 //! Q5_K, Q6_K, Q8_0, Q5_0): the matrix products a model makes through `models::nn::Proj`
 //! (decode: 1 to 8 activation rows, candle's vector kernels; prompts: more rows, candle's tiled
 //! kernels) and the embedding lookup (`QTensor::embedding`), on the same quantised bytes, both

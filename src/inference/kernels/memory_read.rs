@@ -36,7 +36,7 @@ pub fn read_pass(buf: &[u64]) -> u64 {
 /// The wrapping sum of `words` (whole groups of 32; a tail of fewer than 32 is left out),
 /// with the widest vector loads this CPU has, written with intrinsics: left to the
 /// compiler, the 32-lane loop was vectorised across groups with gathers (`vpgatherdq`),
-/// which read 4.9–9.7 GB/s on session 14's AVX-512 EPYC against 17–46 GB/s read by
+/// which read 4.9–9.7 GB/s on a 2-vCPU AVX-512 EPYC against 17–46 GB/s read by
 /// plain 64-byte loads, and the bandwidth figure was wrong there.
 fn sum_words(words: &[u64]) -> u64 {
     let whole = &words[..words.len() / 32 * 32];

@@ -3,10 +3,10 @@
 //!
 //! Decode reads every weight once per step, front to back, and on 4 KiB pages that stream
 //! crosses a page every 64 cache lines: each crossing is a TLB miss, and the hardware
-//! prefetchers stop at page boundaries and start again behind them. Measured on the EPYC of
-//! session 21 (one process, the same 1 GiB read alternately from two buffers, 8 rounds,
+//! prefetchers stop at page boundaries and start again behind them. Measured on a 2-vCPU AMD EPYC
+//! (Zen 4; one process, the same 1 GiB read alternately from two buffers, 8 rounds,
 //! `memory_read::read_pass`): 2 MiB pages read 1.06–1.17× faster than 4 KiB pages on two
-//! threads and 1.33–1.39× on one (benches/README, "Weights on huge pages").
+//! threads and 1.33–1.39× on one.
 //!
 //! Only the weights get them: a huge page is resident as a whole once one byte of it is
 //! written, which costs nothing for a matrix filled once from end to end but is what made the

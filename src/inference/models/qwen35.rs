@@ -478,8 +478,8 @@ fn prepare(
 /// Qwen3.5's head sizes (128 x 128 state, chunks of 64) the chunked form
 /// does as many multiply-adds per token as the recurrent one, and its two
 /// passes per token over a state that stays in cache ran a 512-token
-/// prompt in 60 ms of CPU against the chunked form's 220 (benches/README.md,
-/// "Layer kinds at real width").
+/// prompt in 60 ms of CPU against the chunked form's 220
+/// (`benches/layer-kinds.sh`).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn host_core(
     m: &HostMixer<'_>,

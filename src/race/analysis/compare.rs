@@ -1,4 +1,4 @@
-//! Humans versus models (spec §8, issue #15 item 5): the section `joule race
+//! Humans versus models (spec §8): the section `joule race
 //! report --human FILE` opens with. Over two-player races (the human
 //! experiment's design) of the runs' uncontaminated canonical races and over
 //! the human data set: Unsafe rates by p_max and by position (Leader = ahead

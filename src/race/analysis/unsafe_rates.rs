@@ -1,4 +1,4 @@
-//! Each model's Unsafe rate against the humans' (issue #29 item 5), beside the
+//! Each model's Unsafe rate against the humans', beside the
 //! humans-versus-models rate tables of `race report --human`: for every cell
 //! of those tables (all rounds, by p_max, by position) and every model, the
 //! difference model − humans with

@@ -2,7 +2,7 @@
 //! per weight; candle 0.11 dequantises such a matrix to f32 and holds 4), multiplied the way
 //! llama.cpp's CPU backend does on x86. Gemma 4's `per_layer_model_proj` (`[10752, 2560]`, F16
 //! in real Q4_K_M files) is the matrix that asked for it: through candle its decode step ran
-//! at a quarter of llama.cpp's speed (benches/README.md, session 14).
+//! at a quarter of llama.cpp's speed (benches/RESULTS.md).
 //!
 //! The arithmetic is llama.cpp's (ggml-cpu's `mul_mat` with `llamafile_sgemm`, `tinyBLAS`,
 //! on an AVX-512 build): each activation row is first rounded to the weight's type

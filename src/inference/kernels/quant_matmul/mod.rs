@@ -279,10 +279,10 @@ pub const TYPES_ENV: &str = crate::knobs::CPU_KERNEL_TYPES.name;
 /// decode faster (1.24× llama.cpp against candle's 1.03× on a real-width Q4_K_M
 /// file) and hold the weights once, while candle's repacked 16-row tiles (and AMX)
 /// multiplied prompts about 2× faster than Joule's 2×4 tile (before the AVX-512 prompt
-/// path of session 12, `x86::kquants512::run_prompt_k512`) but hold about 4.5× the
-/// file; see benches/README.md, "k-quant super-block kernels" and "session 11".
+/// path, `x86::kquants512::run_prompt_k512`) but hold about 4.5× the
+/// file; see `benches/kquant-split.sh` and benches/RESULTS.md.
 /// F16 and BF16 ([`floats`]) are held as 16-bit values where candle would hold f32, and
-/// multiplied as llama.cpp does (benches/README.md, session 14).
+/// multiplied as llama.cpp does (benches/RESULTS.md).
 pub const DEFAULT_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
@@ -457,8 +457,8 @@ pub enum Choice {
 
 /// The types that are [`Choice::Split`] where candle repacks them and [`TYPES_ENV`] is
 /// [`SPLIT_SPEC`]: Joule's super-block kernels for decode, candle's repacked (and AMX) tiles
-/// for prompts, which were faster until Joule's AVX-512 VNNI prompt path (session 12:
-/// Joule's default now beats the split at prompts too; benches/README.md). Not the default:
+/// for prompts, which were faster until Joule's AVX-512 VNNI prompt path (with it,
+/// Joule's default beats the split at prompts too; benches/RESULTS.md). Not the default:
 /// a split matrix is held by both (Joule's copy, and candle's file blocks with its repacked
 /// copies, together about 5.5× a Q4_K_M file), too much for a roster of five models.
 pub const SPLIT_TYPES: [GgmlDType; 2] = [GgmlDType::Q4K, GgmlDType::Q6K];
@@ -533,7 +533,7 @@ pub fn leaves_to_candle(dtype: GgmlDType, n: usize, k: usize) -> bool {
 /// q8_K blocks (one scale per 256 values), llama.cpp in 32-value q8_0 blocks
 /// (one scale per 32, as [`Acts`] does), so an activation block with one
 /// large value loses the precision of the other 255. On a synthesized
-/// real-width Qwen3.5-4B Q8_0 file (issue #26, `tests/synth_vs_llama.rs`)
+/// real-width Qwen3.5-4B Q8_0 file (`tests/synth_vs_llama.rs`)
 /// that rounding alone made the mean KL against llama.cpp 0.009 instead of
 /// 0.0007. So Q8_0 stays with this module whatever its shape, although
 /// candle's repacked Q8_0 was about 2× faster at 4B shapes (see
@@ -635,11 +635,10 @@ fn matrix_from(
 
 /// A k-quant matrix as this CPU multiplies it fastest: with AVX-512 VNNI with its rows in
 /// lanes ([`x86::klanes512::KLanes`], the same bits), else row major ([`kquants::KMatrix`]). Q6_K goes in lanes only where the CPU also has GFNI (its six-bit values
-/// unpack with `vgf2p8affineqb`); elsewhere it stays row-major. Session 15, AVX-512 EPYC,
+/// unpack with `vgf2p8affineqb`); elsewhere it stays row-major. On a 2-vCPU AVX-512 EPYC,
 /// one thread, per 12,288 × 4,096 product, best of 12 on a shared machine: Q6_K in lanes
 /// 2.29 ms against 4.01 row-major for one activation row, 5.49 against 7.34 for 5, 11.1
-/// against 13.0 for 16; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68 in session 14
-/// (benches/README.md).
+/// against 13.0 for 16; Q4_K 1.59 against 3.20, Q5_K 2.16 against 3.68.
 ///
 /// Built straight from the GGUF rows (`KLanes::from_source`): the row-major matrix is never
 /// held whole beside the lanes.
@@ -692,8 +691,7 @@ pub fn cpu_form(dtype: GgmlDType, simd: Simd) -> Option<&'static str> {
 /// A Q4_0, Q5_0 or Q8_0 matrix as this CPU multiplies it fastest: with AVX-512 VNNI with
 /// its rows in lanes ([`x86::qlanes512::QLanes`]: a block's exact integer sum, then one
 /// fused multiply-add per block; built straight from the GGUF rows), else row major
-/// ([`QuantMatrix`]). Measured in benches/README.md, "The 32-value fallback types in
-/// lanes".
+/// ([`QuantMatrix`]). Measured with `cargo bench --bench quant_matmul -- T forms`.
 fn q_matrix<B: LaneBlock>(
     src: &source::RowSource<'_>,
     n: usize,
@@ -793,7 +791,7 @@ impl<B: WeightBlock> QuantMatrix<B> {
     /// Build from the GGUF block bytes of a `[n, k]` tensor (row major) as `src` hands
     /// them over, rows converted in pieces on the worker pool: read from a file
     /// ([`source::RowSource::Read`]), the tensor is never whole in memory beside the
-    /// matrix (a model load holds the file's bytes once, issue #26 item 4).
+    /// matrix (a model load holds the file's bytes once).
     pub fn from_source(src: &source::RowSource<'_>, n: usize, k: usize) -> Result<Self> {
         Self::check_k(k)?;
         let kb = k / BLOCK;

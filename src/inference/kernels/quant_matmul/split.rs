@@ -1,5 +1,5 @@
-//! The per-row-count choice between Joule's k-quant kernels and candle's repacked ones
-//! (issue #27 item 1): Joule's super-block kernels read fewer bytes per weight and win
+//! The per-row-count choice between Joule's k-quant kernels and candle's repacked ones:
+//! Joule's super-block kernels read fewer bytes per weight and win
 //! decode and small batches; candle's repacked 16-row tiles (and AMX on CPUs that have
 //! it) win prompts. A [`SplitMatmul`] holds both forms of one matrix and sends each
 //! *segment* of its input to one of them: a segment is the rows one sequence feeds in a
@@ -28,8 +28,8 @@ use super::{matmul_many, CpuMatmul};
 
 /// Longest segment (rows one sequence feeds in a step) that a [`SplitMatmul`] gives to
 /// Joule's kernel; longer ones go to candle's. Decode of one society's agents is one row
-/// per sequence; a prompt piece is tens to hundreds of rows. Kernel crossover: see
-/// benches/README.md, "session 11".
+/// per sequence; a prompt piece is tens to hundreds of rows. Kernel crossover: `cargo bench --bench
+/// quant_matmul -- THREADS rows` and `benches/kquant-split.sh`.
 pub const SPLIT_ROWS: usize = 16;
 
 thread_local! {

@@ -1206,7 +1206,7 @@ fn q8_0_activations_are_rounded_in_blocks_of_32() {
     }
 }
 
-/// The k-quant super-block as [`kquants::KBlock::parse`] split it until session 12, value
+/// The k-quant super-block as [`kquants::KBlock::parse`] split it before its current form, value
 /// by value from the format's definition: `(payload bytes, Q5_K fifth-bit masks)`. The
 /// parse of today (whole bytes at a time) must give the same bits.
 fn k_parse_reference(name: &str, c: &[u8]) -> (Vec<u8>, [u64; 4]) {

@@ -179,9 +179,9 @@ pub(crate) unsafe fn run_avx512<H: HalfType>(
 /// fused multiply-adds, so one row alone waits on that chain, and neighbouring rows taken
 /// together read the memory in a stride the prefetchers follow badly), without software
 /// prefetch. Each row's sums are [`tile512`]'s, so the bits are every tile's. Gemma 4's F16
-/// per-layer projection (10,752 × 2,560) at one row on the AMD EPYC of session 22: 15.9 GB/s
+/// per-layer projection (10,752 × 2,560) at one row on a 2-vCPU AMD EPYC: 15.9 GB/s
 /// in 4 × 1 tiles of neighbouring rows with prefetch, 26 GB/s one row at a time, 39 GB/s in
-/// pairs (three and four streams 38 and 35; benches/README, session 22).
+/// pairs (three and four streams 38 and 35).
 ///
 /// # Safety
 /// As [`run_avx512`], for the one row `r`.

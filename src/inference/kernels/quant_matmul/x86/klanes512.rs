@@ -13,7 +13,7 @@
 //! Why: with one activation row (decode), [`super::kquants512::dot_tile_k512`] spends most
 //! of its instructions per super-block on what is not a product (the permuted scales, the
 //! horizontal sums of each super-block's integer lanes, the scalar float steps): on the
-//! AVX-512 EPYC of session 14 a Q4_K matrix ran at 7 GB/s of weights per core against a
+//! 2-vCPU AVX-512 EPYC a Q4_K matrix ran at 7 GB/s of weights per core against a
 //! 25 GB/s read. With rows in lanes every instruction serves 16 weight rows: per four
 //! values one `vpdpbusd` per activation row, per sub-block one `vpmulld`, per super-block
 //! one conversion and fused multiply-add, and nothing is summed across lanes.
@@ -680,9 +680,8 @@ pub(in super::super) static PAIRED: std::sync::atomic::AtomicBool =
 
 /// Bytes of weights each of a pair's streams must hold before Q4_K and Q5_K take groups in
 /// pairs. Two streams per thread lift a core's decode where its share of the memory is more
-/// than it multiplies alone (Qwen2.5-7B at one thread 4.9 → 6.2 tokens/s on the AMD EPYC of
-/// session 22); for short streams of these types they were up to 8 % slower
-/// (benches/README, session 22). Q6_K gained at every length measured.
+/// than it multiplies alone (Qwen2.5-7B at one thread 4.9 → 6.2 tokens/s on a 2-vCPU AMD
+/// EPYC); for short streams of these types they were up to 8 % slower. Q6_K gained at every length measured.
 const PAIR_MIN_STREAM_BYTES: usize = 2 << 20;
 
 /// How [`KLanes::run_chunk_with`] orders the groups of one activation row.
@@ -941,7 +940,7 @@ pub(super) fn group_masks(js: Range<usize>) -> impl Iterator<Item = (usize, __mm
 /// guided shares, `quant_matmul::run_guided`): whole groups, about eight items per thread,
 /// from one group to 16, so a work item's fixed costs (the activation terms, the call)
 /// spread over more weights. One-group items had left decode of a 65,536 × 4,096 Q4_K
-/// matrix a quarter slower (benches/README, "Decode: what the profile showed").
+/// matrix a quarter slower (profiled with perf).
 pub(super) fn lanes_chunk_rows(n: usize, threads: usize) -> usize {
     let per_thread = n / (8 * threads.max(1));
     (per_thread / ROWS).clamp(1, 16) * ROWS

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Issue #27 item 4: sequences decoding together at depth 1,300 (one society phase), Joule's
+# Sequences decoding together at depth 1,300 (one society phase), Joule's
 # `joule bench -p 0 -n 32 -d 1300 -s N` against `llama-batched-bench -npp 1300 -ntg 32 -npl N
 # -pps` (llama.cpp prefills the 1,300 tokens once and shares them; Joule fills each cache
 # untimed; only decode is compared), back to back on the same file and threads, llama.cpp at its
 # best of flash attention off/on. Prints both tables and the ratio of decode t/s (all sequences).
 #
-# Usage: benches/issue27-batched.sh FILE.gguf [SEQS [THREADS]]   (defaults 5 and 2;
+# Usage: benches/batched-decode.sh FILE.gguf [SEQS [THREADS]]   (defaults 5 and 2;
 #        JOULE=path/to/joule, default target/release/joule; PPS=0 for a hybrid model (Nemotron,
 #        Qwen3.5), whose recurrent memory `-pps` fails on: llama.cpp then prefills every
 #        sequence's 1,300 tokens itself, untimed in S_TG, which takes SEQS times as long)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-f=${1:?usage: benches/issue27-batched.sh FILE.gguf [SEQS [THREADS]]}
+f=${1:?usage: benches/batched-decode.sh FILE.gguf [SEQS [THREADS]]}
 n=${2:-5}
 t=${3:-2}
 joule=${JOULE:-target/release/joule}

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Issue #27 (session 12): one-thread CPU time of prompt processing (pp512) for one or more joule
+# One-thread CPU time of prompt processing (pp512) for one or more joule
 # binaries against llama.cpp de3ff81, and of decode (tg64) and one Q4_K / Q6_K matrix at 512
 # rows for each joule binary: for a loaded machine, where wall-clock speed means nothing but
 # user CPU seconds per unit of work still compare. Each run twice, back to back, under the
 # shared benchmark lock (BENCH_LOCK); prints the load before and after. Results go to
-# benches/README.md by hand.
+# benches/results/ by hand (one JSON record per run).
 #
-#   benches/issue27-cputime.sh JOULE_BIN [JOULE_BIN...]    # e.g. a build of main and of a branch
-#   GGUF=file P=512 benches/issue27-cputime.sh target/release/joule
+#   benches/cputime.sh JOULE_BIN [JOULE_BIN...]    # e.g. a build of main and of a branch
+#   GGUF=file P=512 benches/cputime.sh target/release/joule
 #
 # The user seconds cover the whole process (model load, one warm-up and -r 2 timed runs):
 # compare them between binaries on the same file, not as seconds per token.
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 f=${GGUF:-$HOME/.cache/joule/models/bench/qwen3-8b-4L.Q4_K_M.gguf}
 p=${P:-512}
 lock=${BENCH_LOCK:-${TMPDIR:-/tmp}/joule-bench.lock}
-[ -f "$f" ] || { echo "no benchmark file $f (see benches/issue27-split.sh)" >&2; exit 2; }
+[ -f "$f" ] || { echo "no benchmark file $f (see benches/kquant-split.sh)" >&2; exit 2; }
 for j in "$@"; do [ -x "$j" ] || { echo "no joule binary at $j" >&2; exit 2; }; done
 bin=$(scripts/fetch-llama-cpp.sh | tail -1)
 t() { flock "$lock" /usr/bin/time -f "$1: user %U s, wall %e s" "${@:2}"; }

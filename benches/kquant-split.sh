@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue #27 item 1/4 (session 11): Joule's default, split (JOULE_CPU_KERNEL_TYPES=split) and
+# Joule's default, split (JOULE_CPU_KERNEL_TYPES=split) and
 # all-Joule Q4_K/Q6_K kernels against llama.cpp de3ff81 on
 # a synthesized real-width file, back to back, 2 threads, under the shared benchmark lock, and
 # the kernel crossover table. Prints the load before and after; refuses to time above LOAD_MAX
-# (default 2.5) unless FORCE=1. Results go to benches/README.md by hand ("session 11").
+# (default 2.5) unless FORCE=1. Results go to benches/results/ by hand (one JSON record per run).
 #
-#   benches/issue27-split.sh [GGUF]        # default: the synthesized Qwen3-8B-width 4-layer file
-#   CROSSOVER=1 benches/issue27-split.sh   # also the kernel crossover (cargo bench … rows)
+#   benches/kquant-split.sh [GGUF]        # default: the synthesized Qwen3-8B-width 4-layer file
+#   CROSSOVER=1 benches/kquant-split.sh   # also the kernel crossover (cargo bench … rows)
 #
 # The file, once (about 1.2 GiB, outside the repo):
 #   joule models synth qwen3-8b --quant q4_k_m --layers 4 \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #27 item 4, single stream: decode (tg) of Joule against llama.cpp's `llama-bench` on the
+# Single stream: decode (tg) of Joule against llama.cpp's `llama-bench` on the
 # same file and threads, in ROUNDS alternating rounds (llama.cpp at fa 0 and 1, then Joule), so
 # that a VM whose memory bandwidth moves minute to minute moves both sides alike. Prints each
 # round's ratio (Joule over llama.cpp's better fa), the median of those, and Joule's decode as a
@@ -9,11 +9,11 @@
 # reads (Joule's figure for the same file) as a percentage of the better of the two (a 1 GB
 # buffer: past the caches, as Joule's of the step's size is).
 #
-# Usage: benches/issue27-single.sh FILE.gguf [ROUNDS [THREADS [TOKENS]]]   (defaults 3, 2, 64;
+# Usage: benches/single-stream.sh FILE.gguf [ROUNDS [THREADS [TOKENS]]]   (defaults 3, 2, 64;
 #        JOULE=path/to/joule, default target/release/joule)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-f=${1:?usage: benches/issue27-single.sh FILE.gguf [ROUNDS [THREADS [TOKENS]]]}
+f=${1:?usage: benches/single-stream.sh FILE.gguf [ROUNDS [THREADS [TOKENS]]]}
 rounds=${2:-3}
 t=${3:-2}
 n=${4:-64}

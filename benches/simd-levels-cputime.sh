@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Issue #27 item 1 (session 13): one-thread user CPU seconds of pp512 and tg64 for two or more
+# One-thread user CPU seconds of pp512 and tg64 for two or more
 # joule binaries with the kernel level forced (JOULE_SIMD: avx2, avxvnni, avx512vnni,
 # portable), back to back, each twice, under the shared benchmark lock (BENCH_LOCK); for a
 # loaded machine, where wall-clock speed means nothing but user CPU per unit of work still
 # compares. The user seconds cover the whole process (model load, one warm-up, -r 2 timed
 # runs): compare them between binaries, not as seconds per token. Results go to
-# benches/README.md by hand.
+# benches/results/ by hand (one JSON record per run).
 #
-#   SIMDS="avx2 avxvnni" benches/issue27-simd-cputime.sh BASE_BIN NEW_BIN
+#   SIMDS="avx2 avxvnni" benches/simd-levels-cputime.sh BASE_BIN NEW_BIN
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 JOULE_BIN [JOULE_BIN...]" >&2; exit 2; }
 f=${GGUF:-$HOME/.cache/joule/models/bench/qwen3-8b-4L.Q4_K_M.gguf}
 lock=${BENCH_LOCK:-${TMPDIR:-/tmp}/joule-bench.lock}
-[ -f "$f" ] || { echo "no benchmark file $f (see benches/issue27-split.sh)" >&2; exit 2; }
+[ -f "$f" ] || { echo "no benchmark file $f (see benches/kquant-split.sh)" >&2; exit 2; }
 for j in "$@"; do [ -x "$j" ] || { echo "no joule binary at $j" >&2; exit 2; }; done
 t() { flock "$lock" /usr/bin/time -f "$1: user %U s, wall %e s" "${@:2}"; }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) ($(date -u +%H:%M:%S) UTC), file $f"
