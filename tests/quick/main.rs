@@ -1,7 +1,8 @@
 //! The quick tier of the integration tests, compiled as one binary (one link
 //! instead of one per file): each module is one former test file.
-//! Needs no downloaded model, no llama.cpp build, no server and no browser:
-//! `scripts/test.sh --quick` runs it with the unit tests.
+//! Needs no downloaded model, no llama.cpp build, no server and no browser
+//! (it reads ../shared in place): `scripts/test.sh --quick` runs it with the
+//! unit tests.
 
 #[path = "../gguf_edit/mod.rs"]
 mod gguf_edit;
@@ -9,6 +10,7 @@ mod gguf_edit;
 mod roster_common;
 
 mod bad_gguf;
+mod bench_results;
 mod bench_trace;
 mod fuzz;
 mod generate;
@@ -31,3 +33,4 @@ mod single_parse;
 mod sweep_backends;
 mod sweep_resume;
 mod synth_ollama_layout;
+mod worklog_refs;
