@@ -13,6 +13,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The quick tier (`scripts/test.sh --quick`): every module's unit tests and the static checks of
+# the source (the import graph, the environment knobs), with nothing fetched or built beside the
+# crate; a few minutes once the dependencies are built. The full tier is the rest of this script.
+if [[ "${1:-}" == --quick ]]; then
+    cargo test --release --lib 2>&1
+    cargo test --release --test import_graph --test knobs_env 2>&1
+    exit 0
+fi
+
 # Tools the llama.cpp build needs; CI machines are root on Debian and start without them.
 missing=()
 command -v cmake >/dev/null || missing+=(cmake)
