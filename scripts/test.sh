@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 # The quick tier (`scripts/test.sh --quick`): every module's unit tests and the static checks of
 # the source (the import graph, the environment knobs), with nothing fetched or built beside the
-# crate; a few minutes once the dependencies are built. The full tier is the rest of this script.
+# crate. The full tier is the rest of this script.
 if [[ "${1:-}" == --quick ]]; then
     cargo test --release --lib 2>&1
     cargo test --release --test import_graph --test knobs_env 2>&1
