@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Expected values for the reproduction statistics (src/report/reproduction/stats.rs).
+"""Expected values for the reproduction statistics (src/stats.rs).
 
 Computes, with scipy and statsmodels, every closed-form statistic `joule report --against`
 uses, on fixed inputs, and writes them to tests/fixtures/reproduction_stats.json, which

@@ -370,7 +370,7 @@ impl MemoryDemand {
 }
 
 /// What computes a run's logits (`Backend::kernels`; built by
-/// `inference::kernels::record` for local models, by the served backend for a server). Every field has a default, so a record
+/// `inference::engine::kernel_record` for local models, by the served backend for a server). Every field has a default, so a record
 /// written by another version of Joule still reads back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]

@@ -5,7 +5,7 @@
 //! reads one). Three of them choose the kernels that compute the logits
 //! ([`SIMD`], [`CPU_KERNEL_TYPES`], [`CANDLE_KERNELS_ONLY`]); the values of
 //! every one that is set go into the `[kernels]` table of a model-backed run's
-//! resolved config (`inference::kernels::record`), beside the kernels used.
+//! resolved config (`inference::engine::kernel_record`), beside the kernels used.
 //!
 //! Each variable is read when it always was: nothing is cached here, so a
 //! reader sees the environment as it is at the call (the kernel choices are

@@ -38,4 +38,5 @@ pub mod record;
 pub mod report;
 pub(crate) mod scripted;
 pub(crate) mod served;
+pub mod stats;
 pub mod sweep;

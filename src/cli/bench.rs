@@ -125,7 +125,7 @@ pub struct BenchResult {
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
-    /// The kernels that computed the logits (`inference::kernels::record`).
+    /// The kernels that computed the logits (`inference::engine::kernel_record`).
     pub kernels: KernelRecord,
     /// Bytes of the matrices one decode step reads (each once).
     pub step_weight_bytes: u64,

@@ -119,7 +119,7 @@ pub struct SocietyBench {
     pub scenario_s: f64,
     pub batches: usize,
     pub largest_batch: usize,
-    /// The kernels that computed the logits (`inference::kernels::record`).
+    /// The kernels that computed the logits (`inference::engine::kernel_record`).
     pub kernels: Option<crate::backend::KernelRecord>,
     /// Whether every society ran to its end (false: stopped by `--time-limit`; the counts
     /// are those of the calls answered by then).

@@ -485,7 +485,7 @@ impl LlmBackend {
 
     /// The kernels of `models` (model names; scripted ones skipped): this
     /// device's paths and, per model loaded so far, whose kernels multiply
-    /// its weight matrices (`kernels::record`).
+    /// its weight matrices (`engine::kernel_record`).
     pub fn kernel_record(&self, models: &[&str]) -> KernelRecord {
         let mut loaded: Vec<(String, &[crate::inference::files::gguf_weights::MatmulUse])> =
             Vec::new();

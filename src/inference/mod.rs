@@ -12,12 +12,12 @@
 //! - [`llm_backend`]: [`llm_backend::LlmBackend`], the `Backend` that answers scenario requests
 //!   with these models.
 //!
-//! Between the rooms: `text` uses `files`; `engine` uses `files` and the registry in
-//! `models`; `models` uses `engine`, `kernels` and `files`; `kernels` uses `files`, `engine`'s
-//! state and device names (for its record), and the CUDA host side takes its shapes (`Dims`)
-//! from the model files it accelerates; `files::manifest` reads the registry's list of
-//! architectures. No file-level cycle (`scripts/import_cycles.py`). `llm_backend` uses all of
-//! them. Nothing here imports a scenario, the CLI or `served`.
+//! The rooms are layered, bottom first: `files`, `text`, `kernels`, `engine`, `models`; a room
+//! imports only the rooms below it, with two declared exceptions (`files::manifest` checks
+//! manifests against the registry's list of architectures; the CUDA host side takes its
+//! shapes, `Dims`, from the model files it accelerates). `llm_backend` uses all of them.
+//! Nothing here imports a scenario, the CLI or `served`. `scripts/import_cycles.py` checks
+//! all of this.
 
 pub mod engine;
 pub mod files;

@@ -80,7 +80,7 @@ pub fn scripted_backend(tokens: Option<TokenDist>) -> ScriptedBackend {
 }
 
 /// The key of `config.json` that holds the kernel record of a race with
-/// model-backed seats (`inference::kernels::record`).
+/// model-backed seats (`inference::engine::kernel_record`).
 pub const KERNELS_KEY: &str = "kernels";
 
 /// The kernels `backend` computes the model-backed seats of `cfg` with, or

@@ -10,12 +10,12 @@
 use std::path::Path;
 
 use joule::report::reproduction::paper::{Paper, Published};
-use joule::report::reproduction::stats::Summary;
 use joule::report::reproduction::verdict::{
     self, adjust, decide, level, Reference, RowTest, Spread, ALPHA,
 };
 use joule::report::reproduction::{paper_cell, side_values};
 use joule::report::{self, ConditionReport, Mode};
+use joule::stats::Summary;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -631,8 +631,8 @@ fn runs_of_another_set_up_are_refused_or_marked() {
 #[test]
 fn the_spread_of_single_published_numbers_is_the_reference_runs_sd() {
     use joule::report::reproduction::paper::{Paper, Published};
-    use joule::report::reproduction::stats::Summary;
     use joule::report::reproduction::{paper_cell, side_values};
+    use joule::stats::Summary;
     let paper = Paper::embedded();
     let mut checked = 0;
     for cond in ["comp_with_discussion", "coop"] {

@@ -2,7 +2,7 @@
 //! (`tests/fixtures/reproduction_stats.json`, written by
 //! `scripts/gen_reproduction_stats.py`).
 
-use joule::report::reproduction::stats::{
+use joule::stats::{
     cluster_robust_diff, detectable, holm, holm_declared, t_power, t_quantile, t_sf2,
     two_proportion_z, welch, welch_components, Summary,
 };

@@ -7,6 +7,8 @@
 //! - [`prefix_cache`]: computed prompt blocks shared by every call, agent and run.
 //! - [`sampler`], [`generate`]: seeded sampling; batched and continuous generation with exact counts.
 //! - [`memory_plan`]: measuring what models and states need against a device.
+//! - [`kernel_record`]: which kernels (Joule's or candle's) a run uses, for its resolved config
+//!   and `joule bench`.
 //! - [`huge_pages`]: whether the binary's heap may use transparent huge pages (off: memory as planned).
 //! - [`memory_measure`]: what the process really holds (`VmRSS`/`VmHWM`) after a plan's workload.
 //! - [`device`]: choosing a device (`cpu`, `cuda[:N]`, `metal[:N]`).
@@ -17,6 +19,7 @@ pub mod device;
 pub mod dump;
 pub mod generate;
 pub mod huge_pages;
+pub mod kernel_record;
 pub mod load_purge;
 pub mod logits;
 pub mod memory_measure;

@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use crate::inference::files::gguf_header::{
     GgmlType, GgufError, GgufInfo, GgufProblem, GgufValue, ReadOptions,
 };
-use crate::inference::kernels::quant_matmul::source::ReadAt;
 
 /// What can go wrong while loading a model file.
 #[derive(Debug, thiserror::Error)]
@@ -505,7 +504,7 @@ fn read_cpu_tensor(
         }
         let mut v: Vec<T> = Vec::with_capacity(blocks);
         let bytes = blocks * std::mem::size_of::<T>();
-        let base = crate::inference::kernels::quant_matmul::source::Slots::of(&mut v);
+        let base = Slots::of(&mut v);
         let failed = std::sync::Mutex::new(None);
         candle_core::utils::barrier_pool().execute_chunked(bytes.div_ceil(READ_PIECE), |ps| {
             for p in ps {
@@ -710,4 +709,40 @@ fn content_of(info: GgufInfo) -> Result<Content, LoadError> {
         tensor_infos,
         tensor_data_offset: info.data_offset,
     })
+}
+
+/// Fills a buffer with a tensor's bytes from a byte offset within the tensor.
+pub type ReadAt<'a> = dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a;
+
+/// A pointer to a vector's spare capacity that workers write disjoint elements through.
+pub struct Slots<T>(*mut T);
+
+// SAFETY: the workers (`read_tensor_with`, `quant_matmul::source::for_row_pieces`) write disjoint elements (each row's, once).
+unsafe impl<T: Send> Send for Slots<T> {}
+unsafe impl<T: Send> Sync for Slots<T> {}
+
+impl<T> Slots<T> {
+    /// The spare capacity of `v` (empty: its length is 0).
+    pub fn of(v: &mut Vec<T>) -> Self {
+        debug_assert!(v.is_empty());
+        Slots(v.as_mut_ptr())
+    }
+
+    /// Write element `i`.
+    ///
+    /// # Safety
+    /// `i` is below the vector's capacity and no other thread writes or reads it meanwhile.
+    #[inline(always)]
+    pub unsafe fn put(&self, i: usize, x: T) {
+        unsafe { self.0.add(i).write(x) }
+    }
+
+    /// Bytes `r` of the capacity, to be filled (their contents are unspecified until then).
+    ///
+    /// # Safety
+    /// `r` lies within the capacity's bytes and no other thread touches them meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes(&self, r: std::ops::Range<usize>) -> &mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut((self.0 as *mut u8).add(r.start), r.len()) }
+    }
 }

@@ -11,7 +11,6 @@
 //! - `cuda` (with the `cuda` feature): loading and launching the CUDA kernels.
 //! - `cuda_quant_types` (tests): CUDA against the CPU for every type of the real quant mixes.
 //! - [`weight_memory`]: the vector a matrix's weights live in, advised onto huge pages.
-//! - [`record`]: which of these (or candle's) a run uses, for its resolved config and `joule bench`.
 
 pub mod activation;
 pub(crate) mod cpu_attention;
@@ -21,7 +20,6 @@ pub(crate) mod cuda;
 mod cuda_quant_types;
 pub mod memory_read;
 pub mod quant_matmul;
-pub mod record;
 pub mod weight_memory;
 
 /// How attention scores are formed: the parameters every attention path takes (the CPU

@@ -418,7 +418,7 @@ impl Loader<'_> {
     }
 
     /// Note in the file which kernel multiplies the matrix `name` (for the
-    /// run's record of kernels, `kernels::record`).
+    /// run's record of kernels, `engine::kernel_record`).
     /// What the model holds for it: Joule's matrix instead of the tensor
     /// (besides it when `shared`, the tied embedding), or the tensor plus
     /// candle's repacked copies on the CPU

@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use crate::stats::normal_sf2;
+
 /// One decision in round ≥ 2 with everything a specification may use.
 #[derive(Debug, Clone, Serialize)]
 pub struct Decision {
@@ -301,11 +303,6 @@ fn sigmoid(x: f64) -> f64 {
     }
 }
 
-/// Two-sided p-value of a standard normal z.
-pub fn normal_p(z: f64) -> f64 {
-    libm::erfc(z.abs() / std::f64::consts::SQRT_2)
-}
-
 /// Fit one specification by Newton–Raphson with cluster-robust SEs.
 pub fn fit(data: &[Decision], spec: usize, controls: &[Control]) -> anyhow::Result<Fit> {
     anyhow::ensure!((1..=6).contains(&spec), "specification {spec} is not 1..6");
@@ -456,7 +453,7 @@ pub fn fit(data: &[Decision], spec: usize, controls: &[Control]) -> anyhow::Resu
             coef: beta[a],
             se,
             z,
-            p: normal_p(z),
+            p: normal_sf2(z),
         });
     }
     Ok(Fit {
@@ -606,7 +603,7 @@ mod tests {
         let f = fit(&d, 1, &[]).unwrap();
         let c = f.get("Intercept").unwrap();
         assert!((c.coef - (1.0f64 / 2.0).ln()).abs() < 1e-10, "{}", c.coef);
-        assert!(normal_p(1.959963984540054) - 0.05 < 1e-12);
+        assert!(normal_sf2(1.959963984540054) - 0.05 < 1e-12);
     }
 
     #[test]

@@ -15,13 +15,13 @@
 //!
 //! Decisions of one player are not independent, so the verdict uses the
 //! cluster-robust p-value, Holm-adjusted over every test of the section.
-//! The statistics are `report::reproduction::stats`, checked against
+//! The statistics are `crate::stats`, checked against
 //! statsmodels by `tests/reproduction_stats.rs`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use crate::report::reproduction::stats::{cluster_robust_diff, holm, two_proportion_z};
+use crate::stats::{cluster_robust_diff, fmt_p, holm, two_proportion_z};
 
 /// One decision: its group (`human` or a model), cluster, its key in each
 /// table (same order as the tables), and whether it was Unsafe.
@@ -130,7 +130,7 @@ pub fn tests(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> Vec<Test
 }
 
 fn fp(p: f64) -> String {
-    crate::report::reproduction::render::fmt_p(p)
+    fmt_p(p)
 }
 
 /// The Markdown section and its CSV (`unsafe_tests.csv`).

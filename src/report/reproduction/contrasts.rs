@@ -18,11 +18,11 @@
 //! as p = 1). The margin of both is the size of the reference effect.
 
 use super::paper::{Cell, Contrast, Paper, Published, Side};
-use super::stats::{mean_component, Summary};
 use super::verdict::{self, RowTest, ALPHA};
 use super::{cell_label, side_values, ContrastRow};
 use crate::report::metrics::Mode;
 use crate::report::ConditionReport;
+use crate::stats::{mean_component, Summary};
 
 /// A run condition (or reference condition) of a paper cell, with how its
 /// set-up differs from the reference's (compared with `--allow-mismatch`).

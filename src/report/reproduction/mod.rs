@@ -29,7 +29,6 @@ pub mod contrasts;
 pub mod measures;
 pub mod paper;
 pub mod render;
-pub mod stats;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};
@@ -42,9 +41,9 @@ use crate::report::load::Condition;
 use crate::report::metrics::Mode;
 use crate::report::summary::agent_order;
 use crate::report::ConditionReport;
+use crate::stats::Summary;
 use measures::Metric;
 use paper::{Cell, Objective, Paper, PaperCondition, Published};
-use stats::Summary;
 pub use verdict::{distance, Verdict, ALPHA};
 use verdict::{Reference, RowTest, Spread};
 

@@ -80,10 +80,10 @@ pub struct Spread {
 
 impl Published {
     /// The summary statistics of a mean ± sd or exact figure.
-    pub fn summary(&self) -> Option<super::stats::Summary> {
+    pub fn summary(&self) -> Option<crate::stats::Summary> {
         match *self {
-            Published::MeanSd { mean, sd, n } => Some(super::stats::Summary { mean, sd, n }),
-            Published::Exact { value, n } => Some(super::stats::Summary {
+            Published::MeanSd { mean, sd, n } => Some(crate::stats::Summary { mean, sd, n }),
+            Published::Exact { value, n } => Some(crate::stats::Summary {
                 mean: value,
                 sd: 0.0,
                 n,

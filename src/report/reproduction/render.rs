@@ -6,10 +6,10 @@
 
 use std::fmt::Write;
 
-use super::stats::Summary;
 use super::verdict::{Reference, Spread};
 use super::{fmt_value, LevelRow, Reproduction, Verdict};
 use crate::report::html::esc;
+use crate::stats::{fmt_p, Summary};
 
 /// `14.00 ± 9.46 (n=5)`.
 pub fn mean_sd(s: &Summary, percent: bool) -> String {
@@ -56,19 +56,6 @@ fn p_cell(p: f64, ph: f64) -> String {
         return "—".into();
     }
     format!("{} ({})", fmt_p(p), fmt_p(ph))
-}
-
-/// A p-value with three significant digits (`<1e-4` below).
-pub fn fmt_p(p: f64) -> String {
-    if p.is_nan() {
-        "—".into()
-    } else if p < 1e-4 {
-        "<0.0001".into()
-    } else if p >= 0.01 {
-        format!("{p:.3}")
-    } else {
-        format!("{p:.4}")
-    }
 }
 
 fn md_escape(s: &str) -> String {

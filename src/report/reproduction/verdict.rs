@@ -21,7 +21,7 @@
 
 use serde::Serialize;
 
-use super::stats::{self, mean_component, Summary};
+use crate::stats::{self, mean_component, Summary};
 
 /// The significance level of every verdict (after Holm).
 pub const ALPHA: f64 = 0.05;

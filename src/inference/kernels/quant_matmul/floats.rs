@@ -26,14 +26,11 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::ops::Range;
 
 use anyhow::{bail, Result};
 
 use super::source::{for_row_pieces, RowSource, Slots};
-#[cfg(target_arch = "x86_64")]
-use super::x86;
-use super::{Acts, ActsForm, CpuMatmul, Simd};
+use super::{Acts, ActsForm, Simd};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
@@ -307,54 +304,5 @@ impl<H: HalfType> FloatMatrix<H> {
     /// Stored row `j`.
     pub(crate) fn row(&self, j: usize) -> &[u16] {
         &self.w[j * self.kp..(j + 1) * self.kp]
-    }
-}
-
-impl<H: HalfType> CpuMatmul for FloatMatrix<H> {
-    fn n(&self) -> usize {
-        self.n
-    }
-
-    fn k(&self) -> usize {
-        self.k
-    }
-
-    fn acts_form(&self) -> ActsForm {
-        H::FORM
-    }
-
-    fn resident_bytes(&self) -> u64 {
-        (self.w.capacity() * std::mem::size_of::<u16>()) as u64
-    }
-
-    fn dequantize(&self) -> Vec<f32> {
-        (0..self.n)
-            .flat_map(|j| self.row(j)[..self.k].iter().map(|&b| H::to_f32(b)))
-            .collect()
-    }
-
-    unsafe fn run_chunk(&self, acts: &Acts, rows: Range<usize>, js: Range<usize>, y: *mut f32) {
-        let (x, ka) = H::acts(acts);
-        debug_assert!(ka == self.kp && rows.end * ka <= x.len() && js.end <= self.n);
-        match self.simd {
-            Simd::Portable => {
-                for j in js {
-                    for r in rows.clone() {
-                        let v = H::dot_portable(self.row(j), &x[r * ka..(r + 1) * ka]);
-                        // SAFETY: the caller owns y[r, j] for these rows and weight rows.
-                        unsafe { *y.add(r * self.n + j) = v };
-                    }
-                }
-            }
-            // SAFETY: `detect` checked AVX2, FMA and F16C; the caller guarantees the rows
-            // exist and owns y[r, j] for them.
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 | Simd::AvxVnni => unsafe {
-                x86::floats::run_avx2::<H>(self, x, rows, js, y)
-            },
-            // SAFETY: `detect` checked AVX2, FMA, F16C and AVX-512 F (and BW, VNNI).
-            #[cfg(target_arch = "x86_64")]
-            Simd::Avx512Vnni => unsafe { x86::floats::run_avx512::<H>(self, x, rows, js, y) },
-        }
     }
 }

@@ -713,6 +713,7 @@ fn q_matrix<B: LaneBlock>(
 
 mod acts;
 mod blocks;
+mod dispatch;
 pub(crate) mod floats;
 pub(crate) mod kquants;
 pub mod source;

@@ -17,11 +17,10 @@ use std::sync::Mutex;
 
 use anyhow::{anyhow, Result};
 
+pub use crate::inference::files::gguf_weights::{ReadAt, Slots};
+
 /// Bytes of one piece of rows (a row larger than this is a piece of its own).
 pub const PIECE_BYTES: usize = 256 * 1024;
-
-/// Fills a buffer with a tensor's bytes from a byte offset within the tensor.
-pub type ReadAt<'a> = dyn Fn(u64, &mut [u8]) -> std::io::Result<()> + Sync + 'a;
 
 /// The GGUF bytes of a `[n, k]` matrix, row major.
 pub enum RowSource<'a> {
@@ -110,38 +109,5 @@ pub fn for_row_groups(
         Ok(None) => Ok(()),
         Ok(Some(e)) => Err(e.into()),
         Err(_) => Err(anyhow!("a worker failed while reading a matrix")),
-    }
-}
-
-/// A pointer to a vector's spare capacity that workers write disjoint elements through.
-pub struct Slots<T>(*mut T);
-
-// SAFETY: the workers of `for_row_pieces` write disjoint elements (each row's, once).
-unsafe impl<T: Send> Send for Slots<T> {}
-unsafe impl<T: Send> Sync for Slots<T> {}
-
-impl<T> Slots<T> {
-    /// The spare capacity of `v` (empty: its length is 0).
-    pub fn of(v: &mut Vec<T>) -> Self {
-        debug_assert!(v.is_empty());
-        Slots(v.as_mut_ptr())
-    }
-
-    /// Write element `i`.
-    ///
-    /// # Safety
-    /// `i` is below the vector's capacity and no other thread writes or reads it meanwhile.
-    #[inline(always)]
-    pub unsafe fn put(&self, i: usize, x: T) {
-        unsafe { self.0.add(i).write(x) }
-    }
-
-    /// Bytes `r` of the capacity, to be filled (their contents are unspecified until then).
-    ///
-    /// # Safety
-    /// `r` lies within the capacity's bytes and no other thread touches them meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn bytes(&self, r: std::ops::Range<usize>) -> &mut [u8] {
-        unsafe { std::slice::from_raw_parts_mut((self.0 as *mut u8).add(r.start), r.len()) }
     }
 }

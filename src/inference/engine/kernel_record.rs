@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use candle_core::quantized::GgmlDType;
 use candle_core::Device;
 
-use super::quant_matmul::{self, Simd};
 use crate::backend::KernelRecord;
 use crate::inference::engine::state::KvCache;
 use crate::inference::files::gguf_weights::{ggml_name, MatmulUse};
+use crate::inference::kernels::quant_matmul::{self, Simd};
 
 /// The `JOULE_*` variables that are set now.
 fn env() -> BTreeMap<String, String> {

@@ -1,5 +1,6 @@
-//! The statistics of the reproduction tables, written out so that each can be
-//! checked against scipy/statsmodels (`scripts/gen_reproduction_stats.py`
+//! The crate's statistical distributions and tests, shared by the reproduction tables
+//! (`report::reproduction`) and the race's human comparison (`race::analysis`), written out
+//! so that each can be checked against scipy/statsmodels (`scripts/gen_reproduction_stats.py`
 //! writes the expected values to `tests/fixtures/reproduction_stats.json`):
 //!
 //! - Student's t distribution ([`t_sf2`], [`t_quantile`]) through the
@@ -160,6 +161,19 @@ pub fn t_quantile(q: f64, df: f64) -> f64 {
 /// Two-sided normal tail P(|Z| ≥ |z|).
 pub fn normal_sf2(z: f64) -> f64 {
     libm::erfc(z.abs() / std::f64::consts::SQRT_2)
+}
+
+/// A p-value with three significant digits (`<1e-4` below).
+pub fn fmt_p(p: f64) -> String {
+    if p.is_nan() {
+        "—".into()
+    } else if p < 1e-4 {
+        "<0.0001".into()
+    } else if p >= 0.01 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.4}")
+    }
 }
 
 /// The normal quantile at 0.975.
