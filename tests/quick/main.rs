@@ -15,6 +15,7 @@ mod bench_trace;
 mod fuzz;
 mod generate;
 mod golden_logits;
+mod import_graph;
 mod knobs_env;
 mod memory_plan;
 mod race_analysis;
