@@ -25,7 +25,7 @@ have_all() {
     for t in "${targets[@]}"; do [[ -x $bin/$t ]] || return 1; done
 }
 
-# llama-logits (tests/synth_vs_llama.rs's peer): rebuilt when its source changes.
+# llama-logits (tests/full/synth_vs_llama.rs's peer): rebuilt when its source changes.
 logits_src=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/llama-logits.cpp
 build_logits() {
     [[ -f $logits_src ]] || return 0

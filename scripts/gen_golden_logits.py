@@ -4,7 +4,7 @@
 Builds tiny random-weight llama, qwen2, qwen3 and gemma3 models with
 transformers (fixed seed), writes each as an F32 GGUF with llama.cpp's
 tensor names and metadata (gguf-py), and saves transformers' logits for a
-fixed token sequence. The Rust tests (tests/golden_logits.rs) load the GGUF
+fixed token sequence. The Rust tests (tests/quick/golden_logits.rs) load the GGUF
 files and compare their logits, for a one-shot prefill and for incremental
 decoding through the KV cache, with these.
 

@@ -3,7 +3,7 @@
 
 Computes, with scipy and statsmodels, every closed-form statistic `joule report --against`
 uses, on fixed inputs, and writes them to tests/fixtures/reproduction_stats.json, which
-tests/reproduction_stats.rs checks the Rust functions against (relative tolerance 1e-9).
+tests/quick/reproduction_stats.rs checks the Rust functions against (relative tolerance 1e-9).
 
     pip install scipy statsmodels
     python3 scripts/gen_reproduction_stats.py

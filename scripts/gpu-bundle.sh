@@ -3,7 +3,7 @@
 # network: builds `--features cuda` here (no GPU needed; toolkit from
 # scripts/fetch-cuda-toolkit.sh), and writes into .gpu-bundle/ (ignored by git):
 #   bin/joule.xz, bin/<test>.xz   joule and the test executables gpu-check runs (the lib's unit
-#                                 tests with the kernel tests, golden_logits, roster_*), stripped
+#                                 tests with the kernel tests, and the quick tier with golden_logits and roster_*), stripped
 #   lib/                          system libraries joule links that a GPU image may lack
 #   manifest-dir                  the folder they were built in (the tests read fixtures there;
 #                                 gpu-check links it to the working tree)
@@ -13,7 +13,7 @@
 #   model/smollm2.part-*, sha256  the default model in parts of at most $JOULE_GPU_PART_MB MiB
 #                                 (94 MiB; JOULE_GPU_BUNDLE_SMOLLM2=0 leaves it out: only
 #                                 gpu-check's last, optional steps use it)
-# JOULE_GPU_BUNDLE_TESTS (default "lib golden_logits roster_*") picks the test executables: "lib"
+# JOULE_GPU_BUNDLE_TESTS (default "lib quick") picks the test executables: "lib"
 # alone is enough for the kernel tests. Where the bundle must be small (a copy limited to 64 MiB):
 # JOULE_GPU_BUNDLE_SMOLLM2=0 JOULE_GPU_BUNDLE_TESTS=lib keeps joule, the lib's tests and the
 # vocabularies (the CPU build's joule is 7 MB after strip and xz; the CUDA build adds candle's
@@ -30,7 +30,7 @@ export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 target=${JOULE_CUDA_TARGET:-$cache/target-cuda-$CUDA_COMPUTE_CAP}
 out=${JOULE_GPU_BUNDLE:-$repo/.gpu-bundle}
 part_mb=${JOULE_GPU_PART_MB:-40}
-tests=${JOULE_GPU_BUNDLE_TESTS:-lib golden_logits roster_*}
+tests=${JOULE_GPU_BUNDLE_TESTS:-lib quick}
 shared=$repo/../shared/data
 
 model=""
@@ -55,7 +55,7 @@ for line in open(sys.argv[1]):
     kind, name = m["target"]["kind"][0], m["target"]["name"]
     if kind == "lib":
         name = "lib"
-    elif kind != "test" or name == "roster_society":
+    elif kind != "test":
         continue
     if any(fnmatch.fnmatch(name, w) for w in wanted):
         print(f"{name}\t{m['executable']}")

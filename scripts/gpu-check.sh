@@ -293,7 +293,7 @@ declare -A vocab=(
 # Nemotron's own vocabulary is not among them: Llama 3's (128,256 tokens, padded to the
 # model's 131,072 rows) with Nemotron's chat template.
 declare -A template=([nemotron-3-nano-4b]=NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja)
-# The dry run: every kind of layer, as few layers as that takes (tests/synth_vs_llama.rs).
+# The dry run: every kind of layer, as few layers as that takes (tests/full/synth_vs_llama.rs).
 declare -A small=([gemma4-e4b]=4 [nemotron-3-nano-4b]=3 [qwen3.5-4b]=2 [qwen3.5-9b]=2 [qwen3-8b]=1)
 
 if ((dry)); then
@@ -433,14 +433,17 @@ if [[ -z $model ]] && compgen -G "$bundle/model/*.part*" >/dev/null; then
 fi
 [[ -n $model ]] && say "SmolLM2: $model" || say "no SmolLM2 model found: its bench and society steps are skipped"
 
-# Golden logits on CUDA, every architecture (tests/golden_logits.rs, tests/roster_*.rs).
-for name in golden_logits $(printf '%s\n' "${!test_bins[@]}" | grep '^roster_' | grep -v roster_society | sort); do
-  exe=${test_bins[$name]:-}
-  if [[ -z $exe ]]; then
+# Golden logits on CUDA, every architecture (tests/quick/golden_logits.rs, tests/quick/roster_*.rs:
+# modules of the quick test binary, run by their path).
+quick=${test_bins[quick]:-}
+golden=(golden_logits)
+[[ -n $quick ]] && golden+=($("$quick" --list 2>/dev/null | grep -o '^roster_[a-z0-9_]*::' | grep -v '^roster_society::' | sort -u | sed 's/::$//'))
+for name in "${golden[@]}"; do
+  if [[ -z $quick ]]; then
     record "golden-$name" skip 0 "no test executable" ""
     continue
   fi
-  CAP=60 step "golden-$name" "golden-$name.log" env JOULE_TEST_DEVICE=cuda RUST_TEST_THREADS=4 "$exe"
+  CAP=60 step "golden-$name" "golden-$name.log" env JOULE_TEST_DEVICE=cuda RUST_TEST_THREADS=4 "$quick" "$name::"
 done
 
 if [[ -n $model ]]; then

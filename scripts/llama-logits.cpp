@@ -1,5 +1,5 @@
 // llama-logits: llama.cpp's logits for a list of token ids, at every position, written as a
-// float32 .npy array [n_ids, n_vocab]: the peer that tests/synth_vs_llama.rs holds Joule's
+// float32 .npy array [n_ids, n_vocab]: the peer that tests/full/synth_vs_llama.rs holds Joule's
 // `joule logits` against. Built by scripts/fetch-llama-cpp.sh beside llama-server, against
 // the same llama.cpp tree (de3ff81).
 //

@@ -40,13 +40,13 @@ if ((${#missing[@]})); then
     fi
 fi
 
-# Headless Chromium for the browser test of the HTML report (tests/html_report.rs),
+# Headless Chromium for the browser test of the HTML report (tests/full/html_report.rs),
 # which skips with a note where no Chromium is found.
 if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null && [[ -z "${JOULE_CHROMIUM:-}" ]]; then
     if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
     else
-        echo "test.sh: no chromium; tests/html_report.rs will skip its browser checks (apt-get install chromium)" >&2
+        echo "test.sh: no chromium; tests/full/html_report.rs will skip its browser checks (apt-get install chromium)" >&2
     fi
 fi
 

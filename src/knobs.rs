@@ -1,7 +1,7 @@
 //! Every `JOULE_*` environment variable Joule reads, in one place: its name,
 //! what it changes and the values it takes ([`Knob`], [`RUNTIME`], [`BUILD`]),
 //! and the only calls of `std::env::var("JOULE_…")` in the crate (the reading
-//! functions below; `tests/knobs_env.rs` checks that no other file of `src/`
+//! functions below; `tests/quick/knobs_env.rs` checks that no other file of `src/`
 //! reads one). Three of them choose the kernels that compute the logits
 //! ([`SIMD`], [`CPU_KERNEL_TYPES`], [`CANDLE_KERNELS_ONLY`]); the values of
 //! every one that is set go into the `[kernels]` table of a model-backed run's

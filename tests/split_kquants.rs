@@ -2,7 +2,7 @@
 //! are held twice and each sequence's rows of a step go to Joule's kernels when they are 1 to 16
 //! (decode, small batches) and to candle's repacked ones when longer (prompts). A sequence's
 //! logits must still not depend on what it is batched with: the plan of
-//! `tests/continuous_batching.rs` on a synthesized SmolLM2 Q4_K_M, bit for bit. The variable is
+//! `tests/full/continuous_batching.rs` on a synthesized SmolLM2 Q4_K_M, bit for bit. The variable is
 //! set by the one test of this binary before anything reads it.
 
 mod batch_rows;

@@ -7,7 +7,7 @@
 //! Behavioural rates use uncontaminated races only (§3.2).
 //!
 //! Every number `report.md` shows is also in a CSV at full precision
-//! (tests/race_analysis.rs checks it). The files are written into a fresh
+//! (tests/quick/race_analysis.rs checks it). The files are written into a fresh
 //! folder beside `--out` and moved into `--out` only when all of them were
 //! written, so a failure (a bad `--human` file, say) leaves `--out` as it was.
 

@@ -17,7 +17,7 @@ use crate::report::table::{Cell, Table};
 
 /// Series colours: the HTML page's (`html/page.js`, `COLORS`), in its order,
 /// so agent k has one colour in the PNG, the SVG and the page
-/// (tests/report_output.rs compares them).
+/// (tests/quick/report_output.rs compares them).
 pub const COLORS: [RGBColor; 10] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xd6, 0x27, 0x28),

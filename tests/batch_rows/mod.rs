@@ -1,4 +1,4 @@
-//! What `tests/continuous_batching.rs` and `tests/split_kquants.rs` share: a plan of prefill
+//! What `tests/full/continuous_batching.rs` and `tests/split_kquants.rs` share: a plan of prefill
 //! pieces and decode steps run with every sequence alone and then sharing steps, whose logits
 //! must agree bit for bit, and a synthesized Q4_K_M model to run it on.
 

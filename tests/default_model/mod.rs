@@ -27,7 +27,7 @@ pub fn cached() -> Option<PathBuf> {
 
 /// A one-round society config: `agent_1` on the default model (`model`, as the stand-in for
 /// `qwen3-8b`), `agent_2` scripted (`easiest`), one call each, 120 tokens at temperature 0
-/// (tests/llm_society.rs and tests/progress_output.rs).
+/// (tests/full/llm_society.rs and tests/full/progress_output.rs).
 #[allow(dead_code)] // not every test that includes this module runs a society
 pub fn one_round_society(name: &str, model: &Path) -> String {
     ONE_ROUND_SOCIETY

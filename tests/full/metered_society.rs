@@ -8,7 +8,7 @@
 //! charge, that `joule report` shows the measured energy, and that without a
 //! meter the run works and says nothing was measured.
 //!
-//! The model is obtained as `tests/llm_society.rs` obtains it (skipped
+//! The model is obtained as `tests/full/llm_society.rs` obtains it (skipped
 //! outside CI when it is not cached).
 
 use std::process::Command;

@@ -239,7 +239,7 @@ fn a_complete_run_folder_is_kept_unless_forced() {
     assert!(err.contains("replacing"), "{err}");
     assert_ne!(std::fs::read(out.join("events.jsonl")).unwrap(), events);
 
-    // An incomplete run of another config is refused (tests/run_resume.rs:
+    // An incomplete run of another config is refused (tests/full/run_resume.rs:
     // one of the same config resumes), and replaced with --force.
     std::fs::remove_file(out.join("COMPLETE")).unwrap();
     let o = joule(&["run", p(&cfg), "--out", p(&out)]);

@@ -9,7 +9,7 @@
 //! step's layers freed and the next allocations did not fit into (a buffer split around one
 //! that stays: a recurrent snapshot, candle's repacked weights) stayed resident and grew with
 //! the layer count (Qwen3.5-4B, 32 layers: 0.4 GiB beyond the planned states and scratch
-//! after 5 × 1,024 tokens; `tests/memory_measure.rs`). So memory is handed back at two
+//! after 5 × 1,024 tokens; `tests/full/memory_measure.rs`). So memory is handed back at two
 //! points instead, where the cost is one refault of a step's buffers per step:
 //!
 //! - while a model loads ([`PurgeWhileLoading`]): each weight's file blocks are freed once

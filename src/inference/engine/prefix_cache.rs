@@ -25,7 +25,7 @@
 //! Exactness: a node is only ever made from a state that computed exactly
 //! its prefix, and is found only by an identical token prefix, so a restored
 //! state holds what a recompute would compute (tested per architecture in
-//! `tests/prefix_cache.rs`).
+//! `tests/full/prefix_cache.rs`).
 
 use std::collections::HashMap;
 

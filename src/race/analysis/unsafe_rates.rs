@@ -16,7 +16,7 @@
 //! Decisions of one player are not independent, so the verdict uses the
 //! cluster-robust p-value, Holm-adjusted over every test of the section.
 //! The statistics are `crate::stats`, checked against
-//! statsmodels by `tests/reproduction_stats.rs`.
+//! statsmodels by `tests/quick/reproduction_stats.rs`.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;

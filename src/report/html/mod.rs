@@ -15,7 +15,7 @@
 //! A URL hash `#selftest=<query>` makes the page search every run's calls for
 //! the query and write what it shows (search hits, chart and timeline counts,
 //! errors caught) as JSON into `#selftest-result`: the hook the browser test
-//! (`tests/html_report.rs`) reads from Chromium's dumped DOM.
+//! (`tests/full/html_report.rs`) reads from Chromium's dumped DOM.
 
 pub mod data;
 pub mod race;

@@ -1,6 +1,6 @@
 //! The test behind each row of the reproduction tables and the rule that
 //! turns it into a verdict, independent of where the values came from (so
-//! that `tests/reproduction_calibration.rs` can simulate thousands of tables
+//! that `tests/quick/reproduction_calibration.rs` can simulate thousands of tables
 //! through the same code):
 //!
 //! - a mean against a published mean ± sd, against a single published

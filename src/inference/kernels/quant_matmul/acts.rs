@@ -49,7 +49,7 @@ pub(super) fn padded(kb: usize) -> usize {
 /// Q4_0/Q5_0) and `s1` (`d·Σq` with the unrounded `d`, rounded to f16: `q8_1`'s, paired with
 /// Q4_1/Q5_1) kept as f32 in per-row arrays padded with zeros to whole groups. Keeping `d` in
 /// f32 instead moved a 2,560-wide FFN's output by 0.2 % from llama.cpp's, which 32 layers of a
-/// synthesized model amplified to a mean KL of 0.2 (`tests/synth_vs_llama.rs`).
+/// synthesized model amplified to a mean KL of 0.2 (`tests/full/synth_vs_llama.rs`).
 #[derive(Debug, Clone)]
 pub struct Acts {
     /// Blocks per row, and the padded stride of `d` and `s`.

@@ -533,7 +533,7 @@ pub fn leaves_to_candle(dtype: GgmlDType, n: usize, k: usize) -> bool {
 /// q8_K blocks (one scale per 256 values), llama.cpp in 32-value q8_0 blocks
 /// (one scale per 32, as [`Acts`] does), so an activation block with one
 /// large value loses the precision of the other 255. On a synthesized
-/// real-width Qwen3.5-4B Q8_0 file (`tests/synth_vs_llama.rs`)
+/// real-width Qwen3.5-4B Q8_0 file (`tests/full/synth_vs_llama.rs`)
 /// that rounding alone made the mean KL against llama.cpp 0.009 instead of
 /// 0.0007. So Q8_0 stays with this module whatever its shape, although
 /// candle's repacked Q8_0 was about 2× faster at 4B shapes (see
