@@ -39,3 +39,4 @@ pub mod report;
 pub(crate) mod scripted;
 pub(crate) mod served;
 pub mod sweep;
+pub mod threads;
