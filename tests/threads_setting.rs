@@ -139,3 +139,103 @@ fn bad_thread_counts_name_the_flag_or_the_field() {
         assert!(!out.exists(), "nothing is written for threads = {bad}");
     }
 }
+
+#[test]
+fn race_run_takes_threads_and_prints_its_folder_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("race");
+    let cfg = root().join("configs/ai-race/baseline-scripted.toml");
+    let o = joule(
+        &[
+            "race",
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            "1",
+        ],
+        &[],
+    );
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some(format!("run folder: {}", out.display()).as_str()),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn replay_of_a_folder_without_runs_says_what_to_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = joule(&["replay", dir.path().to_str().unwrap()], &[]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("pass a reference run folder"), "{stderr}");
+}
+
+/// The subcommands a `--help` lists under `Commands:` (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.split("Commands:\n")
+        .nth(1)
+        .map(|rest| {
+            rest.lines()
+                .take_while(|l| !l.trim().is_empty())
+                .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|c| *c != "help")
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Options and arguments of a `--help` that have no description.
+fn undescribed(help: &str) -> Vec<String> {
+    let lines: Vec<&str> = help.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        if !(2..=6).contains(&indent) || !(t.starts_with('-') || t.starts_with('<') || t.starts_with('[')) {
+            continue;
+        }
+        // The flag and its value name, then (after two spaces) the description.
+        let rest = t.split_once("  ").map_or("", |(_, r)| r.trim());
+        let described = !(rest.is_empty() || rest.starts_with("[default") || rest.starts_with("[possible"));
+        let next_is_text = lines.get(i + 1).is_some_and(|n| n.starts_with("          ") && !n.trim().is_empty());
+        if !described && !next_is_text {
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn every_command_is_listed_described_and_has_an_example() {
+    let mut todo: Vec<Vec<String>> = vec![vec![]];
+    let mut seen = 0;
+    let mut problems = Vec::new();
+    while let Some(path) = todo.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let o = joule(&args, &[]);
+        let (help, stderr) = text(&o);
+        assert!(o.status.success(), "{args:?}: {stderr}");
+        seen += 1;
+        if !help.contains("Example") {
+            problems.push(format!("joule {}: no example", path.join(" ")));
+        }
+        for u in undescribed(&help) {
+            problems.push(format!("joule {}: `{u}` has no description", path.join(" ")));
+        }
+        for sub in subcommands(&help) {
+            let mut p = path.clone();
+            p.push(sub);
+            todo.push(p);
+        }
+    }
+    assert!(seen > 30, "{seen} commands seen");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -29,7 +29,8 @@ use std::process::ExitCode;
 #[command(
     name = "joule",
     version,
-    about = "Societies of local LLM agents that pay energy for every generated token"
+    about = "Societies of local LLM agents that pay energy for every generated token",
+    after_help = "Examples:\n  joule run configs/energy-society/baseline-comp.toml --rounds 2\n  joule report runs/baseline-comp --out report\n  joule help run"
 )]
 pub struct Cli {
     #[command(subcommand)]

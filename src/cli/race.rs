@@ -62,6 +62,7 @@ pub enum RaceCommand {
         /// or a scripted answerer (`scripted:oracle`, `scripted:sloppy`).
         #[arg(long, default_value = "scripted:oracle")]
         model: String,
+        /// Times each probe is asked, per condition.
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Ask only the first N probes of each category (all conditions); default all 41.
@@ -77,6 +78,7 @@ pub enum RaceCommand {
         /// Folder for audit.jsonl and audit_summary.json.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the summary as JSON instead of a table.
         #[arg(long)]
         json: bool,
         /// Worker threads that compute, at least 1; overrides `[llm] threads`
@@ -87,27 +89,35 @@ pub enum RaceCommand {
     /// The evolutionary benchmark (spec §7).
     #[command(after_help = "Example:\n  joule race egt --z 100 --pmax 0.1,0.6,0.9 --small-mutation")]
     Egt {
+        /// Population size Z.
         #[arg(long, default_value_t = 100)]
         z: usize,
+        /// Selection intensity β (0: neutral drift; larger: the fitter strategy spreads faster).
         #[arg(long, default_value_t = 2.0)]
         beta: f64,
+        /// Mutation rate μ: the chance a newcomer picks a strategy at random.
         #[arg(long, default_value_t = 0.02)]
         mu: f64,
+        /// The races' p_max values to solve at, comma-separated.
         #[arg(long, value_delimiter = ',', default_values_t = vec![0.1, 0.6, 0.9])]
         pmax: Vec<f64>,
         /// Also report the small-mutation limit.
         #[arg(long)]
         small_mutation: bool,
+        /// Print the results as JSON instead of tables.
         #[arg(long)]
         json: bool,
     },
     /// Fixed-state replay (spec §5.4): k states per p_max × 8 skins × 2 mappings.
     #[command(after_help = "Example:\n  joule race replay --model scripted:random --k 8 --out race-replay")]
     Replay {
+        /// The scripted answerer replayed (this build replays scripted models only).
         #[arg(long, default_value = "scripted:random")]
         model: String,
+        /// States selected per p_max.
         #[arg(long, default_value_t = 32)]
         k: usize,
+        /// Folder for replay.jsonl (created; an existing replay.jsonl is refused).
         #[arg(long)]
         out: PathBuf,
     },

@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(r) = args.rounds {
         cfg.max_rounds = r;
     }
-    crate::threads::setup(args.threads, cfg.llm.threads)?;
+    cfg.llm.threads = Some(crate::threads::setup(args.threads, cfg.llm.threads)?);
     let out = args.out.unwrap_or_else(|| {
         PathBuf::from("runs")
             .join(SocietyConfig::folder_name(&config_path))

@@ -99,7 +99,9 @@ pub fn run_cell(
         file.display(),
         n.saturating_sub(1)
     );
-    let cell = all.swap_remove(index);
+    let mut cell = all.swap_remove(index);
+    // The worker threads `joule sweep` chose (`crate::threads`), recorded.
+    cell.config.llm.threads = Some(crate::threads::current());
     if Recorder::is_complete(&cell.dir) {
         crate::outln!("cell {index} ({}) is already complete", cell.dir.display());
         return Ok(ExitCode::SUCCESS);

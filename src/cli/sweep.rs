@@ -76,14 +76,18 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
         return super::slurm::status(&args.file, args.out.as_deref());
     }
     // Every cell's config is checked before the first cell runs.
-    let cells = cells(&args.file, args.out.as_deref())?;
+    let mut cells = cells(&args.file, args.out.as_deref())?;
     check_cells(&cells)?;
     if !args.slurm {
         let from_configs = match args.threads {
             Some(_) => None,
             None => config_threads(&cells)?,
         };
-        crate::threads::setup(args.threads, from_configs)?;
+        let n = crate::threads::setup(args.threads, from_configs)?;
+        // Every cell runs on this count (and cells that batch together agree on it).
+        for c in &mut cells {
+            c.config.llm.threads = Some(n);
+        }
     }
     if let Some(i) = args.cell {
         return super::slurm::run_cell(&args.file, args.out.as_deref(), i);

@@ -489,8 +489,6 @@ impl SocietyConfig {
     pub fn to_toml(&self) -> anyhow::Result<String> {
         let mut c = self.clone();
         c.cost = c.cost.resolved();
-        // The worker threads this process computes on (`crate::threads`).
-        c.llm.threads = Some(crate::threads::current());
         Ok(toml::to_string_pretty(&c)?)
     }
 
