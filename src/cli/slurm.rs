@@ -125,6 +125,7 @@ pub fn write_array(
     file: &Path,
     out_override: Option<&Path>,
     options: &SlurmArgs,
+    threads: Option<usize>,
 ) -> anyhow::Result<ExitCode> {
     let out = absolute(&out_dir(file, out_override)?)?;
     let cells = cells(file, Some(&out))?;
@@ -153,7 +154,13 @@ pub fn write_array(
         workdir: std::env::current_dir().context("reading the current folder")?,
         options: options.sbatch(),
     };
-    let script = sbatch_script(&job)?;
+    let mut script = sbatch_script(&job)?;
+    // `--threads N` goes on to every task's `joule sweep --cell`.
+    if let Some(n) = threads {
+        let cell = " --cell \"$SLURM_ARRAY_TASK_ID\"";
+        anyhow::ensure!(script.contains(cell), "the sbatch script has no `--cell` line");
+        script = script.replacen(cell, &format!(" --threads {n}{cell}"), 1);
+    }
     let dir = slurm_dir(&out);
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("creating {}", dir.join("logs").display()))?;

@@ -93,7 +93,12 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
         return super::slurm::run_cell(&args.file, args.out.as_deref(), i);
     }
     if args.slurm {
-        return super::slurm::write_array(&args.file, args.out.as_deref(), &args.sbatch);
+        return super::slurm::write_array(
+            &args.file,
+            args.out.as_deref(),
+            &args.sbatch,
+            args.threads,
+        );
     }
     let dirs: Vec<PathBuf> = cells.iter().map(|c| c.dir.clone()).collect();
     crate::interrupt::install();
