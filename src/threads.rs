@@ -40,7 +40,11 @@ pub fn setup(flag: Option<usize>, config: Option<usize>) -> anyhow::Result<usize
     if let Some(0) = asked {
         anyhow::bail!(
             "{}: expected a whole number of worker threads, at least 1; got 0",
-            if flag.is_some() { "--threads" } else { "llm.threads" }
+            if flag.is_some() {
+                "--threads"
+            } else {
+                "llm.threads"
+            }
         );
     }
     if let Some(&n) = CHOSEN.get() {
@@ -64,7 +68,9 @@ pub fn setup(flag: Option<usize>, config: Option<usize>) -> anyhow::Result<usize
     };
     // Already built (a test that called this before, in-process): the count
     // above still is the one candle's pools and the records use.
-    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
     Ok(*CHOSEN.get_or_init(|| n))
 }
 

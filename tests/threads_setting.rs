@@ -15,7 +15,9 @@ fn root() -> PathBuf {
 
 fn joule(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(JOULE);
-    c.args(args).stdin(Stdio::null()).env("JOULE_PROGRESS", "off");
+    c.args(args)
+        .stdin(Stdio::null())
+        .env("JOULE_PROGRESS", "off");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -34,7 +36,10 @@ fn config(dir: &Path, name: &str, extra: &str) -> PathBuf {
     let base = std::fs::read_to_string(root().join("configs/energy-society/baseline-comp.toml"))
         .unwrap()
         .replace("max_rounds = 30", "max_rounds = 2");
-    assert!(!base.contains("\n[llm]"), "the baseline has no [llm] section to clash with");
+    assert!(
+        !base.contains("\n[llm]"),
+        "the baseline has no [llm] section to clash with"
+    );
     let path = dir.join(name);
     std::fs::write(&path, format!("{base}\n{extra}")).unwrap();
     path
@@ -95,7 +100,12 @@ fn run_threads_from_the_config_and_the_environment() {
     let plain = config(dir.path(), "plain.toml", "");
     let out = dir.path().join("from-env");
     let o = joule(
-        &["run", plain.to_str().unwrap(), "--out", out.to_str().unwrap()],
+        &[
+            "run",
+            plain.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
         &[("RAYON_NUM_THREADS", "1")],
     );
     assert!(o.status.success(), "{:?}", text(&o));
@@ -198,13 +208,18 @@ fn undescribed(help: &str) -> Vec<String> {
     for (i, l) in lines.iter().enumerate() {
         let t = l.trim_start();
         let indent = l.len() - t.len();
-        if !(2..=6).contains(&indent) || !(t.starts_with('-') || t.starts_with('<') || t.starts_with('[')) {
+        if !(2..=6).contains(&indent)
+            || !(t.starts_with('-') || t.starts_with('<') || t.starts_with('['))
+        {
             continue;
         }
         // The flag and its value name, then (after two spaces) the description.
         let rest = t.split_once("  ").map_or("", |(_, r)| r.trim());
-        let described = !(rest.is_empty() || rest.starts_with("[default") || rest.starts_with("[possible"));
-        let next_is_text = lines.get(i + 1).is_some_and(|n| n.starts_with("          ") && !n.trim().is_empty());
+        let described =
+            !(rest.is_empty() || rest.starts_with("[default") || rest.starts_with("[possible"));
+        let next_is_text = lines
+            .get(i + 1)
+            .is_some_and(|n| n.starts_with("          ") && !n.trim().is_empty());
         if !described && !next_is_text {
             out.push(t.to_string());
         }
@@ -228,7 +243,10 @@ fn every_command_is_listed_described_and_has_an_example() {
             problems.push(format!("joule {}: no example", path.join(" ")));
         }
         for u in undescribed(&help) {
-            problems.push(format!("joule {}: `{u}` has no description", path.join(" ")));
+            problems.push(format!(
+                "joule {}: `{u}` has no description",
+                path.join(" ")
+            ));
         }
         for sub in subcommands(&help) {
             let mut p = path.clone();

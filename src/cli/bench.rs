@@ -78,14 +78,20 @@ pub struct BenchArgs {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchWorkload {
     /// N concurrent default Energy Societies (see `joule bench society --help`).
-    #[command(after_help = "Example:\n  joule bench society --gguf FILE --sims 1,4,16 --rounds 2 -t 2")]
+    #[command(
+        after_help = "Example:\n  joule bench society --gguf FILE --sims 1,4,16 --rounds 2 -t 2"
+    )]
     Society(super::bench_society::SocietyBenchArgs),
     /// Reference runs replayed at their recorded lengths on real models (see
     /// `joule bench trace --help`).
-    #[command(after_help = "Example:\n  joule bench trace ../shared/data/reference-runs --runs 1 -t 2")]
+    #[command(
+        after_help = "Example:\n  joule bench trace ../shared/data/reference-runs --runs 1 -t 2"
+    )]
     Trace(super::bench_trace::TraceBenchArgs),
     /// Tokens/s of one real-shape matrix per GGUF type (see `joule bench matmul --help`).
-    #[command(after_help = "Example:\n  joule bench matmul --types q4_k,q6_k --shape 12288x4096 --rows 1,16 -t 1")]
+    #[command(
+        after_help = "Example:\n  joule bench matmul --types q4_k,q6_k --shape 12288x4096 --rows 1,16 -t 1"
+    )]
     Matmul(super::bench_matmul::MatmulBenchArgs),
     /// Time of the recurrent and per-layer-embedding layer cores at real width (see
     /// `joule bench layers --help`).

@@ -27,7 +27,9 @@ pub struct RaceArgs {
 #[derive(Subcommand, Debug)]
 pub enum RaceCommand {
     /// Run every race of a config into a fresh folder.
-    #[command(after_help = "Examples:\n  joule race run configs/ai-race/baseline-scripted.toml\n  joule race run configs/ai-race/smollm2-vs-cs.toml --threads 2 --out runs/race/smollm2\n\nThe output folder's path is the last line on standard output.")]
+    #[command(
+        after_help = "Examples:\n  joule race run configs/ai-race/baseline-scripted.toml\n  joule race run configs/ai-race/smollm2-vs-cs.toml --threads 2 --out runs/race/smollm2\n\nThe output folder's path is the last line on standard output."
+    )]
     Run {
         /// Race config (TOML), e.g. configs/ai-race/baseline-scripted.toml.
         config: PathBuf,
@@ -43,7 +45,9 @@ pub enum RaceCommand {
         threads: Option<usize>,
     },
     /// Run a sweep (models × p_max × personas × N × reps), skipping finished races.
-    #[command(after_help = "Example:\n  joule race sweep configs/ai-race/sweep-scripted.toml --out runs/race/sweep")]
+    #[command(
+        after_help = "Example:\n  joule race sweep configs/ai-race/sweep-scripted.toml --out runs/race/sweep"
+    )]
     Sweep {
         /// Sweep file (TOML), e.g. configs/ai-race/sweep-scripted.toml.
         file: PathBuf,
@@ -56,7 +60,9 @@ pub enum RaceCommand {
         threads: Option<usize>,
     },
     /// The task-validity audit (spec §6) against one model.
-    #[command(after_help = "Examples:\n  joule race audit --model scripted:oracle --reps 1\n  joule race audit --model smollm2-135m-instruct --per-category 2 --out audit")]
+    #[command(
+        after_help = "Examples:\n  joule race audit --model scripted:oracle --reps 1\n  joule race audit --model smollm2-135m-instruct --per-category 2 --out audit"
+    )]
     Audit {
         /// Model key: a manifest model (`smollm2-135m-instruct`, `qwen2.5-7b-instruct`),
         /// or a scripted answerer (`scripted:oracle`, `scripted:sloppy`).
@@ -87,7 +93,9 @@ pub enum RaceCommand {
         threads: Option<usize>,
     },
     /// The evolutionary benchmark (spec §7).
-    #[command(after_help = "Example:\n  joule race egt --z 100 --pmax 0.1,0.6,0.9 --small-mutation")]
+    #[command(
+        after_help = "Example:\n  joule race egt --z 100 --pmax 0.1,0.6,0.9 --small-mutation"
+    )]
     Egt {
         /// Population size Z.
         #[arg(long, default_value_t = 100)]
@@ -109,7 +117,9 @@ pub enum RaceCommand {
         json: bool,
     },
     /// Fixed-state replay (spec §5.4): k states per p_max × 8 skins × 2 mappings.
-    #[command(after_help = "Example:\n  joule race replay --model scripted:random --k 8 --out race-replay")]
+    #[command(
+        after_help = "Example:\n  joule race replay --model scripted:random --k 8 --out race-replay"
+    )]
     Replay {
         /// The scripted answerer replayed (this build replays scripted models only).
         #[arg(long, default_value = "scripted:random")]
@@ -127,7 +137,9 @@ pub enum RaceCommand {
     /// (unsafe_rates.csv, contract.csv, humans_vs_models.csv, logit.csv, ...) and
     /// the plots into --out. The files are written into a new folder beside --out and
     /// moved in at the end, so a failure leaves --out as it was.
-    #[command(after_help = "Example:\n  joule race report runs/race/baseline-scripted --out race-report --html")]
+    #[command(
+        after_help = "Example:\n  joule race report runs/race/baseline-scripted --out race-report --html"
+    )]
     Report {
         /// Race run folders, as `joule race run` or `joule race sweep` wrote them (each
         /// holding races.jsonl and turns.jsonl); the finished races of all of them are

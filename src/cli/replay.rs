@@ -113,7 +113,10 @@ pub fn run_folders(path: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
         Ok(())
     }
     if !path.is_dir() {
-        anyhow::bail!("{} is not a folder; pass a reference run folder", path.display());
+        anyhow::bail!(
+            "{} is not a folder; pass a reference run folder",
+            path.display()
+        );
     }
     if path.join("agents.json").is_file() {
         return Ok(vec![path.to_path_buf()]);

@@ -330,7 +330,11 @@ fn wrap(line: &str, width: usize) -> String {
     let mut out = String::new();
     let mut cur = String::new();
     for word in line.split(' ').filter(|w| !w.is_empty()) {
-        let lead = if out.is_empty() && cur.is_empty() { &indent } else { &cont };
+        let lead = if out.is_empty() && cur.is_empty() {
+            &indent
+        } else {
+            &cont
+        };
         if cur.is_empty() {
             cur = format!("{lead}{word}");
         } else if cur.chars().count() + 1 + word.chars().count() <= width {

@@ -158,7 +158,10 @@ pub fn write_array(
     // `--threads N` goes on to every task's `joule sweep --cell`.
     if let Some(n) = threads {
         let cell = " --cell \"$SLURM_ARRAY_TASK_ID\"";
-        anyhow::ensure!(script.contains(cell), "the sbatch script has no `--cell` line");
+        anyhow::ensure!(
+            script.contains(cell),
+            "the sbatch script has no `--cell` line"
+        );
         script = script.replacen(cell, &format!(" --threads {n}{cell}"), 1);
     }
     let dir = slurm_dir(&out);
