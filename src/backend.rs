@@ -72,15 +72,43 @@ pub enum OutputFormat {
     },
 }
 
+/// `x` as the f64 of its shortest decimal: 0.7, where widening the f32 gives
+/// 0.699999988079071. Formats that hold only f64 (TOML) then write a value
+/// as it was written, and it reads back to the same f32.
+pub fn f32_as_f64_written(x: f32) -> f64 {
+    if x.is_finite() {
+        x.to_string().parse().unwrap_or(f64::from(x))
+    } else {
+        f64::from(x)
+    }
+}
+
+/// Serializes an f32 as it was written ([`f32_as_f64_written`]).
+pub fn f32_as_written<S: serde::Serializer>(x: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(f32_as_f64_written(*x))
+}
+
+/// Serializes an optional f32 as it was written ([`f32_as_f64_written`]).
+pub fn opt_f32_as_written<S: serde::Serializer>(x: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match x {
+        Some(v) => s.serialize_some(&f32_as_f64_written(*v)),
+        None => s.serialize_none(),
+    }
+}
+
 /// Sampling and length parameters of one call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GenParams {
     pub max_tokens: u32,
+    #[serde(serialize_with = "f32_as_written")]
     pub temperature: f32,
     pub top_k: Option<usize>,
+    #[serde(serialize_with = "opt_f32_as_written")]
     pub top_p: Option<f32>,
+    #[serde(serialize_with = "opt_f32_as_written")]
     pub min_p: Option<f32>,
+    #[serde(serialize_with = "opt_f32_as_written")]
     pub repeat_penalty: Option<f32>,
     /// Sampling seed; the same seed on the same device gives the same tokens.
     pub seed: u64,
@@ -400,6 +428,9 @@ pub struct KernelRecord {
     /// How sequence caches store keys and values (`[llm] kv_cache`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_cache: Option<String>,
+    /// Worker threads that computed (`--threads`, `[llm] threads`, `crate::threads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
     /// Other kernels of Joule's that apply on this device.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub other: Option<String>,

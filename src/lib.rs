@@ -40,3 +40,4 @@ pub(crate) mod scripted;
 pub(crate) mod served;
 pub mod stats;
 pub mod sweep;
+pub mod threads;

@@ -63,8 +63,8 @@ pub struct BenchArgs {
     /// cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
     /// How each sequence's cache stores keys and values: f32 or f16 (llama-bench's -ctk/-ctv).
     #[arg(long = "kv-cache", default_value = "f32")]
@@ -78,17 +78,28 @@ pub struct BenchArgs {
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchWorkload {
     /// N concurrent default Energy Societies (see `joule bench society --help`).
+    #[command(
+        after_help = "Example:\n  joule bench society --gguf FILE --sims 1,4,16 --rounds 2 -t 2"
+    )]
     Society(super::bench_society::SocietyBenchArgs),
     /// Reference runs replayed at their recorded lengths on real models (see
     /// `joule bench trace --help`).
+    #[command(
+        after_help = "Example:\n  joule bench trace ../shared/data/reference-runs --runs 1 -t 2"
+    )]
     Trace(super::bench_trace::TraceBenchArgs),
     /// Tokens/s of one real-shape matrix per GGUF type (see `joule bench matmul --help`).
+    #[command(
+        after_help = "Example:\n  joule bench matmul --types q4_k,q6_k --shape 12288x4096 --rows 1,16 -t 1"
+    )]
     Matmul(super::bench_matmul::MatmulBenchArgs),
     /// Time of the recurrent and per-layer-embedding layer cores at real width (see
     /// `joule bench layers --help`).
+    #[command(after_help = "Example:\n  joule bench layers --kinds delta,mamba -r 10 -t 1")]
     Layers(super::bench_layers::LayersBenchArgs),
     /// This machine's read bandwidth alone: the plain streaming read `joule bench` puts
     /// decode against, so a script can measure it beside another engine's run.
+    #[command(after_help = "Example:\n  joule bench read --mb 1024 -t 2")]
     Read(ReadBenchArgs),
 }
 
@@ -102,8 +113,8 @@ pub struct ReadBenchArgs {
     /// Passes over the buffer; the best is printed.
     #[arg(short = 'r', long, default_value_t = 3)]
     pub passes: usize,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
 }
 
@@ -227,16 +238,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         Some(BenchWorkload::Matmul(a)) => return super::bench_matmul::run(a),
         Some(BenchWorkload::Layers(a)) => return super::bench_layers::run(a),
         Some(BenchWorkload::Read(a)) => {
-            if let Some(t) = a.threads {
-                std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-            }
+            crate::threads::setup(a.threads, None)?;
             let meter = ReadMeter::new(a.mb.saturating_mul(1_000_000));
             let gbs = meter.best_gbs(a.passes);
             crate::outln!(
                 "read: {gbs:.2} GB/s ({:.1} MB, best of {} passes, {} threads)",
                 (meter.buf.len() * 8) as f64 / 1e6,
                 a.passes.max(1),
-                candle_core::utils::get_num_threads()
+                crate::threads::current()
             );
             return Ok(ExitCode::SUCCESS);
         }
@@ -245,9 +254,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let Some(gguf) = args.gguf.as_ref() else {
         anyhow::bail!("joule bench: --gguf FILE is required");
     };
-    if let Some(t) = args.threads {
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-    }
+    crate::threads::setup(args.threads, None)?;
     let reps = args.repetitions.max(1);
     let device = select_device(&args.device)?;
     let stage = crate::progress::Stage::start(format!("loading {}", gguf.display()));
@@ -260,7 +267,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         args.kv_cache,
         &[(info.name.clone(), file.matmuls())],
     );
-    let threads = candle_core::utils::get_num_threads();
+    let threads = crate::threads::current();
     let step_bytes = step_weight_bytes(file.matmuls());
     let meter = (device_name(&device) == "cpu" && args.n_gen > 0)
         .then(|| ReadMeter::new(step_bytes as usize));

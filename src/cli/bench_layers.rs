@@ -56,8 +56,8 @@ pub struct LayersBenchArgs {
     /// And at least this many seconds of wall time per measurement.
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
 }
 
@@ -271,12 +271,7 @@ fn bench_ple(p: &PerLayerProbe, n: usize, reps: usize, seconds: f64) -> Result<(
 
 pub fn run(args: LayersBenchArgs) -> Result<ExitCode> {
     let threads = args.threads.unwrap_or(0);
-    if let Some(t) = args.threads {
-        if t == 0 {
-            bail!("--threads: give at least 1");
-        }
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-    }
+    crate::threads::setup(args.threads, None)?;
     let cases: Vec<(String, (usize, usize))> = args
         .cases
         .iter()

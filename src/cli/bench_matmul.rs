@@ -48,8 +48,8 @@ pub struct MatmulBenchArgs {
     /// cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
     /// Print the results as JSON instead of a table.
     #[arg(long)]
@@ -167,9 +167,7 @@ fn measure(
 }
 
 pub fn run(args: MatmulBenchArgs) -> Result<ExitCode> {
-    if let Some(t) = args.threads {
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-    }
+    crate::threads::setup(args.threads, None)?;
     let shape = parse_shape(&args.shape)?;
     let types: Vec<GgmlDType> = args
         .types

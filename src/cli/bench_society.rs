@@ -75,8 +75,8 @@ pub struct SocietyBenchArgs {
     /// Local: tokens per sequence the memory plan assumes (`[llm] plan_context`).
     #[arg(long)]
     pub plan_context: Option<usize>,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
     /// Stop each measurement this many seconds after it starts (loading the models included)
     /// and report what was answered by then (`complete: false`): a measurement that always
@@ -472,7 +472,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
         sims,
         rounds: args.rounds,
         seed: seed0,
-        threads: candle_core::utils::get_num_threads(),
+        threads: crate::threads::current(),
         load_s,
         wall_s: wall,
         calls,
@@ -498,9 +498,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
 }
 
 pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
-    if let Some(t) = args.threads {
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-    }
+    crate::threads::setup(args.threads, None)?;
     if args.sims.is_empty() || args.sims.contains(&0) {
         anyhow::bail!("--sims: give one or more counts of at least 1 (e.g. 1,4,16)");
     }

@@ -73,8 +73,8 @@ pub struct TraceBenchArgs {
     /// Local: cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Worker threads (sets RAYON_NUM_THREADS before any work starts).
-    #[arg(short = 't', long)]
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(short = 't', long, value_name = "N", value_parser = crate::threads::parse_threads)]
     pub threads: Option<usize>,
     /// Local: MiB of each model's prefix cache (0 turns it off).
     #[arg(long)]
@@ -639,7 +639,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         runs_at_once: at_once,
         rounds: (first, last),
         token_scale: args.token_scale,
-        threads: candle_core::utils::get_num_threads(),
+        threads: crate::threads::current(),
         load_s,
         wall_s: wall,
         failed_calls: calls.iter().filter(|c| c.error.is_some()).count(),
@@ -735,9 +735,7 @@ fn grid_estimate(
 }
 
 pub fn run(args: TraceBenchArgs) -> anyhow::Result<ExitCode> {
-    if let Some(t) = args.threads {
-        std::env::set_var("RAYON_NUM_THREADS", t.to_string());
-    }
+    crate::threads::setup(args.threads, None)?;
     let r = measure(&args)?;
     if args.json {
         crate::outln!("{}", serde_json::to_string_pretty(&r)?);

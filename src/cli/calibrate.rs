@@ -58,6 +58,9 @@ pub struct CalibrateArgs {
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+    pub threads: Option<usize>,
 }
 
 /// One measured model × batch size.
@@ -82,6 +85,7 @@ struct BatchFit {
 }
 
 pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
+    crate::threads::setup(args.threads, None)?;
     if args.batch.is_empty() || args.batch.contains(&0) {
         bail!(
             "--batch: expected batch sizes of at least 1, got {:?}",

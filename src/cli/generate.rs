@@ -26,19 +26,26 @@ pub struct GenerateArgs {
     /// Prompt as comma-separated token ids (no tokenizer needed).
     #[arg(long, value_delimiter = ',')]
     pub ids: Option<Vec<u32>>,
+    /// Most tokens to generate (fewer when an end-of-generation token comes first).
     #[arg(long, default_value_t = 128)]
     pub max_tokens: u32,
-    /// 0 = greedy.
+    /// Sampling temperature; 0 = greedy (always the most likely token).
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
-    #[arg(long)]
+    /// Sample only among the K most likely tokens (default: all).
+    #[arg(long, value_name = "K")]
     pub top_k: Option<usize>,
-    #[arg(long)]
+    /// Nucleus sampling: only the most likely tokens whose probabilities add up to P (0-1).
+    #[arg(long, value_name = "P")]
     pub top_p: Option<f32>,
-    #[arg(long)]
+    /// Drop tokens less likely than P times the most likely one's probability (0-1).
+    #[arg(long, value_name = "P")]
     pub min_p: Option<f32>,
-    #[arg(long)]
+    /// llama.cpp's repeat penalty over the last 64 tokens: their positive logits divided by X,
+    /// negative ones multiplied (above 1 repeats less; 1 is off).
+    #[arg(long, value_name = "X")]
     pub repeat_penalty: Option<f32>,
+    /// Sampling seed: the same seed on the same device gives the same tokens.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Use the prompt as is, without the model's chat template.
@@ -53,9 +60,13 @@ pub struct GenerateArgs {
     /// cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+    pub threads: Option<usize>,
 }
 
 pub fn run(args: GenerateArgs) -> Result<ExitCode> {
+    crate::threads::setup(args.threads, None)?;
     let device = select_device(&args.device)?;
     // One parse of the header for the weights, the tokenizer and the template.
     let mut gguf = GgufFile::open(&args.gguf)?;

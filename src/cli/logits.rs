@@ -58,6 +58,9 @@ pub struct LogitsArgs {
     /// architectures that have the hook (qwen35 so far); not with `--prefill`.
     #[arg(long, conflicts_with = "prefill")]
     pub dump: Option<PathBuf>,
+    /// Worker threads that compute, at least 1 (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+    pub threads: Option<usize>,
 }
 
 /// Parse "1 2, 3" into ids, naming the first bad entry.
@@ -176,6 +179,7 @@ struct Report {
 }
 
 pub fn run(args: LogitsArgs) -> Result<ExitCode> {
+    crate::threads::setup(args.threads, None)?;
     let ids = parse_ids(&args.ids)?;
     if let Some(k) = args.prefill.filter(|&k| k > ids.len()) {
         bail!("--prefill {k} is more than the {} ids given", ids.len());

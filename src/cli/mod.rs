@@ -29,7 +29,8 @@ use std::process::ExitCode;
 #[command(
     name = "joule",
     version,
-    about = "Societies of local LLM agents that pay energy for every generated token"
+    about = "Societies of local LLM agents that pay energy for every generated token",
+    after_help = "Examples:\n  joule run configs/energy-society/baseline-comp.toml --rounds 2\n  joule report runs/baseline-comp --out report\n  joule help run"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -39,32 +40,70 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Print the job lists (question ids) the reference's draw gives a seed.
+    #[command(
+        after_help = "Example:\n  joule jobs --dataset mmlu-pro-stratified.json --seed 42 --rounds 30"
+    )]
     Jobs(jobs::JobsArgs),
     /// Run one Energy Society experiment from a TOML config.
+    #[command(
+        after_help = "Examples:\n  joule run configs/energy-society/baseline-comp.toml --rounds 2\n  joule run configs/energy-society/cpu-qwen2.5-1.5b.toml --threads 2 --out runs/qwen\n\nThe run folder's path is the last line on standard output. Exit status: 0 complete, 3 with\nINVOKE_ERRORs, 4 every agent out in round 1, 2 failed, 130/143 interrupted (SIGINT/SIGTERM)."
+    )]
     Run(run::RunArgs),
     /// Run a grid of Energy Society configs x seeds, resumably.
+    #[command(
+        after_help = "Examples:\n  joule sweep configs/energy-society/sweep-paper.toml --jobs 4\n  joule sweep configs/energy-society/sweep-paper.toml --status\n\nExit status: 0 every cell complete, 3 a cell with INVOKE_ERRORs, 4 a cell with every agent\nout in round 1, 2 failed, 130/143 interrupted (SIGINT/SIGTERM)."
+    )]
     Sweep(sweep::SweepArgs),
     /// Replay reference run folders through the faithful engine and compare.
+    #[command(
+        after_help = "Examples:\n  joule replay ../shared/data/reference-runs/energy-society/coop/exponent_0.5/run_1\n  joule replay ../shared/data/reference-runs/energy-society/coop/exponent_0.5\n\nExit status: 0 every run reproduced, 1 a mismatch or a run with no agents, 2 an error\n(no run folder found, a file that cannot be read)."
+    )]
     Replay(replay::ReplayArgs),
     /// Aggregate metrics, tables and plots of Energy Society runs.
+    #[command(
+        after_help = "Examples:\n  joule report ../shared/data/reference-runs/energy-society/coop/exponent_0.5 --out out --html\n  joule report runs/sweep-paper --against paper"
+    )]
     Report(report::ReportArgs),
     /// Write the self-contained HTML report of runs, print its path (`--open`: open it).
+    #[command(after_help = "Example:\n  joule view runs/baseline-comp/seed_42 --open")]
     View(view::ViewArgs),
     /// Print the token ids of a text under a GGUF file's tokenizer.
+    #[command(
+        after_help = "Example:\n  echo 'Hello, world' | joule tokenize --gguf \"$(joule models path smollm2-135m-instruct)\""
+    )]
     Tokenize(tokenize::TokenizeArgs),
     /// Generate from a GGUF model and print the text and token counts.
+    #[command(
+        after_help = "Example:\n  joule generate --gguf \"$(joule models path smollm2-135m-instruct)\" --prompt 'Name a prime.' --max-tokens 32"
+    )]
     Generate(generate::GenerateArgs),
     /// Measure prompt-processing and generation speed (llama-bench method).
+    #[command(
+        after_help = "Examples:\n  joule bench --gguf \"$(joule models path smollm2-135m-instruct)\" -p 512 -n 128 -t 2\n  joule bench --gguf FILE -s 1,16,64"
+    )]
     Bench(bench::BenchArgs),
     /// Write a model's logits for token ids to a .npy file (debugging, golden checks).
+    #[command(
+        after_help = "Example:\n  joule logits --gguf FILE --ids \"1 17 99\" --out logits.npy --against reference.npy"
+    )]
     Logits(logits::LogitsArgs),
-    /// Model manifests and files: list, fetch, path, inspect.
+    /// Model manifests and files: list, fetch, path, inspect, serve-check, synth.
+    #[command(
+        after_help = "Examples:\n  joule models list\n  joule models fetch smollm2-135m-instruct"
+    )]
     Models(models::ModelsArgs),
-    /// The AI development race: run, sweep, audit, egt, report.
+    /// The AI development race: run, sweep, audit, egt, replay, report.
+    #[command(
+        after_help = "Examples:\n  joule race run configs/ai-race/baseline-scripted.toml\n  joule race report runs/race/baseline-scripted --out race-report"
+    )]
     Race(race::RaceArgs),
     /// The energy meters this machine has (NVML, RAPL, Apple) and why a missing one is missing.
+    #[command(after_help = "Example:\n  joule meters --json")]
     Meters(meters::MetersArgs),
     /// Measure joules per prompt and generated token and fit the formula's k and α.
+    #[command(
+        after_help = "Example:\n  joule calibrate --gguf A.gguf B.gguf --batch 1,4,16 -p 128 -n 32 -r 3"
+    )]
     Calibrate(calibrate::CalibrateArgs),
 }
 

@@ -30,18 +30,32 @@ pub struct ModelsArgs {
 #[derive(Subcommand, Debug)]
 pub enum ModelsCommand {
     /// List the known models: name, architecture, S, whether the engine implements it, cached file.
+    #[command(after_help = "Example:\n  joule models list")]
     List,
     /// Find or download a model's GGUF file, verify it, and print its path.
+    #[command(after_help = "Example:\n  joule models fetch smollm2-135m-instruct")]
     Fetch(FetchArgs),
     /// Print the path of a model's GGUF file (fetching it if needed); only the path goes to stdout.
+    #[command(
+        after_help = "Example:\n  joule generate --gguf \"$(joule models path smollm2-135m-instruct)\" --prompt Hi"
+    )]
     Path(FetchArgs),
     /// Print a GGUF file's metadata, tensor count, tensor types and parameter count.
+    #[command(
+        after_help = "Examples:\n  joule models inspect smollm2-135m-instruct\n  joule models inspect FILE.gguf --memory --context 8192 --sequences 5"
+    )]
     Inspect(InspectArgs),
     /// List what an OpenAI-compatible server (Ollama, vLLM, llama-server) serves,
     /// and check that it serves every model-backed agent of the given configs.
+    #[command(
+        after_help = "Example:\n  joule models serve-check http://127.0.0.1:11434/v1 --config configs/energy-society/ollama-paper-comp.toml"
+    )]
     ServeCheck(super::serve_check::ServeCheckArgs),
     /// Write a GGUF with random weights in the exact layout of a model's real file (tensor
     /// names, shapes, quant mix, metadata; the manifest's [synth] table), streamed to disk.
+    #[command(
+        after_help = "Example:\n  joule models synth qwen3-8b --out /tmp/qwen3-8b-random.gguf --layers 4"
+    )]
     Synth(SynthArgs),
 }
 

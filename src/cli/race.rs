@@ -27,6 +27,9 @@ pub struct RaceArgs {
 #[derive(Subcommand, Debug)]
 pub enum RaceCommand {
     /// Run every race of a config into a fresh folder.
+    #[command(
+        after_help = "Examples:\n  joule race run configs/ai-race/baseline-scripted.toml\n  joule race run configs/ai-race/smollm2-vs-cs.toml --threads 2 --out runs/race/smollm2\n\nThe output folder's path is the last line on standard output."
+    )]
     Run {
         /// Race config (TOML), e.g. configs/ai-race/baseline-scripted.toml.
         config: PathBuf,
@@ -36,19 +39,36 @@ pub enum RaceCommand {
         /// Continue a folder that already holds finished races.
         #[arg(long)]
         resume: bool,
+        /// Worker threads that compute, at least 1; overrides `[llm] threads`
+        /// (default: RAYON_NUM_THREADS if set, else every core).
+        #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+        threads: Option<usize>,
     },
     /// Run a sweep (models × p_max × personas × N × reps), skipping finished races.
+    #[command(
+        after_help = "Example:\n  joule race sweep configs/ai-race/sweep-scripted.toml --out runs/race/sweep"
+    )]
     Sweep {
+        /// Sweep file (TOML), e.g. configs/ai-race/sweep-scripted.toml.
         file: PathBuf,
+        /// Output folder (default runs/race/<name>).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Worker threads that compute, at least 1; overrides `[llm] threads`
+        /// (default: RAYON_NUM_THREADS if set, else every core).
+        #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+        threads: Option<usize>,
     },
     /// The task-validity audit (spec §6) against one model.
+    #[command(
+        after_help = "Examples:\n  joule race audit --model scripted:oracle --reps 1\n  joule race audit --model smollm2-135m-instruct --per-category 2 --out audit"
+    )]
     Audit {
         /// Model key: a manifest model (`smollm2-135m-instruct`, `qwen2.5-7b-instruct`),
         /// or a scripted answerer (`scripted:oracle`, `scripted:sloppy`).
         #[arg(long, default_value = "scripted:oracle")]
         model: String,
+        /// Times each probe is asked, per condition.
         #[arg(long, default_value_t = 5)]
         reps: u32,
         /// Ask only the first N probes of each category (all conditions); default all 41.
@@ -64,31 +84,50 @@ pub enum RaceCommand {
         /// Folder for audit.jsonl and audit_summary.json.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Print the summary as JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Worker threads that compute, at least 1; overrides `[llm] threads`
+        /// (default: RAYON_NUM_THREADS if set, else every core).
+        #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+        threads: Option<usize>,
     },
     /// The evolutionary benchmark (spec §7).
+    #[command(
+        after_help = "Example:\n  joule race egt --z 100 --pmax 0.1,0.6,0.9 --small-mutation"
+    )]
     Egt {
+        /// Population size Z.
         #[arg(long, default_value_t = 100)]
         z: usize,
+        /// Selection intensity β (0: neutral drift; larger: the fitter strategy spreads faster).
         #[arg(long, default_value_t = 2.0)]
         beta: f64,
+        /// Mutation rate μ: the chance a newcomer picks a strategy at random.
         #[arg(long, default_value_t = 0.02)]
         mu: f64,
+        /// The races' p_max values to solve at, comma-separated.
         #[arg(long, value_delimiter = ',', default_values_t = vec![0.1, 0.6, 0.9])]
         pmax: Vec<f64>,
         /// Also report the small-mutation limit.
         #[arg(long)]
         small_mutation: bool,
+        /// Print the results as JSON instead of tables.
         #[arg(long)]
         json: bool,
     },
     /// Fixed-state replay (spec §5.4): k states per p_max × 8 skins × 2 mappings.
+    #[command(
+        after_help = "Example:\n  joule race replay --model scripted:random --k 8 --out race-replay"
+    )]
     Replay {
+        /// The scripted answerer replayed (this build replays scripted models only).
         #[arg(long, default_value = "scripted:random")]
         model: String,
+        /// States selected per p_max.
         #[arg(long, default_value_t = 32)]
         k: usize,
+        /// Folder for replay.jsonl (created; an existing replay.jsonl is refused).
         #[arg(long)]
         out: PathBuf,
     },
@@ -98,6 +137,9 @@ pub enum RaceCommand {
     /// (unsafe_rates.csv, contract.csv, humans_vs_models.csv, logit.csv, ...) and
     /// the plots into --out. The files are written into a new folder beside --out and
     /// moved in at the end, so a failure leaves --out as it was.
+    #[command(
+        after_help = "Example:\n  joule race report runs/race/baseline-scripted --out race-report --html"
+    )]
     Report {
         /// Race run folders, as `joule race run` or `joule race sweep` wrote them (each
         /// holding races.jsonl and turns.jsonl); the finished races of all of them are
@@ -125,8 +167,9 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             config,
             out,
             resume,
-        } => run_config(&config, out, resume),
-        RaceCommand::Sweep { file, out } => run_config(&file, out, true),
+            threads,
+        } => run_config(&config, out, resume, threads),
+        RaceCommand::Sweep { file, out, threads } => run_config(&file, out, true, threads),
         RaceCommand::Audit {
             model,
             reps,
@@ -135,8 +178,10 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             config,
             out,
             json,
+            threads,
         } => audit(
             model,
+            threads,
             AuditPlan {
                 reps,
                 per_category,
@@ -173,8 +218,14 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::Result<ExitCode> {
+fn run_config(
+    config: &PathBuf,
+    out: Option<PathBuf>,
+    resume: bool,
+    threads: Option<usize>,
+) -> anyhow::Result<ExitCode> {
     let cfg = ExperimentConfig::load(config)?;
+    crate::threads::setup(threads, cfg.llm.threads)?;
     let seats: Vec<ModelRef> = cfg
         .lineups
         .iter()
@@ -218,11 +269,14 @@ fn run_config(config: &PathBuf, out: Option<PathBuf>, resume: bool) -> anyhow::R
         s.largest_batch,
         dir.display()
     );
+    // Last, on standard output, as `joule run` ends: the folder to read.
+    crate::outln!("run folder: {}", dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
 fn audit(
     model: String,
+    threads: Option<usize>,
     plan: AuditPlan,
     config: Option<PathBuf>,
     out: Option<PathBuf>,
@@ -240,6 +294,7 @@ fn audit(
         Some(p) => ExperimentConfig::load(p)?.llm,
         None => Default::default(),
     };
+    crate::threads::setup(threads, llm.threads)?;
     let file = config
         .as_ref()
         .map_or("command line".to_string(), |p| p.display().to_string());

@@ -5,7 +5,9 @@
 //! response (`energy_society::condition`), printed with its sources, and can
 //! be overridden by flags. A run's mismatches are summarised (the first 20,
 //! each cut short) unless `--all`; a folder with no agents is a warning and
-//! a non-zero exit, not a replay.
+//! a non-zero exit, not a replay. A folder that holds run folders (a
+//! condition, `<condition>/exponent_<α>`, as `joule report` takes) replays
+//! each run in it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,8 +27,9 @@ pub enum ObjectiveArg {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// Reference run folders (config.json, agents.json, token_usage.json, transcript.json).
-    #[arg(required = true)]
+    /// Reference run folders (config.json, agents.json, token_usage.json, transcript.json),
+    /// or folders holding some at any depth (a condition folder): each run in them is replayed.
+    #[arg(required = true, value_name = "RUN_DIRS")]
     pub runs: Vec<PathBuf>,
     /// Replay with sabotage on, whatever the run folder suggests.
     #[arg(long, action = ArgAction::SetTrue, overrides_with = "no_sabotage")]
@@ -88,6 +91,47 @@ pub fn empty_run_warning(dir: &std::path::Path) -> Option<String> {
     })
 }
 
+/// The run folders `path` names: itself when it holds `agents.json`, else
+/// every folder under it holding `agents.json` and `config.json`, in name
+/// order; an error saying what to pass when there is none.
+pub fn run_folders(path: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+        if dir.join("agents.json").is_file() && dir.join("config.json").is_file() {
+            out.push(dir.to_path_buf());
+            return Ok(());
+        }
+        let mut subs: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| anyhow::anyhow!("reading folder {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        subs.sort();
+        for s in subs {
+            walk(&s, out)?;
+        }
+        Ok(())
+    }
+    if !path.is_dir() {
+        anyhow::bail!(
+            "{} is not a folder; pass a reference run folder",
+            path.display()
+        );
+    }
+    if path.join("agents.json").is_file() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    walk(path, &mut out)?;
+    if out.is_empty() {
+        anyhow::bail!(
+            "no run folders (with agents.json and config.json) in {}; pass a reference run folder (e.g. <condition>/exponent_0.5/run_1) or a folder holding some",
+            path.display()
+        );
+    }
+    Ok(out)
+}
+
 fn pair(on: bool, off: bool) -> Option<bool> {
     match (on, off) {
         (true, _) => Some(true),
@@ -118,8 +162,12 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let flags = args.overrides();
+    let mut runs = Vec::new();
+    for p in &args.runs {
+        runs.extend(run_folders(p)?);
+    }
     let mut failed = 0;
-    for dir in &args.runs {
+    for dir in &runs {
         if let Some(w) = empty_run_warning(dir) {
             crate::errln!("warning: {w}; not replayed");
             failed += 1;

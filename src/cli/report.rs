@@ -241,6 +241,156 @@ fn discover(
     Ok(d.conditions)
 }
 
+/// Columns of the terminal report (the Markdown files keep the full tables).
+pub const TERMINAL_WIDTH: usize = 120;
+
+/// The cells of a Markdown table row `| a | b |`.
+fn cells(line: &str) -> Vec<String> {
+    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+    inner.split('|').map(|c| c.trim().to_string()).collect()
+}
+
+/// A Markdown table as aligned plain text no wider than `width` where it
+/// can be: columns that do not fit go to a further table below, each
+/// repeating the first column; numbers (`---:` columns) align right.
+fn table_text(rows: &[&str], width: usize) -> String {
+    let header = cells(rows[0]);
+    let align: Vec<bool> = rows
+        .get(1)
+        .map(|r| cells(r).iter().map(|c| c.ends_with(':')).collect())
+        .unwrap_or_default();
+    let body: Vec<Vec<String>> = rows.iter().skip(2).map(|r| cells(r)).collect();
+    let n = header.len();
+    let w: Vec<usize> = (0..n)
+        .map(|i| {
+            body.iter()
+                .filter_map(|r| r.get(i))
+                .chain(std::iter::once(&header[i]))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Groups of columns after the first, each fitting beside it.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut used = w[0];
+    for i in 1..n {
+        match groups.last_mut() {
+            Some(g) if used + 2 + w[i] <= width => g.push(i),
+            _ => {
+                groups.push(vec![i]);
+                used = w[0];
+            }
+        }
+        used += 2 + w[i];
+    }
+    if groups.is_empty() {
+        groups.push(Vec::new());
+    }
+    let pad = |c: &str, i: usize| {
+        let fill = " ".repeat(w[i].saturating_sub(c.chars().count()));
+        if align.get(i).copied().unwrap_or(false) {
+            format!("{fill}{c}")
+        } else {
+            format!("{c}{fill}")
+        }
+    };
+    let mut out = String::new();
+    for (k, g) in groups.iter().enumerate() {
+        if k > 0 {
+            out.push('\n');
+        }
+        let cols: Vec<usize> = std::iter::once(0).chain(g.iter().copied()).collect();
+        let line = |r: &[String]| {
+            let t: Vec<String> = cols
+                .iter()
+                .map(|&i| pad(r.get(i).map_or("", String::as_str), i))
+                .collect();
+            t.join("  ").trim_end().to_string() + "\n"
+        };
+        out += &line(&header);
+        let rule: Vec<String> = cols.iter().map(|&i| "-".repeat(w[i])).collect();
+        out += &(rule.join("  ") + "\n");
+        for r in &body {
+            out += &line(r);
+        }
+    }
+    out
+}
+
+/// `line` broken at spaces into lines of at most `width` characters
+/// (a word longer than that keeps its own line).
+fn wrap(line: &str, width: usize) -> String {
+    let indent: String = line.chars().take_while(|c| *c == ' ').collect();
+    let cont = if line.trim_start().starts_with("- ") {
+        format!("{indent}  ")
+    } else {
+        indent.clone()
+    };
+    let mut out = String::new();
+    let mut cur = String::new();
+    for word in line.split(' ').filter(|w| !w.is_empty()) {
+        let lead = if out.is_empty() && cur.is_empty() {
+            &indent
+        } else {
+            &cont
+        };
+        if cur.is_empty() {
+            cur = format!("{lead}{word}");
+        } else if cur.chars().count() + 1 + word.chars().count() <= width {
+            cur.push(' ');
+            cur.push_str(word);
+        } else {
+            out += &cur;
+            out.push('\n');
+            cur = format!("{cont}{word}");
+        }
+    }
+    out + &cur
+}
+
+/// The report's Markdown for a terminal of `width` columns: tables as
+/// aligned text split into parts that fit, long lines wrapped; and whether
+/// anything was split or wrapped.
+pub fn compact(md: &str, width: usize) -> (String, bool) {
+    let lines: Vec<&str> = md.lines().collect();
+    let mut out = String::new();
+    let mut changed = false;
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        if l.trim_start().starts_with('|') {
+            let start = i;
+            while i < lines.len() && lines[i].trim_start().starts_with('|') {
+                i += 1;
+            }
+            let rows = &lines[start..i];
+            if rows.iter().any(|r| r.chars().count() > width) && rows.len() >= 2 {
+                out += &table_text(rows, width);
+                changed = true;
+            } else {
+                for r in rows {
+                    out += r;
+                    out.push('\n');
+                }
+            }
+            continue;
+        }
+        if l.chars().count() > width {
+            out += &wrap(l, width);
+            changed = true;
+        } else {
+            out += l;
+        }
+        out.push('\n');
+        i += 1;
+    }
+    if !md.ends_with('\n') && out.ends_with('\n') {
+        out.pop();
+    }
+    (out, changed)
+}
+
 /// Write the report files into `out` (made ready by `OutDir::prepare`).
 fn write_into(
     args: &ReportArgs,
@@ -250,7 +400,14 @@ fn write_into(
 ) -> anyhow::Result<Vec<PathBuf>> {
     let out = &out.to_path_buf();
     let written = report::write(reports, out, args.compare.is_some(), !args.no_plots)?;
-    crate::out!("{}", written.terminal);
+    let (shown, narrowed) = compact(&written.terminal, TERMINAL_WIDTH);
+    crate::out!("{shown}");
+    if narrowed {
+        crate::outln!(
+            "(tables split and text wrapped to {TERMINAL_WIDTH} columns here; the full tables are in {})",
+            out.join("report.md").display()
+        );
+    }
     if let Some(r) = reproduction {
         crate::out!("\n{}", report::reproduction::render::terminal(r));
     }
@@ -287,4 +444,33 @@ fn write_into(
         report::reproduction::cli::add_to_pages(r, &pages)?;
     }
     Ok(pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_tables_split_to_the_width_and_keep_every_cell() {
+        let head: Vec<String> = (0..12).map(|i| format!("Column number {i}")).collect();
+        let row: Vec<String> = (0..12).map(|i| format!("{i}.00 ± 1.25")).collect();
+        let md = format!(
+            "# Title\n\n| {} |\n|---|{}\n| {} |\n\n{}\n",
+            head.join(" | "),
+            "---:|".repeat(11),
+            row.join(" | "),
+            "word ".repeat(60)
+        );
+        let (text, changed) = compact(&md, 120);
+        assert!(changed);
+        for l in text.lines() {
+            assert!(l.chars().count() <= 120, "{l}");
+        }
+        for c in head.iter().chain(&row) {
+            assert!(text.contains(c.as_str()), "{c} kept: {text}");
+        }
+        // A narrow table is left as it is.
+        let narrow = "| a | b |\n|---|---:|\n| x | 1 |\n";
+        assert_eq!(compact(narrow, 120), (narrow.to_string(), false));
+    }
 }

@@ -48,6 +48,10 @@ pub struct RunArgs {
     /// Replace the run folder even when it holds a complete run.
     #[arg(long)]
     pub force: bool,
+    /// Worker threads that compute, at least 1; overrides `[llm] threads`
+    /// (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+    pub threads: Option<usize>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -74,6 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(r) = args.rounds {
         cfg.max_rounds = r;
     }
+    cfg.llm.threads = Some(crate::threads::setup(args.threads, cfg.llm.threads)?);
     let out = args.out.unwrap_or_else(|| {
         PathBuf::from("runs")
             .join(SocietyConfig::folder_name(&config_path))

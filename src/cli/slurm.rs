@@ -99,7 +99,9 @@ pub fn run_cell(
         file.display(),
         n.saturating_sub(1)
     );
-    let cell = all.swap_remove(index);
+    let mut cell = all.swap_remove(index);
+    // The worker threads `joule sweep` chose (`crate::threads`), recorded.
+    cell.config.llm.threads = Some(crate::threads::current());
     if Recorder::is_complete(&cell.dir) {
         crate::outln!("cell {index} ({}) is already complete", cell.dir.display());
         return Ok(ExitCode::SUCCESS);
@@ -123,6 +125,7 @@ pub fn write_array(
     file: &Path,
     out_override: Option<&Path>,
     options: &SlurmArgs,
+    threads: Option<usize>,
 ) -> anyhow::Result<ExitCode> {
     let out = absolute(&out_dir(file, out_override)?)?;
     let cells = cells(file, Some(&out))?;
@@ -151,7 +154,16 @@ pub fn write_array(
         workdir: std::env::current_dir().context("reading the current folder")?,
         options: options.sbatch(),
     };
-    let script = sbatch_script(&job)?;
+    let mut script = sbatch_script(&job)?;
+    // `--threads N` goes on to every task's `joule sweep --cell`.
+    if let Some(n) = threads {
+        let cell = " --cell \"$SLURM_ARRAY_TASK_ID\"";
+        anyhow::ensure!(
+            script.contains(cell),
+            "the sbatch script has no `--cell` line"
+        );
+        script = script.replacen(cell, &format!(" --threads {n}{cell}"), 1);
+    }
     let dir = slurm_dir(&out);
     std::fs::create_dir_all(dir.join("logs"))
         .with_context(|| format!("creating {}", dir.join("logs").display()))?;

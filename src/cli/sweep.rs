@@ -43,8 +43,32 @@ pub struct SweepArgs {
     /// Write an sbatch script for a Slurm job array of the cells still to run.
     #[arg(long)]
     pub slurm: bool,
+    /// Worker threads that compute, at least 1; overrides the configs'
+    /// `[llm] threads` (default: RAYON_NUM_THREADS if set, else every core).
+    #[arg(long, value_name = "N", value_parser = crate::threads::parse_threads)]
+    pub threads: Option<usize>,
     #[command(flatten)]
     pub sbatch: super::slurm::SlurmArgs,
+}
+
+/// The `[llm] threads` the cells' configs set: one process computes on one
+/// pool, so configs that set different counts need `--threads`.
+fn config_threads(cells: &[crate::sweep::Cell]) -> anyhow::Result<Option<usize>> {
+    let set: std::collections::BTreeMap<usize, &std::path::Path> = cells
+        .iter()
+        .filter_map(|c| c.config.llm.threads.map(|t| (t, c.file.as_path())))
+        .collect();
+    if set.len() > 1 {
+        let each: Vec<String> = set
+            .iter()
+            .map(|(t, f)| format!("{t} ({})", f.display()))
+            .collect();
+        anyhow::bail!(
+            "llm.threads: the sweep's configs set different counts of worker threads ({}); a sweep computes on one pool: give --threads N or make them agree",
+            each.join(", ")
+        );
+    }
+    Ok(set.keys().next().copied())
 }
 
 pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
@@ -52,13 +76,29 @@ pub fn run(args: SweepArgs) -> anyhow::Result<ExitCode> {
         return super::slurm::status(&args.file, args.out.as_deref());
     }
     // Every cell's config is checked before the first cell runs.
-    let cells = cells(&args.file, args.out.as_deref())?;
+    let mut cells = cells(&args.file, args.out.as_deref())?;
     check_cells(&cells)?;
+    if !args.slurm {
+        let from_configs = match args.threads {
+            Some(_) => None,
+            None => config_threads(&cells)?,
+        };
+        let n = crate::threads::setup(args.threads, from_configs)?;
+        // Every cell runs on this count (and cells that batch together agree on it).
+        for c in &mut cells {
+            c.config.llm.threads = Some(n);
+        }
+    }
     if let Some(i) = args.cell {
         return super::slurm::run_cell(&args.file, args.out.as_deref(), i);
     }
     if args.slurm {
-        return super::slurm::write_array(&args.file, args.out.as_deref(), &args.sbatch);
+        return super::slurm::write_array(
+            &args.file,
+            args.out.as_deref(),
+            &args.sbatch,
+            args.threads,
+        );
     }
     let dirs: Vec<PathBuf> = cells.iter().map(|c| c.dir.clone()).collect();
     crate::interrupt::install();

@@ -101,6 +101,12 @@ pub struct LlmConfig {
     /// local: how sequence states store keys and values: `f32` (default,
     /// as computed) or `f16` (half the memory; each value rounded once).
     pub kv_cache: KvCache,
+    /// Worker threads that compute (rayon's and candle's pools; at least 1).
+    /// Unset: `RAYON_NUM_THREADS` if set, else every core, as before. A
+    /// command's `--threads N` overrides it; the resolved config records the
+    /// count the run used (`crate::threads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
 }
 
 /// How the local backend batches calls (`[llm] batching`).
@@ -138,6 +144,7 @@ impl Default for LlmConfig {
             batching: Batching::Continuous,
             prefill_step_tokens: DEFAULT_PREFILL_STEP_TOKENS,
             kv_cache: KvCache::F32,
+            threads: None,
         }
     }
 }
@@ -260,6 +267,12 @@ pub fn build_backend(
 /// Check the fields of `[llm]` (the served ones against the backend chosen). The error is (key, what was expected).
 pub fn validate(llm: &LlmConfig) -> Result<(), (String, String)> {
     let err = |key: &str, msg: String| Err((format!("llm.{key}"), msg));
+    if llm.threads == Some(0) {
+        return err(
+            "threads",
+            "expected a whole number of worker threads, at least 1; got 0".into(),
+        );
+    }
     match llm.backend {
         BackendKind::Local => {
             for (key, set) in [

@@ -87,7 +87,10 @@ pub struct ExperimentConfig {
     pub prompt: PromptCondition,
     #[serde(default = "default_retries")]
     pub max_parse_retries: u32,
-    #[serde(default = "default_temperature")]
+    #[serde(
+        default = "default_temperature",
+        serialize_with = "crate::backend::f32_as_written"
+    )]
     pub temperature: f32,
     #[serde(default = "default_max_tokens")]
     pub max_tokens: u32,

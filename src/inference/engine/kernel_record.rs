@@ -57,6 +57,7 @@ impl KernelRecord {
             backend: "candle".into(),
             device: Some(crate::inference::engine::device::device_name(device).into()),
             kv_cache: Some(kv_cache.name().into()),
+            threads: Some(crate::threads::current()),
             env: env(),
             ..Default::default()
         };
@@ -220,6 +221,9 @@ impl KernelRecord {
         }
         if let Some(k) = &self.kv_cache {
             head += &format!(", kv cache {k}");
+        }
+        if let Some(t) = self.threads {
+            head += &format!(", {t} thread{}", if t == 1 { "" } else { "s" });
         }
         out.push(head);
         out.push(format!("  matmul: {}", self.matmul));
