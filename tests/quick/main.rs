@@ -34,4 +34,5 @@ mod single_parse;
 mod sweep_backends;
 mod sweep_resume;
 mod synth_ollama_layout;
+mod threads_setting;
 mod worklog_refs;
