@@ -268,6 +268,8 @@ fn draw_chart<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(crate::report::plots::GRID)
         .x_labels(bands.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();
@@ -305,6 +307,11 @@ fn draw_chart<DB: DrawingBackend>(
                     BLACK.stroke_width(2),
                 ));
             }
+        }
+        // Only a position with bars has a legend entry (a two-player race has
+        // no Middle).
+        if bars.is_empty() {
+            continue;
         }
         chart
             .draw_series(bars)

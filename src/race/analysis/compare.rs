@@ -264,6 +264,8 @@ fn draw_shares<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(crate::report::plots::GRID)
         .x_labels(groups.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();
@@ -297,6 +299,10 @@ fn draw_shares<DB: DrawingBackend>(
                 )
             })
             .collect();
+        // An archetype no group comes nearest to has no legend entry.
+        if shares.iter().all(|s| s[c] <= 0.0) {
+            continue;
+        }
         chart
             .draw_series(bars)
             .map_err(e)?
