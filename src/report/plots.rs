@@ -251,12 +251,15 @@ fn energy_over_time<DB: DrawingBackend>(
             }
         });
     }
+    // Upper left: every agent starts round 1 at the same energy, so that
+    // corner is free of lines; the sample area fits a whole dash pattern.
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
+        .legend_area_size(40)
+        .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(err)?;
     Ok(())
