@@ -194,7 +194,9 @@ fn energy_over_time<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.05).max(1.0))
+        // Headroom above the highest band for the legend (five rows take about a
+        // quarter of the panel).
+        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.3).max(1.0))
         .map_err(err)?;
     // Rounds are whole numbers: labels only at integers, at most 15 of them.
     let n_labels = ((x_max - 1.0).max(1.0) as usize).min(15);
