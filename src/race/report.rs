@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use super::analysis::runs::{load, wilson, RunData};
 use super::scenario::{Position, TurnRecord};
+use crate::report::table::CsvText;
 
 /// One row of a rate table.
 #[derive(Debug, Clone, Serialize)]
@@ -182,7 +183,8 @@ fn trajectories_csv(data: &RunData) -> String {
             head.push(format!("{f}_{r}"));
         }
     }
-    let mut out = vec![head.join(",")];
+    let mut out = CsvText::new();
+    out.record(&head);
     for ((gid, seat), mut ts) in by {
         ts.sort_by_key(|t| t.round);
         let t0 = ts[0];
@@ -223,9 +225,9 @@ fn trajectories_csv(data: &RunData) -> String {
                     .unwrap_or_default(),
             );
         }
-        out.push(row.join(","));
+        out.record(&row);
     }
-    out.join("\n") + "\n"
+    out.into_string()
 }
 
 fn data_round<'a>(
@@ -268,6 +270,8 @@ fn draw_chart<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(crate::report::plots::GRID)
         .x_labels(bands.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();
@@ -305,6 +309,11 @@ fn draw_chart<DB: DrawingBackend>(
                     BLACK.stroke_width(2),
                 ));
             }
+        }
+        // Only a position with bars has a legend entry (a two-player race has
+        // no Middle).
+        if bars.is_empty() {
+            continue;
         }
         chart
             .draw_series(bars)
@@ -431,26 +440,33 @@ fn retry_md(data: &RunData) -> (String, String) {
             a.contaminated.insert(key);
         }
     }
-    let mut csv = String::from(
-        "model,turns,attempts,failed_attempts,turns_retried,safe_fallbacks,races,contaminated_races\n",
-    );
+    let mut csv = CsvText::new();
+    csv.record([
+        "model",
+        "turns",
+        "attempts",
+        "failed_attempts",
+        "turns_retried",
+        "safe_fallbacks",
+        "races",
+        "contaminated_races",
+    ]);
     let mut md = String::from(
         "## Output contract per model\n\nAttempts include retries (the same prompt resent with the retry seed); \
          a fallback is a turn whose last attempt failed to parse and was played as SAFE, which \
          contaminates its race.\n\n| model | turns | attempts | failed attempts | turns retried | SAFE fallbacks | races | contaminated races |\n|---|---|---|---|---|---|---|---|\n",
     );
     for (m, a) in &by {
-        csv.push_str(&format!(
-            "{},{},{},{},{},{},{},{}\n",
-            csv_quote(m),
-            a.turns,
-            a.attempts,
-            a.failed_attempts,
-            a.retried,
-            a.fallbacks,
-            a.races.len(),
-            a.contaminated.len()
-        ));
+        csv.record([
+            m.to_string(),
+            a.turns.to_string(),
+            a.attempts.to_string(),
+            a.failed_attempts.to_string(),
+            a.retried.to_string(),
+            a.fallbacks.to_string(),
+            a.races.len().to_string(),
+            a.contaminated.len().to_string(),
+        ]);
         md.push_str(&format!(
             "| `{m}` | {} | {} | {} | {} | {} | {} | {} |\n",
             a.turns,
@@ -463,26 +479,18 @@ fn retry_md(data: &RunData) -> (String, String) {
         ));
     }
     let total = |f: &dyn Fn(&Acc) -> usize| by.values().map(f).sum::<usize>();
-    csv.push_str(&format!(
-        "all,{},{},{},{},{},{},{}\n",
-        total(&|a| a.turns),
-        total(&|a| a.attempts),
-        total(&|a| a.failed_attempts),
-        total(&|a| a.retried),
-        total(&|a| a.fallbacks),
-        data.races.len(),
-        bad.len()
-    ));
+    csv.record([
+        "all".to_string(),
+        total(&|a| a.turns).to_string(),
+        total(&|a| a.attempts).to_string(),
+        total(&|a| a.failed_attempts).to_string(),
+        total(&|a| a.retried).to_string(),
+        total(&|a| a.fallbacks).to_string(),
+        data.races.len().to_string(),
+        bad.len().to_string(),
+    ]);
     md.push('\n');
-    (md, csv)
-}
-
-fn csv_quote(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
+    (md, csv.into_string())
 }
 
 /// A fresh folder beside `out` the report is written into, moved into `out`
@@ -616,7 +624,11 @@ fn write_files(
         .into_iter()
         .flatten()
         .collect();
-    let mut csv = vec!["table,group,races,decisions,unsafe_count,unsafe_rate,ci_low,ci_high,parse_failures,contaminated_races".to_string()];
+    let mut csv = CsvText::new();
+    csv.record(
+        "table,group,races,decisions,unsafe_count,unsafe_rate,ci_low,ci_high,parse_failures,contaminated_races"
+            .split(','),
+    );
     for r in all {
         let g = r
             .group
@@ -624,21 +636,20 @@ fn write_files(
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(";");
-        csv.push(format!(
-            "{},\"{}\",{},{},{},{},{},{},{},{}",
-            r.table,
+        csv.record([
+            r.table.to_string(),
             g,
-            r.races,
-            r.decisions,
-            r.unsafe_count,
-            r.unsafe_rate,
-            r.ci_low,
-            r.ci_high,
-            r.parse_failures,
-            r.contaminated_races
-        ));
+            r.races.to_string(),
+            r.decisions.to_string(),
+            r.unsafe_count.to_string(),
+            r.unsafe_rate.to_string(),
+            r.ci_low.to_string(),
+            r.ci_high.to_string(),
+            r.parse_failures.to_string(),
+            r.contaminated_races.to_string(),
+        ]);
     }
-    std::fs::write(out.join("unsafe_rates.csv"), csv.join("\n") + "\n")
+    std::fs::write(out.join("unsafe_rates.csv"), csv.into_string())
         .with_context(|| format!("writing {}/unsafe_rates.csv", out.display()))?;
     std::fs::write(out.join("trajectories.csv"), trajectories_csv(data))
         .with_context(|| format!("writing {}/trajectories.csv", out.display()))?;

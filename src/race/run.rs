@@ -23,6 +23,7 @@ use crate::agency::Driver;
 use crate::backend::Backend;
 use crate::backend::SCRIPTED_PREFIX;
 use crate::record::{read_jsonl, write_json_atomic, EventLog};
+use crate::report::table::CsvText;
 use crate::scripted::{ScriptedBackend, TokenDist};
 
 /// What a run did.
@@ -263,14 +264,6 @@ pub fn run_experiment(
     Ok(summary)
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// Write `races.csv` (one row per race, per-seat columns) and `players.csv`
 /// (one row per seat) from `races.jsonl` (§3.4).
 pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
@@ -315,8 +308,10 @@ pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
             head.push(format!("p{i}_{f}"));
         }
     }
-    let mut rows = vec![head.join(",")];
-    let mut players = vec![[
+    let mut rows = CsvText::new();
+    rows.record(&head);
+    let mut players = CsvText::new();
+    players.record([
         "game_id",
         "lineup",
         "n_players",
@@ -338,17 +333,16 @@ pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
         "setback",
         "final_payoff",
         "any_parse_failure",
-    ]
-    .join(",")];
+    ]);
     for r in &races {
         let res = &r.result;
         let mut row = vec![
-            csv_field(&r.game_id),
-            csv_field(&r.lineup),
+            r.game_id.clone(),
+            r.lineup.clone(),
             r.n_players.to_string(),
             r.max_private_risk.to_string(),
-            csv_field(&r.persona_condition),
-            csv_field(&r.prompt_version),
+            r.persona_condition.clone(),
+            r.prompt_version.clone(),
             r.rep.to_string(),
             r.game_seed.to_string(),
             res.n_rounds.to_string(),
@@ -357,12 +351,12 @@ pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
             res.winner.map(|w| (w + 1).to_string()).unwrap_or_default(),
             r.parse_failures.to_string(),
             r.any_parse_failure.to_string(),
-            csv_field(&serde_json::to_string(&res.stop_draws)?),
+            serde_json::to_string(&res.stop_draws)?,
         ];
         for i in 0..max_n {
             match res.seats.get(i) {
                 Some(s) => row.extend([
-                    csv_field(&r.models[i]),
+                    r.models[i].clone(),
                     s.progress.to_string(),
                     s.stage_payoff.to_string(),
                     s.unsafe_count.to_string(),
@@ -375,42 +369,39 @@ pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
                 None => row.extend(std::iter::repeat(String::new()).take(9)),
             }
         }
-        rows.push(row.join(","));
+        rows.record(&row);
         for (i, s) in res.seats.iter().enumerate() {
-            players.push(
-                [
-                    csv_field(&r.game_id),
-                    csv_field(&r.lineup),
-                    r.n_players.to_string(),
-                    r.max_private_risk.to_string(),
-                    csv_field(&r.persona_condition),
-                    r.rep.to_string(),
-                    i.to_string(),
-                    csv_field(&r.models[i]),
-                    csv_field(&r.personas[i]),
-                    serde_json::to_value(s.outcome)?
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
-                    s.progress.to_string(),
-                    s.stage_payoff.to_string(),
-                    s.unsafe_count.to_string(),
-                    s.unsafe_frequency.to_string(),
-                    s.private_risk.to_string(),
-                    s.prize.to_string(),
-                    s.setback_eligible.to_string(),
-                    s.setback_draw.to_string(),
-                    s.setback.to_string(),
-                    s.final_payoff.to_string(),
-                    r.any_parse_failure.to_string(),
-                ]
-                .join(","),
-            );
+            players.record([
+                r.game_id.clone(),
+                r.lineup.clone(),
+                r.n_players.to_string(),
+                r.max_private_risk.to_string(),
+                r.persona_condition.clone(),
+                r.rep.to_string(),
+                i.to_string(),
+                r.models[i].clone(),
+                r.personas[i].clone(),
+                serde_json::to_value(s.outcome)?
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                s.progress.to_string(),
+                s.stage_payoff.to_string(),
+                s.unsafe_count.to_string(),
+                s.unsafe_frequency.to_string(),
+                s.private_risk.to_string(),
+                s.prize.to_string(),
+                s.setback_eligible.to_string(),
+                s.setback_draw.to_string(),
+                s.setback.to_string(),
+                s.final_payoff.to_string(),
+                r.any_parse_failure.to_string(),
+            ]);
         }
     }
-    std::fs::write(dir.join("races.csv"), rows.join("\n") + "\n")
+    std::fs::write(dir.join("races.csv"), rows.into_string())
         .with_context(|| format!("writing {}/races.csv", dir.display()))?;
-    std::fs::write(dir.join("players.csv"), players.join("\n") + "\n")
+    std::fs::write(dir.join("players.csv"), players.into_string())
         .with_context(|| format!("writing {}/players.csv", dir.display()))?;
     Ok(())
 }

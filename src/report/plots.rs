@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use crate::report::summary::{lookup, Summary};
@@ -33,6 +34,33 @@ pub const COLORS: [RGBColor; 10] = [
 
 fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
+}
+
+/// Line dashes (dash, gap in pixels) after the first, solid series, so that
+/// overlapping agents stay apart in print and in grey: the HTML page's
+/// `DASHES` as near as plotters' even dashes come.
+const DASHES: [(u32, u32); 4] = [(7, 4), (2, 3), (12, 4), (4, 6)];
+
+/// Opacity of a ± sd band: the page's (`fill-opacity` in `html/page.js`), light
+/// enough that five overlapping bands stay readable.
+const BAND_ALPHA: f64 = 0.12;
+
+/// The grid: major lines only, faint (no minor-grid hatching).
+pub const GRID: RGBAColor = RGBAColor(0, 0, 0, 0.1);
+
+/// A tick label with no more decimals than the value needs: `3`, `2.5`, `0.25`
+/// (a whole-number axis reads as whole numbers).
+fn tick(v: &f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        return format!("{}", v.round() as i64);
+    }
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// Agent `i`'s dash (dash, gap in pixels); `None`: solid.
+fn dash(i: usize) -> Option<(u32, u32)> {
+    i.checked_sub(1).map(|k| DASHES[k % DASHES.len()])
 }
 
 /// What the plots read: a condition's summary and aggregate tables.
@@ -166,7 +194,9 @@ fn energy_over_time<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.05).max(1.0))
+        // Headroom above the highest band for the legend (five rows take about a
+        // quarter of the panel).
+        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.3).max(1.0))
         .map_err(err)?;
     // Rounds are whole numbers: labels only at integers, at most 15 of them.
     let n_labels = ((x_max - 1.0).max(1.0) as usize).min(15);
@@ -179,39 +209,59 @@ fn energy_over_time<DB: DrawingBackend>(
     };
     chart
         .configure_mesh()
+        .max_light_lines(0)
+        .bold_line_style(GRID)
         .x_labels(n_labels)
         .x_label_formatter(&round_label)
+        .y_label_formatter(&tick)
         .x_desc(format!("Round (round {x_max:.0} = final energy)"))
         .y_desc("Energy at round start (mean ± std over runs)")
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 16))
         .draw()
         .map_err(err)?;
-    for (i, (label, pts)) in series.iter().enumerate() {
-        let col = color(i);
+    // Every band first, then every line on top, so no band hides a line.
+    for (i, (_, pts)) in series.iter().enumerate() {
         let band: Vec<(f64, f64)> = pts
             .iter()
             .map(|p| (p.0, p.1 + p.2))
             .chain(pts.iter().rev().map(|p| (p.0, (p.1 - p.2).max(0.0))))
             .collect();
         chart
-            .draw_series(std::iter::once(Polygon::new(band, col.mix(0.18).filled())))
+            .draw_series(std::iter::once(Polygon::new(
+                band,
+                color(i).mix(BAND_ALPHA).filled(),
+            )))
             .map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(
-                pts.iter().map(|p| (p.0, p.1)),
-                col.stroke_width(2),
-            ))
-            .map_err(err)?
-            .label(label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(3)));
     }
+    for (i, (label, pts)) in series.iter().enumerate() {
+        let style = color(i).stroke_width(2);
+        let line = pts.iter().map(|p| (p.0, p.1));
+        let anno = match dash(i) {
+            None => chart.draw_series(LineSeries::new(line, style)),
+            Some((d, g)) => chart.draw_series(DashedLineSeries::new(line, d, g, style)),
+        }
+        .map_err(err)?;
+        // The legend's sample is the line's, solid or with its dash (a little
+        // wider, which also tells it from the line in the SVG).
+        let sample = color(i).stroke_width(3);
+        anno.label(label.as_str()).legend(move |(x, y)| {
+            let path = vec![(x, y), (x + 30, y)];
+            match dash(i) {
+                None => PathElement::new(path, sample).into_dyn(),
+                Some((d, g)) => DashedPathElement::new(path.into_iter(), d, g, sample).into_dyn(),
+            }
+        });
+    }
+    // Upper left: every agent starts round 1 at the same energy, so that
+    // corner is free of lines; the sample area fits a whole dash pattern.
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
-        .position(SeriesLabelPosition::UpperRight)
+        .legend_area_size(40)
+        .position(SeriesLabelPosition::UpperLeft)
         .draw()
         .map_err(err)?;
     Ok(())
@@ -260,12 +310,14 @@ fn grouped_bars<DB: DrawingBackend>(
         if percent {
             format!("{:.0}%", v * 100.0)
         } else {
-            format!("{v:.1}")
+            tick(v)
         }
     };
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(GRID)
         .x_labels(0)
         .y_desc(y_desc)
         .x_desc("Agent (model)")

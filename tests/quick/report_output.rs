@@ -168,15 +168,31 @@ fn energy_plot_matches_the_page(out: &Path, svg: &str) {
     let colours = page_colours();
     assert_eq!(colours.len(), 10, "{colours:?}");
     let tags: Vec<&str> = svg.split('<').collect();
-    let lines: Vec<&str> = tags
+    // Agent 1's line is solid (one polyline), the others dashed (one polyline
+    // per dash): the pieces in drawing order, one run of a colour per agent.
+    let pieces: Vec<&str> = tags
         .iter()
         .copied()
         .filter(|t| t.starts_with("polyline") && attr(t, "stroke-width") == Some("2"))
         .collect();
+    let mut lines: Vec<&str> = Vec::new();
+    for p in &pieces {
+        if lines.last().map(|l| attr(l, "stroke")) != Some(attr(p, "stroke")) {
+            lines.push(p);
+        }
+    }
+    assert_eq!(
+        pieces
+            .iter()
+            .filter(|p| attr(p, "stroke") == attr(lines[0], "stroke"))
+            .count(),
+        1,
+        "agent 1's line is solid"
+    );
     let bands: Vec<&str> = tags
         .iter()
         .copied()
-        .filter(|t| t.starts_with("polygon") && attr(t, "opacity") == Some("0.18"))
+        .filter(|t| t.starts_with("polygon") && attr(t, "opacity") == Some("0.12"))
         .collect();
     assert_eq!(lines.len(), 5, "one line per agent");
     assert_eq!(bands.len(), 5, "one band per agent");

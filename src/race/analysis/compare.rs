@@ -26,6 +26,7 @@ use super::runs::{wilson, RunData};
 use super::strategy::{classify_player, mix_label};
 use super::trajectory::{from_runs, PlayerRace};
 use crate::race::rules::{fmt_num, PROGRESS_TOL};
+use crate::report::table::{csv_line, CsvText};
 
 /// The logit sample of model runs and the controls that vary in it.
 pub struct ModelSample {
@@ -88,36 +89,29 @@ pub fn model_sample(players: &[PlayerRace]) -> ModelSample {
 /// `scripts/gen_race_analysis_fixtures.py`).
 pub fn sample_csv(s: &ModelSample) -> String {
     let controls: Vec<String> = s.controls.iter().map(|c| c.formula()).collect();
-    let mut out = vec![
+    let mut out = CsvText::new();
+    out.record(
         "unsafe,max_private_risk,own_prev_unsafe,opponent_prev_unsafe,progress_gap_before,first_round_unsafe,cluster,model,prompt_version,run_phase,persona_condition,controls"
-            .to_string(),
-    ];
-    let q = |x: &str| {
-        if x.contains([',', '"', '\n']) {
-            format!("\"{}\"", x.replace('"', "\"\""))
-        } else {
-            x.to_string()
-        }
-    };
+            .split(','),
+    );
     for d in &s.decisions {
-        let g = |k: &str| q(d.categorical.get(k).map(|s| s.as_str()).unwrap_or(""));
-        out.push(format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
-            d.unsafe_ as u8,
-            d.p_max,
-            d.own_prev_unsafe as u8,
-            d.opponent_prev_unsafe as u8,
-            d.progress_gap_before,
-            d.first_round_unsafe as u8,
-            q(&d.cluster),
+        let g = |k: &str| d.categorical.get(k).cloned().unwrap_or_default();
+        out.record([
+            (d.unsafe_ as u8).to_string(),
+            d.p_max.to_string(),
+            (d.own_prev_unsafe as u8).to_string(),
+            (d.opponent_prev_unsafe as u8).to_string(),
+            d.progress_gap_before.to_string(),
+            (d.first_round_unsafe as u8).to_string(),
+            d.cluster.clone(),
             g("model"),
             g("prompt_version"),
             g("run_phase"),
             g("persona_condition"),
-            q(&controls.join(";"))
-        ));
+            controls.join(";"),
+        ]);
     }
-    out.join("\n") + "\n"
+    out.into_string()
 }
 
 /// A rate with its Wilson interval.
@@ -264,6 +258,8 @@ fn draw_shares<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .max_light_lines(0)
+        .bold_line_style(crate::report::plots::GRID)
         .x_labels(groups.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();
@@ -297,6 +293,10 @@ fn draw_shares<DB: DrawingBackend>(
                 )
             })
             .collect();
+        // An archetype no group comes nearest to has no legend entry.
+        if shares.iter().all(|s| s[c] <= 0.0) {
+            continue;
+        }
         chart
             .draw_series(bars)
             .map_err(e)?
@@ -446,15 +446,6 @@ fn group_label(g: &str) -> String {
     }
 }
 
-/// A CSV field, quoted when it must be.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 /// The section's heading and the Unsafe rates by p_max and by position, one
 /// column per group; their cells go to `csv` (`humans_vs_models.csv`: `count`
 /// Unsafe decisions of `n`, `share` the rate, with its Wilson interval).
@@ -565,17 +556,21 @@ fn rate_table(
                 .unwrap_or_default();
             md.push_str(&format!(" {} |", r.cell()));
             let (lo, hi) = wilson(r.k, r.n);
-            csv.push(format!(
-                "{title},{},{k},{},{},{},{lo},{hi}",
-                csv_field(g),
-                r.k,
-                r.n,
-                if r.n == 0 {
-                    0.0
-                } else {
-                    r.k as f64 / r.n as f64
-                }
-            ));
+            let share = if r.n == 0 {
+                0.0
+            } else {
+                r.k as f64 / r.n as f64
+            };
+            csv.push(csv_line([
+                title.to_string(),
+                g.clone(),
+                k.clone(),
+                r.k.to_string(),
+                r.n.to_string(),
+                share.to_string(),
+                lo.to_string(),
+                hi.to_string(),
+            ]));
         }
         md.push('\n');
     }
@@ -608,36 +603,41 @@ fn archetype_section(
             let c = counts.get(g.as_str());
             let n: usize = c.map(|c| c.iter().sum()).unwrap_or(0);
             for (j, name) in a.names.iter().enumerate() {
-                csv.push(format!(
-                    "archetype,{},{},{},{n},{},,",
-                    csv_field(g),
-                    csv_field(name),
-                    c.map(|c| c[j]).unwrap_or(0),
-                    shares[gi][j]
-                ));
+                csv.push(csv_line([
+                    "archetype".to_string(),
+                    g.clone(),
+                    name.clone(),
+                    c.map(|c| c[j]).unwrap_or(0).to_string(),
+                    n.to_string(),
+                    shares[gi][j].to_string(),
+                    String::new(),
+                    String::new(),
+                ]));
             }
         }
-        let join = |v: &[f64; 5]| {
-            v.iter()
-                .map(|x| x.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+        let row = |head: [String; 4], v: &[f64; 5]| {
+            csv_line(head.into_iter().chain(v.iter().map(|x| x.to_string())))
         };
         for (j, name) in a.names.iter().enumerate() {
-            for (row, v) in [
+            for (kind, v) in [
                 ("centroid_raw", &a.raw_centroids[j]),
                 ("centroid_z", &a.centroids[j]),
             ] {
-                centroid_csv.push(format!(
-                    "{row},{j},{},{},{}",
-                    csv_field(name),
-                    a.sizes[j],
-                    join(v)
+                centroid_csv.push(row(
+                    [
+                        kind.to_string(),
+                        j.to_string(),
+                        name.clone(),
+                        a.sizes[j].to_string(),
+                    ],
+                    v,
                 ));
             }
         }
-        centroid_csv.push(format!("z_mean,,,,{}", join(&a.mean)));
-        centroid_csv.push(format!("z_sd,,,,{}", join(&a.std)));
+        for (kind, v) in [("z_mean", &a.mean), ("z_sd", &a.std)] {
+            let blank = String::new;
+            centroid_csv.push(row([kind.to_string(), blank(), blank(), blank()], v));
+        }
         write_lines_file(
             out,
             "archetype_centroids.csv",
@@ -667,16 +667,14 @@ fn assign_archetypes<'g>(
             .entry(p.group.as_str())
             .or_insert_with(|| vec![0; a.names.len()])[c] += 1;
         let f = features(p);
-        arch_csv.push(format!(
-            "{},{},{},{},{c},{}",
-            p.key,
-            p.group,
-            p.p_max,
-            f.iter()
-                .map(|x| x.map(|v| v.to_string()).unwrap_or_default())
-                .collect::<Vec<_>>()
-                .join(","),
-            a.names[c]
+        arch_csv.push(csv_line(
+            [p.key.clone(), p.group.clone(), p.p_max.to_string()]
+                .into_iter()
+                .chain(
+                    f.iter()
+                        .map(|x| x.map(|v| v.to_string()).unwrap_or_default()),
+                )
+                .chain([c.to_string(), a.names[c].clone()]),
         ));
     }
     counts
@@ -825,32 +823,36 @@ fn strategy_section(
                 .map(|m| m.mismatches.to_string())
                 .unwrap_or_default()
         };
-        strat_csv.push(format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
-            p.key,
-            p.group,
-            p.p_max,
-            p.n_players,
-            c.horizon,
+        strat_csv.push(csv_line([
+            p.key.clone(),
+            p.group.clone(),
+            p.p_max.to_string(),
+            p.n_players.to_string(),
+            c.horizon.to_string(),
             c.best.join("|"),
             c.unique_best.clone().unwrap_or_default(),
             m("AS"),
             m("AU"),
             m("CS"),
             m("CAS"),
-            m(super::strategy::EXPLORATORY_BEHIND)
-        ));
+            m(super::strategy::EXPLORATORY_BEHIND),
+        ]));
     }
     write_lines_file(out, "strategies.csv", strat_csv.join("\n") + "\n")?;
     for (g, m) in mix_order(&mix) {
         let n: usize = m.values().sum();
         for s in STRATEGY_COLUMNS {
             let c = m.get(s).copied().unwrap_or(0);
-            csv.push(format!(
-                "strategy,{},{s},{c},{n},{},,",
-                csv_field(g),
-                c as f64 / n.max(1) as f64
-            ));
+            csv.push(csv_line([
+                "strategy".to_string(),
+                g.clone(),
+                s.to_string(),
+                c.to_string(),
+                n.to_string(),
+                (c as f64 / n.max(1) as f64).to_string(),
+                String::new(),
+                String::new(),
+            ]));
         }
     }
     Ok(strategy_md(&mix))

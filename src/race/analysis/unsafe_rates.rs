@@ -146,8 +146,10 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
          | cells | key | model | model Unsafe (n) | humans Unsafe (n) | clusters model / humans | difference [95 % CI] | z pooled, p | cluster-robust p, t df (Holm) | verdict |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
-    let mut csv = String::from(
-        "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,model_clusters,human_clusters,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,df_cluster,p_cluster_holm,verdict\n",
+    let mut csv = crate::report::table::CsvText::new();
+    csv.record(
+        "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,model_clusters,human_clusters,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,df_cluster,p_cluster_holm,verdict"
+            .split(','),
     );
     let pct = |k: usize, n: usize| format!("{:.1}% ({n})", 100.0 * k as f64 / n as f64);
     for t in &ts {
@@ -171,40 +173,31 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
             fp(t.p_holm),
             t.verdict
         );
-        let q = |s: &str| {
-            if s.contains([',', '"']) {
-                format!("\"{}\"", s.replace('"', "\"\""))
-            } else {
-                s.to_string()
-            }
-        };
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            q(&t.table),
-            q(&t.key),
-            q(&t.model),
-            t.model_k,
-            t.model_n,
-            t.model_k as f64 / t.model_n as f64,
-            t.human_k,
-            t.human_n,
-            t.human_k as f64 / t.human_n as f64,
-            t.model_clusters,
-            t.human_clusters,
-            t.diff,
-            t.ci.0,
-            t.ci.1,
-            t.z_pooled,
-            t.p_pooled,
-            t.p_cluster,
-            t.df,
-            t.p_holm,
-            t.verdict
-        );
+        csv.record([
+            t.table.to_string(),
+            t.key.to_string(),
+            t.model.to_string(),
+            t.model_k.to_string(),
+            t.model_n.to_string(),
+            (t.model_k as f64 / t.model_n as f64).to_string(),
+            t.human_k.to_string(),
+            t.human_n.to_string(),
+            (t.human_k as f64 / t.human_n as f64).to_string(),
+            t.model_clusters.to_string(),
+            t.human_clusters.to_string(),
+            t.diff.to_string(),
+            t.ci.0.to_string(),
+            t.ci.1.to_string(),
+            t.z_pooled.to_string(),
+            t.p_pooled.to_string(),
+            t.p_cluster.to_string(),
+            t.df.to_string(),
+            t.p_holm.to_string(),
+            t.verdict.to_string(),
+        ]);
     }
     md.push('\n');
-    (md, csv)
+    (md, csv.into_string())
 }
 
 #[cfg(test)]

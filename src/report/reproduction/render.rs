@@ -448,14 +448,6 @@ pub fn terminal(r: &Reproduction) -> String {
     out
 }
 
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
 fn num(x: f64) -> String {
     if x.is_nan() {
         String::new()
@@ -473,19 +465,11 @@ fn num(x: f64) -> String {
 /// 80 % power at Holm's first step and the margin it is weighed against
 /// (for an every-run claim: `deviating` runs, and shares of runs).
 pub fn csv(r: &Reproduction) -> String {
-    let mut out = String::from(
-        "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,reference_spread,difference,ci_low,ci_high,test,statistic,df,se,p,p_holm,family,family_m,in_family,deviating,detectable,margin,verdict,mismatch,source\n",
+    let mut out = crate::report::table::CsvText::new();
+    out.record(
+        "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,reference_spread,difference,ci_low,ci_high,test,statistic,df,se,p,p_holm,family,family_m,in_family,deviating,detectable,margin,verdict,mismatch,source"
+            .split(','),
     );
-    let push = |out: &mut String, fields: &[String]| {
-        out.push_str(
-            &fields
-                .iter()
-                .map(|f| csv_field(f))
-                .collect::<Vec<_>>()
-                .join(","),
-        );
-        out.push('\n');
-    };
     for l in &r.levels {
         let rs = l.reference_summary;
         let fields = [
@@ -526,7 +510,7 @@ pub fn csv(r: &Reproduction) -> String {
             l.mismatch.clone().unwrap_or_default(),
             l.source.clone(),
         ];
-        push(&mut out, &fields);
+        out.record(&fields);
     }
     for c in &r.contrasts {
         for (kind, t, ph, det, verdict) in [
@@ -579,10 +563,10 @@ pub fn csv(r: &Reproduction) -> String {
                 c.mismatch.clone().unwrap_or_default(),
                 c.claim.clone(),
             ];
-            push(&mut out, &fields);
+            out.record(&fields);
         }
     }
-    out
+    out.into_string()
 }
 
 /// The "Reproduction" section of `report.html`.
