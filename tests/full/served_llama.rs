@@ -24,12 +24,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::default_model;
 use joule::energy::CostModel;
 use joule::energy_society::config::SocietyConfig;
 use joule::energy_society::runner::{backend_for, job_source, run_society};
 use joule::sweep::slurm::{cell_status, CellStatus};
 use joule::sweep::{cells, out_dir, run_cells};
-use crate::default_model;
 use serde_json::Value;
 
 /// One llama-server at a time: they share two cores.

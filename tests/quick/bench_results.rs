@@ -137,5 +137,8 @@ fn the_check_fails_on_an_edited_results_md() {
     std::fs::write(t.join("benches/RESULTS.md"), md.replacen("×", "x", 1)).unwrap();
     let (ok, text) = check_in(t);
     assert!(!ok, "an edited RESULTS.md passed the check");
-    assert!(text.contains("RESULTS.md is not what the records"), "{text}");
+    assert!(
+        text.contains("RESULTS.md is not what the records"),
+        "{text}"
+    );
 }

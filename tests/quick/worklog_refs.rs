@@ -88,12 +88,19 @@ fn scan(paths: &[&str]) -> Vec<String> {
     }
     let mut found = Vec::new();
     for f in files {
-        let rel = f.strip_prefix(&root).unwrap_or(&f).to_string_lossy().into_owned();
+        let rel = f
+            .strip_prefix(&root)
+            .unwrap_or(&f)
+            .to_string_lossy()
+            .into_owned();
         if rel == "CHANGELOG.md" {
             continue;
         }
         if let Ok(Some(m)) = name_pat.find(&rel) {
-            found.push(format!("{rel}: file name `{}` carries an issue number", m.as_str()));
+            found.push(format!(
+                "{rel}: file name `{}` carries an issue number",
+                m.as_str()
+            ));
         }
         let Ok(bytes) = std::fs::read(&f) else {
             continue;
