@@ -21,8 +21,10 @@
 pub mod agency;
 pub mod backend;
 pub mod cli;
+pub mod csv;
 pub mod energy;
 pub mod energy_society;
+pub mod figure;
 pub mod inference;
 pub mod interrupt;
 pub mod knobs;

@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use super::analysis::runs::{load, wilson, RunData};
 use super::scenario::{Position, TurnRecord};
-use crate::report::table::CsvText;
+use crate::csv::CsvText;
 
 /// One row of a rate table.
 #[derive(Debug, Clone, Serialize)]
@@ -271,7 +271,7 @@ fn draw_chart<DB: DrawingBackend>(
         .configure_mesh()
         .disable_x_mesh()
         .max_light_lines(0)
-        .bold_line_style(crate::report::plots::GRID)
+        .bold_line_style(crate::figure::GRID)
         .x_labels(bands.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();

@@ -22,8 +22,8 @@ use super::scenario::{play_race, RaceRecord, RaceSink};
 use crate::agency::Driver;
 use crate::backend::Backend;
 use crate::backend::SCRIPTED_PREFIX;
+use crate::csv::CsvText;
 use crate::record::{read_jsonl, write_json_atomic, EventLog};
-use crate::report::table::CsvText;
 use crate::scripted::{ScriptedBackend, TokenDist};
 
 /// What a run did.

@@ -45,8 +45,7 @@ const DASHES: [(u32, u32); 4] = [(7, 4), (2, 3), (12, 4), (4, 6)];
 /// enough that five overlapping bands stay readable.
 const BAND_ALPHA: f64 = 0.12;
 
-/// The grid: major lines only, faint (no minor-grid hatching).
-pub const GRID: RGBAColor = RGBAColor(0, 0, 0, 0.1);
+pub use crate::figure::GRID;
 
 /// A tick label with no more decimals than the value needs: `3`, `2.5`, `0.25`
 /// (a whole-number axis reads as whole numbers).

@@ -25,8 +25,8 @@ use super::logit::{fit_all, Control, Decision, Fit, REPORT_TERMS};
 use super::runs::{wilson, RunData};
 use super::strategy::{classify_player, mix_label};
 use super::trajectory::{from_runs, PlayerRace};
+use crate::csv::{csv_line, CsvText};
 use crate::race::rules::{fmt_num, PROGRESS_TOL};
-use crate::report::table::{csv_line, CsvText};
 
 /// The logit sample of model runs and the controls that vary in it.
 pub struct ModelSample {
@@ -259,7 +259,7 @@ fn draw_shares<DB: DrawingBackend>(
         .configure_mesh()
         .disable_x_mesh()
         .max_light_lines(0)
-        .bold_line_style(crate::report::plots::GRID)
+        .bold_line_style(crate::figure::GRID)
         .x_labels(groups.len().max(1))
         .x_label_formatter(&move |x| {
             let i = x.round();

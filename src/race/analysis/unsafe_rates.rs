@@ -146,7 +146,7 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
          | cells | key | model | model Unsafe (n) | humans Unsafe (n) | clusters model / humans | difference [95 % CI] | z pooled, p | cluster-robust p, t df (Holm) | verdict |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
-    let mut csv = crate::report::table::CsvText::new();
+    let mut csv = crate::csv::CsvText::new();
     csv.record(
         "cells,key,model,model_unsafe,model_n,model_rate,human_unsafe,human_n,human_rate,model_clusters,human_clusters,difference,ci_low,ci_high,z_pooled,p_pooled,p_cluster,df_cluster,p_cluster_holm,verdict"
             .split(','),

@@ -465,7 +465,7 @@ fn num(x: f64) -> String {
 /// 80 % power at Holm's first step and the margin it is weighed against
 /// (for an every-run claim: `deviating` runs, and shares of runs).
 pub fn csv(r: &Reproduction) -> String {
-    let mut out = crate::report::table::CsvText::new();
+    let mut out = crate::csv::CsvText::new();
     out.record(
         "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,reference_spread,difference,ci_low,ci_high,test,statistic,df,se,p,p_holm,family,family_m,in_family,deviating,detectable,margin,verdict,mismatch,source"
             .split(','),
