@@ -4,12 +4,17 @@
 # lengths, every agent on its roster model) locally, then the identical requests through
 # llama-server's router (one child server per roster model) in both served modes: `best` (every
 # call of a wave at once, every slot busy) and `reference` (one call at a time, as the reference
-# ran it). Prints the three JSON reports, then one table with the ratios and each side's estimate
-# of the paper's 60-run grid on this machine.
+# ran it). Each served mode gets a server of its own, started and loaded before its clock starts:
+# a server that answered the other mode's identical requests would find every prompt in its
+# prompt cache. Prints the three JSON reports, then one table with the ratios and each side's
+# estimate of the paper's 60-run grid on this machine.
 #
 # Usage: benches/trace-vs-llama.sh [RUN_DIR...]     (default ../shared/data/reference-runs)
 # Environment:
-#   THREADS=T       threads of Joule and of each llama-server child (default 2)
+#   THREADS=T       threads of Joule and of each llama-server child in `reference` mode (default 2)
+#   BEST_THREADS=B  threads of each llama-server child in `best` mode, where the five children
+#                   compute at once (default THREADS / 5, at least 1: more oversubscribes the
+#                   cores; on a 2-core Xeon 1 thread per child beat 2 by 1.26×)
 #   RUNS=N          runs at once (default 1); llama-server gets N slots per model
 #   ROUNDS=A..B     rounds sent to the models (default every round)
 #   TOKEN_SCALE=F   every call generates its recorded count times F (default 1)
@@ -40,7 +45,7 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 server=""
 cleanup() {
-  [[ -n $server ]] && kill "$server" 2>/dev/null
+  [[ -n $server ]] && kill "$server" $(pgrep -P "$server") 2>/dev/null
   [[ -z ${OUT:-} ]] && rm -rf "$out"
   return 0
 }
@@ -105,43 +110,63 @@ cat "$out/joule.json"
 
 # llama-server's router: one child per roster model, each with one slot per run at once (each
 # model serves one agent of every run), named by the roster model and answering to its
-# `model_name` (a section name with a colon would be read as a repository and tag).
-{
-  echo "version = 1"
-  echo "[*]"
-  echo "parallel = $runs"
-  echo "ctx-size = $((runs * ctx))"
-  echo "threads = $t"
-  echo "threads-batch = $t"
-  for i in "${!roster[@]}"; do
-    echo "[${roster[$i]}]"
-    echo "alias = ${names[$i]}"
-    echo "model = $(realpath "${files[$i]}")"
-    echo "load-on-startup = true"
-  done
-} > "$out/models.ini"
-"$bin/llama-server" --models-preset "$out/models.ini" --models-max "${#roster[@]}" \
-  --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
-server=$!
-# Every model loaded before the clock starts.
-loaded=0
-for _ in $(seq 900); do
-  loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
+# `model_name` (a section name with a colon would be read as a repository and tag). A fresh
+# server per mode (see the top).
+best_t=${BEST_THREADS:-$((t / ${#roster[@]} > 0 ? t / ${#roster[@]} : 1))}
+serve() {
+  local threads=$1 mode=$2
+  {
+    echo "version = 1"
+    echo "[*]"
+    echo "parallel = $runs"
+    echo "ctx-size = $((runs * ctx))"
+    echo "threads = $threads"
+    echo "threads-batch = $threads"
+    for i in "${!roster[@]}"; do
+      echo "[${roster[$i]}]"
+      echo "alias = ${names[$i]}"
+      echo "model = $(realpath "${files[$i]}")"
+      echo "load-on-startup = true"
+    done
+  } > "$out/models-$mode.ini"
+  "$bin/llama-server" --models-preset "$out/models-$mode.ini" --models-max "${#roster[@]}" \
+    --host 127.0.0.1 --port "$port" > "$out/server-$mode.log" 2>&1 &
+  server=$!
+  # Every model loaded before the clock starts.
+  local loaded=0
+  for _ in $(seq 900); do
+    loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["data"]
 print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>/dev/null || echo 0)
-  ((loaded >= ${#roster[@]})) && break
-  sleep 1
-done
-if ((loaded < ${#roster[@]})); then
-  echo "llama-server's router loaded $loaded of ${#roster[@]} models; its log:" >&2
-  tail -n 40 "$out/server.log" >&2
-  exit 1
-fi
+    ((loaded >= ${#roster[@]})) && break
+    sleep 1
+  done
+  if ((loaded < ${#roster[@]})); then
+    echo "llama-server's router loaded $loaded of ${#roster[@]} models; its log:" >&2
+    tail -n 40 "$out/server-$mode.log" >&2
+    exit 1
+  fi
+}
+unserve() {
+  # The router and its children (one server process per model), and their memory back.
+  local kids
+  kids=$(pgrep -P "$server" || true)
+  kill "$server" $kids 2>/dev/null || true
+  wait "$server" 2>/dev/null || true
+  for _ in $(seq 60); do
+    kill -0 $kids 2>/dev/null || break
+    sleep 1
+  done
+  server=""
+}
 for mode in best reference; do
+  if [[ $mode == best ]]; then serve "$best_t" "$mode"; else serve "$t" "$mode"; fi
+  echo "llama-server $mode: $([[ $mode == best ]] && echo "$best_t" || echo "$t") thread(s) per child" >&2
   joule bench trace "${dirs[@]}" "${trace_args[@]}" --via "http://127.0.0.1:$port/v1" \
     --served-mode "$mode" --json > "$out/served-$mode.json"
   cat "$out/served-$mode.json"
+  unserve
 done
 python3 - "$out/joule.json" "$out/served-best.json" "$out/served-reference.json" <<'PY'
 import json, sys

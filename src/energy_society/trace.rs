@@ -11,8 +11,14 @@
 //! `max_tokens` = the recorded count (times `token_scale`, at least 1),
 //! end-of-generation never sampled (`ignore_eos`), no stop strings, and free
 //! text (the constrained-JSON grammar is off: it would end the answer where
-//! its JSON closes, before the recorded length). The real answer's text is
-//! dropped; its counts and times are kept ([`TraceCall`]).
+//! its JSON closes, before the recorded length). Where the run's config sets
+//! no truncation, the call samples as the reference's server did: Ollama's
+//! default top-k 40 and top-p 0.9 ([`SERVED_TOP_K`], [`SERVED_TOP_P`]), sent
+//! to every backend alike (llama-server would otherwise apply its own
+//! top-k 40 while Joule's engine drew from the whole vocabulary, which on a
+//! random-weight model's flat distribution means sorting all of it at every
+//! token). The real answer's text is dropped; its counts and times are kept
+//! ([`TraceCall`]).
 //!
 //! Concurrency is the engine's: the five agents of a phase ask together,
 //! rounds follow in order, several runs share the driver. A backend with
@@ -87,6 +93,12 @@ pub struct TraceBackend<'a> {
     pending: HashMap<u64, Pending>,
     ready: Vec<Answer>,
 }
+
+/// Top-k of a traced call whose config sets none: Ollama's default, which
+/// the reference runs were sampled with.
+pub const SERVED_TOP_K: usize = 40;
+/// Top-p of a traced call whose config sets none (Ollama's default).
+pub const SERVED_TOP_P: f32 = 0.9;
 
 /// `tokens` scaled by `scale`, at least 1 where `tokens` is not 0.
 pub fn scaled(tokens: u32, scale: f64) -> u32 {
@@ -173,6 +185,8 @@ impl<'a> TraceBackend<'a> {
         let mut fwd = req.clone();
         fwd.params.max_tokens = tokens;
         fwd.params.ignore_eos = true;
+        fwd.params.top_k = fwd.params.top_k.or(Some(SERVED_TOP_K));
+        fwd.params.top_p = fwd.params.top_p.or(Some(SERVED_TOP_P));
         fwd.params.stop.clear();
         fwd.format = OutputFormat::Text;
         if let Some(s) = self.sent.as_mut() {

@@ -179,6 +179,8 @@ fn the_trace_sends_the_faithful_replays_prompts_and_the_recorded_counts() {
     for r in &sent {
         assert!(r.params.ignore_eos && r.params.stop.is_empty());
         assert_eq!(r.format, OutputFormat::Text);
+        // The reference server's default truncation, since the config sets none.
+        assert_eq!((r.params.top_k, r.params.top_p), (Some(40), Some(0.9)));
         *asked
             .entry((round_of(r), r.tag.clone(), r.agent_id.clone()))
             .or_default() += r.params.max_tokens as u64;
@@ -373,6 +375,11 @@ fn bodies_key(bodies: &[serde_json::Value]) -> Vec<(String, String, u64)> {
             assert_eq!(b["ignore_eos"], true, "{b}");
             assert!(b.get("response_format").is_none(), "no grammar: {b}");
             assert!(b.get("stop").is_none(), "{b}");
+            assert_eq!(
+                (b["top_k"].as_u64(), b["top_p"].as_f64()),
+                (Some(40), Some(0.9f32 as f64)),
+                "{b}"
+            );
             (
                 b["model"].as_str().unwrap().to_string(),
                 b["messages"].to_string(),

@@ -121,16 +121,18 @@ impl Sampler {
         // Candidates by logit, descending (ties by id for determinism). Only
         // the head the filters and the draw look at is sorted (nearly all the
         // mass sits in a few dozen tokens); the rest is sorted on demand.
-        let mut cand = Candidates::new(
-            l.iter()
-                .enumerate()
-                .filter(|(_, x)| x.is_finite())
-                .map(|(i, &x)| (i as u32, x))
-                .collect(),
-        );
-        if let Some(k) = self.params.top_k.filter(|&k| k > 0) {
-            cand.keep_top(k);
-        }
+        let mut cand = match self.params.top_k.filter(|&k| k > 0 && k < l.len()) {
+            // One pass that keeps the k largest: no candidate list the size of
+            // the vocabulary.
+            Some(k) => Candidates::top_k(&l, k),
+            None => Candidates::new(
+                l.iter()
+                    .enumerate()
+                    .filter(|(_, x)| x.is_finite())
+                    .map(|(i, &x)| (i as u32, x))
+                    .collect(),
+            ),
+        };
         if let Some(p) = self.params.top_p.filter(|&p| p < 1.0) {
             let z = cand.normaliser(1.0);
             let max = cand.max();
@@ -200,6 +202,51 @@ impl Candidates {
         }
     }
 
+    /// The `k` largest finite logits, sorted: one pass over `logits` with a
+    /// heap of the `k` best so far, whose worst is replaced by anything
+    /// larger (an equal logit comes later in id order, so it ranks below).
+    fn top_k(logits: &[f32], k: usize) -> Self {
+        /// Orders candidates so that the heap's top is the worst kept.
+        struct Worst((u32, f32));
+        impl PartialEq for Worst {
+            fn eq(&self, other: &Self) -> bool {
+                self.cmp(other).is_eq()
+            }
+        }
+        impl Eq for Worst {}
+        impl PartialOrd for Worst {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+        impl Ord for Worst {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                by_logit_desc(&self.0, &other.0)
+            }
+        }
+        let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+        let mut floor = f32::NEG_INFINITY;
+        for (i, &x) in logits.iter().enumerate() {
+            if !x.is_finite() {
+                continue;
+            }
+            if heap.len() < k {
+                heap.push(Worst((i as u32, x)));
+                if heap.len() == k {
+                    floor = heap.peek().map_or(floor, |w| w.0 .1);
+                }
+            } else if x > floor {
+                if let Some(mut worst) = heap.peek_mut() {
+                    *worst = Worst((i as u32, x));
+                }
+                floor = heap.peek().map_or(floor, |w| w.0 .1);
+            }
+        }
+        let items: Vec<(u32, f32)> = heap.into_sorted_vec().into_iter().map(|w| w.0).collect();
+        let sorted = items.len();
+        Self { items, sorted }
+    }
+
     fn len(&self) -> usize {
         self.items.len()
     }
@@ -216,18 +263,6 @@ impl Candidates {
     /// The largest logit.
     fn max(&mut self) -> f64 {
         self.get(0).1 as f64
-    }
-
-    /// Keep the `k` largest.
-    fn keep_top(&mut self, k: usize) {
-        if k < self.items.len() {
-            if k > self.sorted {
-                self.items.select_nth_unstable_by(k - 1, by_logit_desc);
-                self.items[..k].sort_by(by_logit_desc);
-                self.sorted = k;
-            }
-            self.truncate(k);
-        }
     }
 
     fn truncate(&mut self, n: usize) {
@@ -401,6 +436,30 @@ mod tests {
     }
 
     #[test]
+    fn top_k_pass_keeps_what_a_full_sort_keeps() {
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        // Few distinct values, so ties decide membership; some masked out.
+        let mut logits: Vec<f32> = (0..3000)
+            .map(|_| rng.gen_range(0..40) as f32 * 0.1)
+            .collect();
+        for i in (0..3000).step_by(7) {
+            logits[i] = f32::NEG_INFINITY;
+        }
+        for k in [1, 2, 40, 64, 65, 500, 2571, 2572] {
+            let got = Candidates::top_k(&logits, k).items;
+            let mut all: Vec<(u32, f32)> = logits
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| x.is_finite())
+                .map(|(i, &x)| (i as u32, x))
+                .collect();
+            all.sort_by(by_logit_desc);
+            all.truncate(k);
+            assert_eq!(got, all, "k = {k}");
+        }
+    }
+
+    #[test]
     fn partial_sorting_draws_what_a_full_sort_draws() {
         let mut rng = ChaCha20Rng::seed_from_u64(99);
         // A flat-ish distribution over 5000 tokens, so draws land past the sorted head.
@@ -410,6 +469,11 @@ mod tests {
             SamplingParams {
                 top_k: Some(300),
                 ..params(0.8, 2)
+            },
+            SamplingParams {
+                top_k: Some(40),
+                top_p: Some(0.9),
+                ..params(0.7, 5)
             },
             SamplingParams {
                 top_p: Some(0.5),
@@ -431,7 +495,9 @@ mod tests {
                 let rank = logits.iter().filter(|&&x| x > logits[got as usize]).count();
                 past_head += usize::from(rank >= SORTED_HEAD);
             }
-            assert!(past_head > 0, "no draw past the sorted head for {p:?}");
+            if p.top_k.map_or(true, |k| k > SORTED_HEAD) {
+                assert!(past_head > 0, "no draw past the sorted head for {p:?}");
+            }
         }
     }
 }
