@@ -181,7 +181,7 @@ def render(records):
             out += ["", "Older records:", ""]
             for p, r in sorted(older, key=when, reverse=True):
                 ratios = "; ".join(
-                    f"{m['metric']} {fmt_ratio(m['ratio'])}" for m in r["measurements"]
+                    f"{metric_label(m)} {fmt_ratio(m['ratio'])}" for m in r["measurements"]
                 )
                 out.append(f"- [{p.stem}](results/{p.name}): {ratios}")
     return "\n".join(out) + "\n"
