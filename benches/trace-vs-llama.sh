@@ -43,9 +43,8 @@ names=("gemma4:e4b" "nemotron-3-nano:4b" "qwen3.5:4b" "qwen3:8b" "qwen3.5:9b")
 declare -A layers=()
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
-server=""
 cleanup() {
-  [[ -n $server ]] && kill "$server" $(pgrep -P "$server") 2>/dev/null
+  declare -F router_stop > /dev/null && router_stop
   [[ -z ${OUT:-} ]] && rm -rf "$out"
   return 0
 }
@@ -108,65 +107,20 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench trace "${dirs[@]}" "${trace_args[@]}" --models "$models" --json > "$out/joule.json"
 cat "$out/joule.json"
 
-# llama-server's router: one child per roster model, each with one slot per run at once (each
-# model serves one agent of every run), named by the roster model and answering to its
-# `model_name` (a section name with a colon would be read as a repository and tag). A fresh
-# server per mode (see the top).
+# llama-server's router (scripts/llama-router.sh): one child per roster model, each with one slot
+# per run at once (each model serves one agent of every run), answering to the agent's
+# `model_name`. A fresh server per mode (see the top).
 best_t=${BEST_THREADS:-$((t / ${#roster[@]} > 0 ? t / ${#roster[@]} : 1))}
-serve() {
-  local threads=$1 mode=$2
-  {
-    echo "version = 1"
-    echo "[*]"
-    echo "parallel = $runs"
-    echo "ctx-size = $((runs * ctx))"
-    echo "threads = $threads"
-    echo "threads-batch = $threads"
-    for i in "${!roster[@]}"; do
-      echo "[${roster[$i]}]"
-      echo "alias = ${names[$i]}"
-      echo "model = $(realpath "${files[$i]}")"
-      echo "load-on-startup = true"
-    done
-  } > "$out/models-$mode.ini"
-  "$bin/llama-server" --models-preset "$out/models-$mode.ini" --models-max "${#roster[@]}" \
-    --host 127.0.0.1 --port "$port" > "$out/server-$mode.log" 2>&1 &
-  server=$!
-  # Every model loaded before the clock starts.
-  local loaded=0
-  for _ in $(seq 900); do
-    loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
-import json, sys
-d = json.load(sys.stdin)["data"]
-print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>/dev/null || echo 0)
-    ((loaded >= ${#roster[@]})) && break
-    sleep 1
-  done
-  if ((loaded < ${#roster[@]})); then
-    echo "llama-server's router loaded $loaded of ${#roster[@]} models; its log:" >&2
-    tail -n 40 "$out/server-$mode.log" >&2
-    exit 1
-  fi
-}
-unserve() {
-  # The router and its children (one server process per model), and their memory back.
-  local kids
-  kids=$(pgrep -P "$server" || true)
-  kill "$server" $kids 2>/dev/null || true
-  wait "$server" 2>/dev/null || true
-  for _ in $(seq 60); do
-    kill -0 $kids 2>/dev/null || break
-    sleep 1
-  done
-  server=""
-}
+source "$repo/scripts/llama-router.sh"
+router_keys=("${roster[@]}") router_names=("${names[@]}") router_files=("${files[@]}")
 for mode in best reference; do
-  if [[ $mode == best ]]; then serve "$best_t" "$mode"; else serve "$t" "$mode"; fi
-  echo "llama-server $mode: $([[ $mode == best ]] && echo "$best_t" || echo "$t") thread(s) per child" >&2
+  mt=$([[ $mode == best ]] && echo "$best_t" || echo "$t")
+  router_start "$bin" "$out/server-$mode" "$port" "$runs" "$ctx" "$mt" || exit 1
+  echo "llama-server $mode: $mt thread(s) per child" >&2
   joule bench trace "${dirs[@]}" "${trace_args[@]}" --via "http://127.0.0.1:$port/v1" \
     --served-mode "$mode" --json > "$out/served-$mode.json"
   cat "$out/served-$mode.json"
-  unserve
+  router_stop
 done
 python3 - "$out/joule.json" "$out/served-best.json" "$out/served-reference.json" <<'PY'
 import json, sys

@@ -46,49 +46,21 @@ limit=()
 out=$(mktemp -d)
 port=$((18000 + RANDOM % 1000))
 server=""
-cleanup() { [[ -n $server ]] && kill "$server" 2>/dev/null; rm -rf "$out"; }
+cleanup() {
+  [[ -n $server ]] && kill "$server" 2>/dev/null
+  declare -F router_stop > /dev/null && router_stop
+  rm -rf "$out"
+}
 trap cleanup EXIT
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 joule bench society "${models[@]}" --sims "$sims" --rounds "$rounds" -t "$t" "${limit[@]}" --json > "$out/joule.json"
 cat "$out/joule.json"
 if [[ -n $per_agent ]]; then
-  # llama-server's router: one child server per roster model, each with one slot per society
-  # (each model serves one agent of every society).
-  slots=${SLOTS:-$sims}
-  st=${SERVER_THREADS:-$t}
-  {
-    echo "version = 1"
-    echo "[*]"
-    echo "parallel = $slots"
-    echo "ctx-size = $((slots * 4096))"
-    echo "threads = $st"
-    echo "threads-batch = $st"
-    # A section is named by the roster model (a name with a colon would be read as a
-    # repository and tag, the tag upper-cased) and answers to the served name as its alias.
-    for i in "${!names[@]}"; do
-      echo "[${keys[$i]}]"
-      echo "alias = ${names[$i]}"
-      echo "model = $(realpath "${files[$i]}")"
-      echo "load-on-startup = true"
-    done
-  } > "$out/models.ini"
-  "$bin/llama-server" --models-preset "$out/models.ini" --models-max "${#names[@]}" \
-      --host 127.0.0.1 --port "$port" > "$out/server.log" 2>&1 &
-  server=$!
-  # Every model loaded before the clock starts.
-  for _ in $(seq 900); do
-    loaded=$(curl -sf "http://127.0.0.1:$port/models" 2>/dev/null | python3 -c '
-import json, sys
-d = json.load(sys.stdin)["data"]
-print(sum(1 for m in d if (m.get("status") or {}).get("value") == "loaded"))' 2>/dev/null || echo 0)
-    ((loaded >= ${#names[@]})) && break
-    sleep 1
-  done
-  if ((loaded < ${#names[@]})); then
-    echo "llama-server's router loaded $loaded of ${#names[@]} models; its log:" >&2
-    tail -n 40 "$out/server.log" >&2
-    exit 1
-  fi
+  # llama-server's router (scripts/llama-router.sh): one child server per roster model, each
+  # with one slot per society (each model serves one agent of every society).
+  source scripts/llama-router.sh
+  router_keys=("${keys[@]}") router_names=("${names[@]}") router_files=("${files[@]}")
+  router_start "$bin" "$out/server" "$port" "${SLOTS:-$sims}" 4096 "${SERVER_THREADS:-$t}" || exit 1
   joule bench society "${models[@]}" --via "http://127.0.0.1:$port/v1" --sims "$sims" \
       --rounds "$rounds" --max-concurrency $((sims * 5)) "${limit[@]}" --json > "$out/served.json"
 else

@@ -620,6 +620,10 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         generated,
         wall,
         engine.as_ref().map(|e| e.decode_ms / 1e3),
+        engine
+            .as_ref()
+            .filter(|e| e.prompt_tokens > 0)
+            .map(|e| e.reused_prefix_tokens as f64 / e.prompt_tokens as f64),
         args,
         at_once,
         (first, last),
@@ -671,6 +675,7 @@ fn grid_estimate(
     slice_generated: u64,
     wall: f64,
     decode_s: Option<f64>,
+    prefix_share: Option<f64>,
     args: &TraceBenchArgs,
     at_once: usize,
     rounds: (u32, u32),
@@ -714,6 +719,14 @@ fn grid_estimate(
              below 1 prompts weigh more than in whole runs, so this errs long"
                 .into(),
         );
+    }
+    if let Some(share) = prefix_share.filter(|&x| x > 0.0 && at_once > 1) {
+        assumptions.push(format!(
+            "{:.0} % of the prompt tokens came from the prefix cache, as in the slice; runs at \
+             once share more of their prompts in round 1 (alike up to the jobs) than later, so \
+             with round 1 in the slice this errs short",
+            share * 100.0
+        ));
     }
     if args.token_scale < 1.0 {
         assumptions.push(
@@ -828,11 +841,13 @@ fn print_report(r: &TraceBench) {
         crate::outln!();
         crate::outln!(
             "prompt tokens: {} computed, {} reused from the agent's own state, {} from the \
-             prefix cache ({} lookups); prefill {:.1} s, decode {:.1} s, engine {:.1} s",
+             prefix cache ({} lookups; {} calls waited for a running call's prefix); \
+             prefill {:.1} s, decode {:.1} s, engine {:.1} s",
             e.computed_prompt_tokens(),
             e.reused_own_tokens,
             e.reused_prefix_tokens,
             e.prefix.lookups,
+            e.waited_for_prefix,
             e.prefill_ms / 1e3,
             e.decode_ms / 1e3,
             e.engine_ms / 1e3
@@ -924,6 +939,7 @@ mod tests {
             1_000,
             100.0,
             Some(60.0),
+            Some(0.5),
             &cli.args,
             1,
             (1, 2),
@@ -932,5 +948,26 @@ mod tests {
         assert!((g.hours - split).abs() < 1e-9, "{g:?}");
         assert!((g.hours_by_generated_rate - 3_000_000.0 / 10.0 / 3600.0).abs() < 1e-9);
         assert!(g.assumptions.iter().any(|a| a.contains("token scale 0.5")));
+        // One run at a time shares nothing with other runs: no such caveat.
+        assert!(!g.assumptions.iter().any(|a| a.contains("prefix cache")));
+        let g = grid_estimate(
+            50_000.0,
+            100.0,
+            10,
+            1_000,
+            100.0,
+            Some(60.0),
+            Some(0.5),
+            &cli.args,
+            5,
+            (1, 2),
+        );
+        assert!(
+            g.assumptions
+                .iter()
+                .any(|a| a.contains("50 % of the prompt tokens")),
+            "{:?}",
+            g.assumptions
+        );
     }
 }

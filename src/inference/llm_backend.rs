@@ -131,6 +131,10 @@ impl StepObserver for StepTiming<'_> {
 /// Tokens per block of the prefix cache.
 pub const PREFIX_BLOCK: usize = 64;
 
+/// A call waits for a running call's prefill only when that saves at least
+/// this many prompt tokens over what the prefix cache already holds.
+pub const MIN_WAIT_TOKENS: usize = 2 * PREFIX_BLOCK;
+
 /// Prompt tokens a continuous batch's step feeds at most unless `[llm]
 /// prefill_step_tokens` says otherwise (eight 64-token blocks).
 pub const DEFAULT_PREFILL_STEP_TOKENS: usize = 512;
@@ -144,6 +148,10 @@ pub struct EngineStats {
     pub reused_own_tokens: u64,
     /// Prompt tokens restored from the model's prefix cache.
     pub reused_prefix_tokens: u64,
+    /// Calls that waited for a running call of the same model to compute
+    /// the prefix they share before starting from its blocks (continuous
+    /// batching with the prefix cache).
+    pub waited_for_prefix: u64,
     pub generated_tokens: u64,
     /// Forward passes over prompt tokens (a step of both is split by tokens).
     pub prefill_ms: f64,
@@ -169,6 +177,7 @@ impl EngineStats {
             prompt_tokens: self.prompt_tokens - earlier.prompt_tokens,
             reused_own_tokens: self.reused_own_tokens - earlier.reused_own_tokens,
             reused_prefix_tokens: self.reused_prefix_tokens - earlier.reused_prefix_tokens,
+            waited_for_prefix: self.waited_for_prefix - earlier.waited_for_prefix,
             generated_tokens: self.generated_tokens - earlier.generated_tokens,
             prefill_ms: self.prefill_ms - earlier.prefill_ms,
             decode_ms: self.decode_ms - earlier.decode_ms,
@@ -274,11 +283,25 @@ struct Flight {
     measured: Option<MeasuredEnergy>,
 }
 
+/// A call of the continuous batch waiting for a running call (its
+/// `leader`) to compute the first `target` tokens of its prompt.
+struct Waiting {
+    ticket: u64,
+    key: String,
+    leader: u64,
+    target: usize,
+    seq: BatchSeq<'static>,
+    flight: Flight,
+}
+
 /// Continuous batching state: one running batch per model key.
 #[derive(Default)]
 struct Running {
     batches: std::collections::BTreeMap<String, DecodeBatch<'static>>,
+    /// Calls in a running batch.
     flights: HashMap<u64, Flight>,
+    /// Calls waiting for a running call's prefill, in submission order.
+    waiting: Vec<Waiting>,
     /// Answers ready without a step (failed before decoding).
     ready: Vec<Answer>,
     /// The previous step left sequences running (the time until the next
@@ -579,10 +602,10 @@ impl LlmBackend {
     }
 
     /// Render, tokenise and constrain one request and give it a sequence
-    /// state: with the prefix cache a fresh one the cache fills
-    /// (block-aligned, so results never depend on what the cache held);
-    /// without it the agent's own state of this run, or a fresh one while
-    /// that is in use by another call.
+    /// state: with the prefix cache a fresh one that [`Self::resume`]
+    /// fills from the cache (block-aligned, so results never depend on
+    /// what the cache held); without it the agent's own state of this run,
+    /// or a fresh one while that is in use by another call.
     fn prepare(
         &mut self,
         key: &str,
@@ -652,26 +675,11 @@ impl LlmBackend {
             }
         }
 
-        // Resume from the prefix cache where it reaches further than the agent's own state.
-        let mut restored = 0;
-        let n = prompt.len();
-        if use_prefix && n >= 2 && n < state.max_len() {
-            let prefix = self
-                .prefixes
-                .entry(key.to_string())
-                .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
-            let limit = n - 1;
-            let own = state.reachable(state.common_prefix(&prompt).min(limit));
-            if prefix.reach(&prompt, limit, state.is_recurrent()) > own {
-                let room = (n + r.params.max_tokens as usize + 1).min(state.max_len());
-                restored = prefix.restore(&mut state, &prompt, limit, room)?;
-            }
-        }
         let info = CallInfo {
             model: r.model.clone(),
             thinking: r.params.thinking,
             rendered,
-            restored,
+            restored: 0,
             cache_key,
             started,
         };
@@ -684,6 +692,130 @@ impl LlmBackend {
             mask,
         };
         Ok((seq, info))
+    }
+
+    /// Resume a prepared sequence from the model's prefix cache where the
+    /// cache reaches further than the state it has (nothing without a
+    /// prefix cache).
+    fn resume(
+        &mut self,
+        key: &str,
+        seq: &mut BatchSeq<'static>,
+        info: &mut CallInfo,
+    ) -> anyhow::Result<()> {
+        let n = seq.prompt.len();
+        let state = &mut seq.state;
+        if self.options.prefix_cache_bytes == 0 || n < 2 || n >= state.max_len() {
+            return Ok(());
+        }
+        let prefix = self
+            .prefixes
+            .entry(key.to_string())
+            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+        let limit = n - 1;
+        let own = state.reachable(state.common_prefix(&seq.prompt).min(limit));
+        if prefix.reach(&seq.prompt, limit, state.is_recurrent()) > own {
+            let room = (n + seq.params.max_tokens as usize + 1).min(state.max_len());
+            info.restored = prefix.restore(state, &seq.prompt, limit, room)?;
+        }
+        Ok(())
+    }
+
+    /// Continuous batching with the prefix cache: the running call of
+    /// model `key` that shares the longest block-aligned prefix with
+    /// `prompt` beyond what the cache holds, if it saves at least
+    /// [`MIN_WAIT_TOKENS`]. Its blocks computed so far go into the cache at
+    /// once; the call is returned, with the shared length, only when it
+    /// has not yet computed all of it (the new call waits for it).
+    fn share_running(
+        &mut self,
+        key: &str,
+        prompt: &[u32],
+        recurrent: bool,
+    ) -> Option<(u64, usize)> {
+        if self.options.prefix_cache_bytes == 0 || prompt.len() < 2 {
+            return None;
+        }
+        let batch = self.running.batches.get(key)?;
+        let limit = prompt.len() - 1;
+        let cached = self
+            .prefixes
+            .get(key)
+            .map(|p| p.reach(prompt, limit, recurrent))
+            .unwrap_or(0);
+        let mut best: Option<(u64, usize)> = None;
+        for id in batch.running_ids() {
+            let Some((theirs, _)) = batch.sequence(id) else {
+                continue;
+            };
+            let shared = theirs
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(limit);
+            let shared = shared - shared % PREFIX_BLOCK;
+            if shared >= cached + MIN_WAIT_TOKENS && best.is_none_or(|(_, s)| shared > s) {
+                best = Some((id, shared));
+            }
+        }
+        let (leader, shared) = best?;
+        let (theirs, state) = batch.sequence(leader)?;
+        let computed = state.common_prefix(theirs);
+        let prefix = self
+            .prefixes
+            .entry(key.to_string())
+            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+        // A failed copy only means the blocks are not shared.
+        let _ = prefix.insert(state, theirs);
+        (computed < shared).then_some((leader, shared))
+    }
+
+    /// Start the waiting calls whose leader has computed what they share
+    /// (its blocks go into the prefix cache first) or is no longer running.
+    fn start_waiting(&mut self) {
+        let waiting = std::mem::take(&mut self.running.waiting);
+        for w in waiting {
+            let batch = self.running.batches.get(&w.key);
+            let leader = batch.and_then(|b| b.sequence(w.leader));
+            if let Some((theirs, state)) = leader {
+                if state.common_prefix(theirs) < w.target {
+                    self.running.waiting.push(w);
+                    continue;
+                }
+                if let Some(prefix) = self.prefixes.get_mut(&w.key) {
+                    let _ = prefix.insert(state, theirs);
+                }
+            }
+            self.start(w.ticket, w.key, w.seq, w.flight);
+        }
+    }
+
+    /// Resume a call's sequence from the prefix cache and add it to its
+    /// model's running batch (or answer it with the error).
+    fn start(&mut self, ticket: u64, key: String, mut seq: BatchSeq<'static>, mut flight: Flight) {
+        let model = match self.loaded.get(&key) {
+            Some(l) => Ok(l.model.clone()),
+            None => Err(anyhow::anyhow!("model `{key}` not loaded")),
+        };
+        match model.and_then(|m| self.resume(&key, &mut seq, &mut flight.info).map(|_| m)) {
+            Ok(model) => {
+                self.running
+                    .batches
+                    .entry(key)
+                    .or_insert_with(|| DecodeBatch::new(self.options.prefill_step_tokens))
+                    .add(model.as_ref(), ticket, seq);
+                self.running.flights.insert(ticket, flight);
+            }
+            Err(e) => {
+                let result = Err(backend_error(&flight.request, &e));
+                self.running.ready.push(Answer {
+                    ticket,
+                    request: flight.request,
+                    result,
+                });
+            }
+        }
     }
 
     /// Turn a finished sequence into its response: put its blocks in the
@@ -771,7 +903,11 @@ impl LlmBackend {
         let mut infos: Vec<Option<CallInfo>> = (0..batch.len()).map(|_| None).collect();
         let mut running = DecodeBatch::new(0);
         for (i, r) in batch.iter().enumerate() {
-            match self.prepare(&key, r) {
+            let prepared = self.prepare(&key, r).and_then(|(mut seq, mut info)| {
+                self.resume(&key, &mut seq, &mut info)?;
+                Ok((seq, info))
+            });
+            match prepared {
                 Ok((seq, info)) => {
                     running.add(model.as_ref(), i as u64, seq);
                     infos[i] = Some(info);
@@ -917,10 +1053,8 @@ impl StepBackend for LlmBackend {
         let loaded = self.load(&key);
         let start = Instant::now();
         let prepared = loaded.and_then(|_| self.prepare(&key, &request));
-        self.stats.engine_ms += start.elapsed().as_secs_f64() * 1000.0;
         match prepared {
             Ok((seq, info)) => {
-                let model = self.loaded[&key].model.clone();
                 let measured = self.metering.as_ref().map(|m| MeasuredEnergy {
                     meter: m.name(),
                     prefill_j: 0.0,
@@ -928,20 +1062,27 @@ impl StepBackend for LlmBackend {
                     prefill_tokens: 0,
                     decode_tokens: 0,
                 });
-                self.running
-                    .batches
-                    .entry(key.clone())
-                    .or_insert_with(|| DecodeBatch::new(self.options.prefill_step_tokens))
-                    .add(model.as_ref(), ticket, seq);
-                self.running.flights.insert(
-                    ticket,
-                    Flight {
-                        key,
-                        request,
-                        info,
-                        measured,
-                    },
-                );
+                let flight = Flight {
+                    key: key.clone(),
+                    request,
+                    info,
+                    measured,
+                };
+                let recurrent = seq.state.is_recurrent();
+                match self.share_running(&key, &seq.prompt, recurrent) {
+                    Some((leader, target)) => {
+                        self.stats.waited_for_prefix += 1;
+                        self.running.waiting.push(Waiting {
+                            ticket,
+                            key,
+                            leader,
+                            target,
+                            seq,
+                            flight,
+                        });
+                    }
+                    None => self.start(ticket, key, seq, flight),
+                }
             }
             Err(e) => {
                 let result = Err(backend_error(&request, &e));
@@ -952,6 +1093,7 @@ impl StepBackend for LlmBackend {
                 });
             }
         }
+        self.stats.engine_ms += start.elapsed().as_secs_f64() * 1000.0;
     }
 
     fn sampling(&mut self) -> u64 {
@@ -1017,6 +1159,8 @@ impl StepBackend for LlmBackend {
             }
         }
         self.metering = metering;
+        self.start_waiting();
+        out.append(&mut self.running.ready);
         self.running.busy = !self.running.flights.is_empty();
         self.trim_agent_states();
         self.stats.prefill_ms += prefill_ms;
@@ -1027,6 +1171,6 @@ impl StepBackend for LlmBackend {
     }
 
     fn in_flight(&self) -> usize {
-        self.running.flights.len() + self.running.ready.len()
+        self.running.flights.len() + self.running.waiting.len() + self.running.ready.len()
     }
 }

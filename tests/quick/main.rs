@@ -18,6 +18,7 @@ mod golden_logits;
 mod import_graph;
 mod knobs_env;
 mod memory_plan;
+mod prefix_sharing;
 mod race_analysis;
 mod replay_reference;
 mod report_folders;

@@ -357,6 +357,14 @@ impl<'a> DecodeBatch<'a> {
             .sum()
     }
 
+    /// A running sequence's prompt and state (`None` once it finished).
+    pub fn sequence(&self, id: u64) -> Option<(&[u32], &SeqState)> {
+        self.running
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| (r.seq.prompt.as_slice(), &r.seq.state))
+    }
+
     /// Sequences that finished without a forward step, taken out.
     pub fn take_finished(&mut self) -> Vec<Finished> {
         std::mem::take(&mut self.finished)
