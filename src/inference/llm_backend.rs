@@ -15,7 +15,11 @@
 //! end in a [`DecodeBatch`]; with continuous batching ([`Backend::stepwise`],
 //! `[llm] batching = "continuous"`, the default) each model keeps one running
 //! `DecodeBatch` that calls join as they are submitted and leave as they
-//! finish. [`LlmBackend::stats`] counts tokens computed and reused and the time of
+//! finish; a call whose prompt shares at least [`MIN_WAIT_TOKENS`] more
+//! with a running call's than the cache holds waits until that call has
+//! computed the shared blocks (they go into the cache then) and starts from
+//! them, so runs started together compute their common prefix once.
+//! [`LlmBackend::stats`] counts tokens computed and reused and the time of
 //! prefill, decode and everything else. With an energy meter (`[llm] meter`),
 //! every forward step is metered and each response carries its measured
 //! joules (`crate::meter::attribution`).
