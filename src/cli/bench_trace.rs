@@ -932,36 +932,28 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["t", "x", "--token-scale", "0.5"]).unwrap();
         // 10 calls, 1,000 tokens in 100 s, 60 of them decode; a run: 100 calls, 50,000 tokens.
-        let g = grid_estimate(
-            50_000.0,
-            100.0,
-            10,
-            1_000,
-            100.0,
-            Some(60.0),
-            Some(0.5),
-            &cli.args,
-            1,
-            (1, 2),
-        );
+        let estimate = |at_once| {
+            grid_estimate(
+                50_000.0,
+                100.0,
+                10,
+                1_000,
+                100.0,
+                Some(60.0),
+                Some(0.5),
+                &cli.args,
+                at_once,
+                (1, 2),
+            )
+        };
+        let g = estimate(1);
         let split = (40.0 * 6000.0 / 10.0 + 60.0 * 3_000_000.0 / 1000.0) / 3600.0;
         assert!((g.hours - split).abs() < 1e-9, "{g:?}");
         assert!((g.hours_by_generated_rate - 3_000_000.0 / 10.0 / 3600.0).abs() < 1e-9);
         assert!(g.assumptions.iter().any(|a| a.contains("token scale 0.5")));
         // One run at a time shares nothing with other runs: no such caveat.
         assert!(!g.assumptions.iter().any(|a| a.contains("prefix cache")));
-        let g = grid_estimate(
-            50_000.0,
-            100.0,
-            10,
-            1_000,
-            100.0,
-            Some(60.0),
-            Some(0.5),
-            &cli.args,
-            5,
-            (1, 2),
-        );
+        let g = estimate(5);
         assert!(
             g.assumptions
                 .iter()

@@ -291,7 +291,6 @@ struct Flight {
 /// `leader`) to compute the first `target` tokens of its prompt.
 struct Waiting {
     ticket: u64,
-    key: String,
     leader: u64,
     target: usize,
     seq: BatchSeq<'static>,
@@ -338,6 +337,18 @@ impl StepObserver for Remap<'_> {
             .collect();
         self.inner.after_step(&work, ms);
     }
+}
+
+/// The prefix cache of model `key` in `prefixes` (made empty, with `budget`
+/// bytes, on first use).
+fn prefix_cache<'a>(
+    prefixes: &'a mut HashMap<String, PrefixCache>,
+    key: &str,
+    budget: usize,
+) -> &'a mut PrefixCache {
+    prefixes
+        .entry(key.to_string())
+        .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, budget))
 }
 
 fn backend_error(r: &ModelRequest, e: &anyhow::Error) -> BackendError {
@@ -712,10 +723,7 @@ impl LlmBackend {
         if self.options.prefix_cache_bytes == 0 || n < 2 || n >= state.max_len() {
             return Ok(());
         }
-        let prefix = self
-            .prefixes
-            .entry(key.to_string())
-            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+        let prefix = prefix_cache(&mut self.prefixes, key, self.options.prefix_cache_bytes);
         let limit = n - 1;
         let own = state.reachable(state.common_prefix(&seq.prompt).min(limit));
         if prefix.reach(&seq.prompt, limit, state.is_recurrent()) > own {
@@ -766,10 +774,7 @@ impl LlmBackend {
         let (leader, shared) = best?;
         let (theirs, state) = batch.sequence(leader)?;
         let computed = state.common_prefix(theirs);
-        let prefix = self
-            .prefixes
-            .entry(key.to_string())
-            .or_insert_with(|| PrefixCache::new(PREFIX_BLOCK, self.options.prefix_cache_bytes));
+        let prefix = prefix_cache(&mut self.prefixes, key, self.options.prefix_cache_bytes);
         // A failed copy only means the blocks are not shared.
         let _ = prefix.insert(state, theirs);
         (computed < shared).then_some((leader, shared))
@@ -780,24 +785,26 @@ impl LlmBackend {
     fn start_waiting(&mut self) {
         let waiting = std::mem::take(&mut self.running.waiting);
         for w in waiting {
-            let batch = self.running.batches.get(&w.key);
+            let key = &w.flight.key;
+            let batch = self.running.batches.get(key);
             let leader = batch.and_then(|b| b.sequence(w.leader));
             if let Some((theirs, state)) = leader {
                 if state.common_prefix(theirs) < w.target {
                     self.running.waiting.push(w);
                     continue;
                 }
-                if let Some(prefix) = self.prefixes.get_mut(&w.key) {
+                if let Some(prefix) = self.prefixes.get_mut(key) {
                     let _ = prefix.insert(state, theirs);
                 }
             }
-            self.start(w.ticket, w.key, w.seq, w.flight);
+            self.start(w.ticket, w.seq, w.flight);
         }
     }
 
     /// Resume a call's sequence from the prefix cache and add it to its
     /// model's running batch (or answer it with the error).
-    fn start(&mut self, ticket: u64, key: String, mut seq: BatchSeq<'static>, mut flight: Flight) {
+    fn start(&mut self, ticket: u64, mut seq: BatchSeq<'static>, mut flight: Flight) {
+        let key = flight.key.clone();
         let model = match self.loaded.get(&key) {
             Some(l) => Ok(l.model.clone()),
             None => Err(anyhow::anyhow!("model `{key}` not loaded")),
@@ -1078,14 +1085,13 @@ impl StepBackend for LlmBackend {
                         self.stats.waited_for_prefix += 1;
                         self.running.waiting.push(Waiting {
                             ticket,
-                            key,
                             leader,
                             target,
                             seq,
                             flight,
                         });
                     }
-                    None => self.start(ticket, key, seq, flight),
+                    None => self.start(ticket, seq, flight),
                 }
             }
             Err(e) => {
