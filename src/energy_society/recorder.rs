@@ -117,6 +117,9 @@ struct Expected {
     /// The bytes of `events.jsonl` they make up: the file is cut there
     /// once they all came, and the run appends after them.
     keep_bytes: u64,
+    /// A resolved config to write over `config.resolved.toml` at that point
+    /// (a resume whose start differs in how, not what, it computes).
+    config: Option<String>,
 }
 
 /// Collects a run's records; writes them when a folder is given.
@@ -172,7 +175,13 @@ impl Recorder {
     /// must be the next kept line, byte for byte (an error otherwise, with
     /// the folder untouched), and once every kept line came, the file is
     /// cut after them and the run appends as a fresh one would.
-    pub fn resume(dir: &Path, kept: Vec<String>, keep_bytes: u64) -> anyhow::Result<Self> {
+    /// `config`, when given, replaces `config.resolved.toml` at that point too.
+    pub fn resume(
+        dir: &Path,
+        kept: Vec<String>,
+        keep_bytes: u64,
+        config: Option<String>,
+    ) -> anyhow::Result<Self> {
         let mut rec = Recorder {
             dir: Some(dir.to_path_buf()),
             log: None,
@@ -180,6 +189,7 @@ impl Recorder {
                 lines: kept.into(),
                 given: 0,
                 keep_bytes,
+                config,
             }),
             lines: Lines::default(),
             kept: vec![],
@@ -206,6 +216,13 @@ impl Recorder {
         file.set_len(x.keep_bytes)
             .and_then(|_| file.sync_all())
             .with_context(|| format!("cutting {} after its last complete round", path.display()))?;
+        if let Some(config) = &x.config {
+            let to = dir.join("config.resolved.toml");
+            let tmp = dir.join("config.resolved.toml.tmp");
+            std::fs::write(&tmp, config)
+                .and_then(|_| std::fs::rename(&tmp, &to))
+                .with_context(|| format!("writing {}", to.display()))?;
+        }
         self.log = Some(EventLog::append(&path)?);
         self.expected = None;
         Ok(())

@@ -19,6 +19,11 @@
 //! - another resolved config (another seed, roster, model, kernels…):
 //!   **refused** with the first differing line, unless forced (then replaced);
 //!   a sweep's cell is cleared and run again (its sweep file defines it).
+//!   Keys that say how the run is computed but not what it computes
+//!   ([`HOW_KEYS`]: the worker-thread count, whose records are the same at
+//!   any count) do not make another config: the run resumes, and its
+//!   `config.resolved.toml` is rewritten with this start's values under a
+//!   comment naming the earlier ones, once the kept rounds were given again.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -50,12 +55,20 @@ pub struct Resumed {
     keep_bytes: u64,
     /// The recorded answer of each call of those rounds.
     answers: Answers,
+    /// The resolved config to write once the kept rounds were given again,
+    /// when this start differs from the recorded one in [`HOW_KEYS`] only.
+    config: Option<String>,
 }
 
 impl Resumed {
     /// The recorder that checks the kept lines, then appends.
     pub fn recorder(&self, dir: &Path) -> anyhow::Result<Recorder> {
-        Recorder::resume(dir, self.lines.clone(), self.keep_bytes)
+        Recorder::resume(
+            dir,
+            self.lines.clone(),
+            self.keep_bytes,
+            self.config.clone(),
+        )
     }
 
     /// The kept rounds' recorded answers, for the run `session` on a
@@ -137,6 +150,60 @@ pub fn complete_rounds(dir: &Path) -> u32 {
     complete_prefix(dir).map(|(_, _, r)| r).unwrap_or(0)
 }
 
+/// Keys of the resolved config (table, key) that say how a run is computed,
+/// not what it computes: a run resumed with other values records what an
+/// uninterrupted run records (latencies aside). The thread count qualifies
+/// because every kernel splits work over output rows or heads, each computed
+/// by one thread in a fixed order (`quant_matmul`, `models::nn`, `mamba2`).
+pub const HOW_KEYS: [(&str, &str); 2] = [("llm", "threads"), ("kernels", "threads")];
+
+/// A resolved config's values without [`HOW_KEYS`] (`None` when it is not TOML).
+fn what_it_computes(text: &str) -> Option<toml::Table> {
+    let mut t: toml::Table = text.parse().ok()?;
+    for (table, key) in HOW_KEYS {
+        if let Some(toml::Value::Table(x)) = t.get_mut(table) {
+            x.remove(key);
+        }
+    }
+    Some(t)
+}
+
+/// `table.key = value` for each of [`HOW_KEYS`] whose value differs between
+/// the two configs (`-` where one has no such key).
+fn how_differs(recorded: &str, resolved: &str) -> Vec<(String, String, String)> {
+    let (Ok(a), Ok(b)) = (
+        recorded.parse::<toml::Table>(),
+        resolved.parse::<toml::Table>(),
+    ) else {
+        return Vec::new();
+    };
+    let get = |t: &toml::Table, table: &str, key: &str| {
+        t.get(table)
+            .and_then(|x| x.get(key))
+            .map_or("-".to_string(), |v| v.to_string())
+    };
+    HOW_KEYS
+        .iter()
+        .map(|(table, key)| {
+            (
+                format!("{table}.{key}"),
+                get(&a, table, key),
+                get(&b, table, key),
+            )
+        })
+        .filter(|(_, was, now)| was != now)
+        .collect()
+}
+
+/// Whether a line of a resolved config counts when two are compared for a
+/// person: not the comments a resume writes at the top, not a [`HOW_KEYS`] line.
+fn compared(line: &str) -> bool {
+    !line.starts_with('#')
+        && !HOW_KEYS
+            .iter()
+            .any(|(_, k)| line.starts_with(&format!("{k} = ")))
+}
+
 /// What to do with the run folder `dir` for a run whose resolved config is
 /// `resolved` (see the module doc). A complete run is the caller's concern
 /// (`joule run` refuses it unless forced).
@@ -147,19 +214,31 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
     }
     let recorded = std::fs::read_to_string(&config)
         .with_context(|| format!("reading {}", config.display()))?;
+    let mut rewrite = None;
     if recorded != resolved {
-        let (n, was, now) = recorded
-            .lines()
-            .chain(std::iter::repeat(""))
-            .zip(resolved.lines().chain(std::iter::repeat("")))
-            .enumerate()
-            .find(|(_, (a, b))| a != b)
-            .map(|(i, (a, b))| (i + 1, a.to_string(), b.to_string()))
-            .unwrap_or_default();
-        anyhow::bail!(
-            "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
-            dir.display()
-        );
+        let same_work = what_it_computes(&recorded)
+            .is_some_and(|a| what_it_computes(resolved).is_some_and(|b| a == b));
+        if !same_work {
+            let (n, was, now) = recorded
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| compared(l))
+                .chain(std::iter::repeat((0, "")))
+                .zip(
+                    resolved
+                        .lines()
+                        .filter(|l| compared(l))
+                        .chain(std::iter::repeat("")),
+                )
+                .find(|((_, a), b)| a != b)
+                .map(|((i, a), b)| (i + 1, a.to_string(), b.to_string()))
+                .unwrap_or_default();
+            anyhow::bail!(
+                "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
+                dir.display()
+            );
+        }
+        rewrite = Some(how_differs(&recorded, resolved));
     }
     let (lines, keep_bytes, rounds) = complete_prefix(dir)?;
     if rounds == 0 {
@@ -188,11 +267,34 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
                 );
         }
     }
+    // Another thread count: said, and recorded above this start's config
+    // (the comments of earlier resumes kept).
+    let config = rewrite.filter(|c| !c.is_empty()).map(|changes| {
+        let said = changes
+            .iter()
+            .map(|(k, was, now)| format!("{k} = {now} (the rounds before ran with {was})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        crate::errln!(
+            "note: {}: resumed after {} with {said}; the records do not depend on it, latencies do",
+            dir.display(),
+            kept_words(rounds),
+        );
+        let mut text: String = recorded
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        text.push_str(&format!("# resumed after {}: {said}\n", kept_words(rounds)));
+        text.push_str(resolved);
+        text
+    });
     Ok(Plan::Resume(Resumed {
         rounds,
         lines,
         keep_bytes,
         answers,
+        config,
     }))
 }
 

@@ -167,8 +167,20 @@ pub fn run_experiment(
         if let Some(o) = old.as_object_mut() {
             earlier_kernels = o.remove(KERNELS_KEY);
         }
-        let old: ExperimentConfig = serde_json::from_value(old)
+        let mut old: ExperimentConfig = serde_json::from_value(old)
             .with_context(|| format!("parsing {}", cfg_path.display()))?;
+        // The thread count says how the races are computed, not what they
+        // record (`energy_society::resume::HOW_KEYS`): config.json now
+        // records this start's.
+        if old.llm.threads != cfg.llm.threads {
+            crate::errln!(
+                "note: {}: resumed with llm.threads = {} (the finished races ran with {}); the records do not depend on it, latencies do",
+                cfg_path.display(),
+                cfg.llm.threads.map_or("-".to_string(), |n| n.to_string()),
+                old.llm.threads.map_or("-".to_string(), |n| n.to_string()),
+            );
+            old.llm.threads = cfg.llm.threads;
+        }
         anyhow::ensure!(
             &old == cfg,
             "{} was written by a different config; use a new output folder",

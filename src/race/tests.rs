@@ -369,6 +369,18 @@ seats = ["R1", "R6"]
     std::fs::write(out.join("config.json"), with_kernels.to_string()).unwrap();
     let s2 = run_experiment(&cfg, &out, true, &mut b).unwrap();
     assert_eq!((s2.played_races, s2.skipped_races), (0, 32));
+    // Another thread count resumes (config.json then records this start's);
+    // another value that counts does not.
+    let mut threads = cfg.clone();
+    threads.llm.threads = Some(7);
+    let s3 = run_experiment(&threads, &out, true, &mut b).unwrap();
+    assert_eq!((s3.played_races, s3.skipped_races), (0, 32));
+    let written = std::fs::read_to_string(out.join("config.json")).unwrap();
+    assert!(written.contains("\"threads\": 7"), "{written}");
+    let mut other = cfg.clone();
+    other.repetitions = 3;
+    let e = run_experiment(&other, &out, true, &mut b).unwrap_err();
+    assert!(format!("{e:#}").contains("different config"), "{e:#}");
     let races = read_jsonl(out.join("races.jsonl")).unwrap();
     assert_eq!(races.len(), 32);
     // Same rep → same horizon at every p_max (common random numbers).

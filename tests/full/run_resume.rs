@@ -272,6 +272,104 @@ fn an_incomplete_run_of_another_config_is_refused_unless_forced() {
     assert!(dir.join("COMPLETE").exists());
 }
 
+/// The thread count says how a run is computed, not what: a run interrupted
+/// on two threads resumes on one (and again on two) to the records of an
+/// uninterrupted run, its `config.resolved.toml` saying the count each start
+/// used; a run that differs in a value that counts is still refused, the
+/// error naming that value, not the thread count.
+#[test]
+fn a_run_resumed_with_another_thread_count_keeps_its_rounds() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), 4, false);
+    let at = |out: &Path, threads: &str, extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--threads",
+            threads,
+        ];
+        a.extend_from_slice(extra);
+        joule(&a)
+    };
+    let whole = t.path().join("whole");
+    let o = at(&whole, "2", &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(round_ends(&whole) >= 3, "{} rounds", round_ends(&whole));
+    let events = std::fs::read(whole.join("events.jsonl")).unwrap();
+    let config2 = std::fs::read_to_string(whole.join("config.resolved.toml")).unwrap();
+    assert!(config2.contains("\nthreads = 2\n"), "{config2}");
+    // The first `round_end` line and everything before it: round 1 complete.
+    let cut_after = |round: usize| {
+        let mut seen = 0;
+        let mut at = 0;
+        for line in events.split_inclusive(|&b| b == b'\n') {
+            at += line.len();
+            if line.starts_with(b"{\"event\":\"round_end\"") {
+                seen += 1;
+                if seen == round {
+                    return at;
+                }
+            }
+        }
+        panic!("no round {round}")
+    };
+    let dir = t.path().join("run");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("config.resolved.toml"), &config2).unwrap();
+    std::fs::write(dir.join("events.jsonl"), &events[..cut_after(1) + 5]).unwrap();
+
+    // Another seed and another thread count: refused, naming the seed.
+    let o = at(&dir, "1", &["--seed", "7"]);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("seed = 12345"), "{stderr}");
+    assert!(!stderr.contains("threads"), "{stderr}");
+
+    // Another thread count only: resumed.
+    let o = at(&dir, "1", &[]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("round 1 kept")
+            && stderr.contains("llm.threads = 1 (the rounds before ran with 2)"),
+        "{stderr}"
+    );
+    let config1 = config2.replace("\nthreads = 2\n", "\nthreads = 1\n");
+    let said = "# resumed after round 1: llm.threads = 1 (the rounds before ran with 2)\n";
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.resolved.toml")).unwrap(),
+        format!("{said}{config1}")
+    );
+    let without_config = |d: &Path| {
+        let mut f = files(d);
+        f.remove("config.resolved.toml");
+        f
+    };
+    assert!(
+        without_config(&whole) == without_config(&dir),
+        "records differ"
+    );
+
+    // Interrupted again after round 2 and resumed on two threads: both starts said.
+    std::fs::remove_file(dir.join("COMPLETE")).unwrap();
+    std::fs::write(dir.join("events.jsonl"), &events[..cut_after(2)]).unwrap();
+    let o = at(&dir, "2", &[]);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.resolved.toml")).unwrap(),
+        format!(
+            "{said}# resumed after rounds 1-2: llm.threads = 2 (the rounds before ran with 1)\n{config2}"
+        )
+    );
+    assert!(
+        without_config(&whole) == without_config(&dir),
+        "records differ"
+    );
+}
+
 /// `joule ARGS` with standard output and error closed by the reader
 /// before it writes anything (`joule … 2>&1 | head -0`).
 fn with_closed_pipes(args: &[&str]) -> std::process::ExitStatus {
@@ -364,6 +462,8 @@ fn a_model_backed_run_interrupted_after_a_round_resumes_to_the_same_files() {
             cfg.to_str().unwrap(),
             "--meter",
             "none",
+            "--threads",
+            "2",
             "--out",
             out.to_str().unwrap(),
         ]
@@ -396,15 +496,30 @@ fn a_model_backed_run_interrupted_after_a_round_resumes_to_the_same_files() {
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
-    let o = joule(&args(&dir).each_ref().map(String::as_str));
+    // Resumed on one thread: the model's answers do not depend on the count.
+    let mut resume = args(&dir);
+    resume[5] = "1".to_string();
+    let o = joule(&resume.each_ref().map(String::as_str));
     let stderr = text(&o.stderr);
     assert!(o.status.success(), "{stderr}");
     assert!(
-        stderr.contains("round 1 kept (replayed from events.jsonl)"),
+        stderr.contains("round 1 kept (replayed from events.jsonl)")
+            && stderr.contains("llm.threads = 1 (the rounds before ran with 2)"),
         "{stderr}"
     );
-    let (a, b) = (files(&whole), files(&dir));
+    let (mut a, mut b) = (files(&whole), files(&dir));
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    let config = |f: &mut BTreeMap<String, Vec<u8>>| {
+        text(&f.remove("config.resolved.toml").unwrap_or_default())
+    };
+    let (was, now) = (config(&mut a), config(&mut b));
+    assert_eq!(
+        now,
+        format!(
+            "# resumed after round 1: llm.threads = 1 (the rounds before ran with 2), kernels.threads = 1 (the rounds before ran with 2)\n{}",
+            was.replace("\nthreads = 2\n", "\nthreads = 1\n")
+        )
+    );
     for (name, bytes) in &a {
         assert_eq!(without_latency(bytes), without_latency(&b[name]), "{name}");
     }

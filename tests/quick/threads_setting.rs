@@ -257,3 +257,45 @@ fn every_command_is_listed_described_and_has_an_example() {
     assert!(seen > 30, "{seen} commands seen");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Why a run may resume on another thread count (`energy_society::resume::HOW_KEYS`):
+/// the logits of every roster architecture's fixture, a prompt in one pass and
+/// then tokens one at a time, are the same bytes on 1, 2 and 3 threads.
+#[test]
+fn logits_do_not_depend_on_the_thread_count() {
+    let t = tempfile::tempdir().unwrap();
+    let ids: Vec<String> = (0..48)
+        .map(|i| ((i * 37 + 11) % 97 + 3).to_string())
+        .collect();
+    let ids = ids.join(" ");
+    for arch in ["qwen3", "qwen35", "gemma4", "nemotron_h"] {
+        let gguf = root().join(format!("tests/fixtures/roster/{arch}.q8_0.gguf"));
+        let mut outs = Vec::new();
+        for threads in ["1", "2", "3"] {
+            let out = t.path().join(format!("{arch}-{threads}.npy"));
+            let o = joule(
+                &[
+                    "logits",
+                    "--gguf",
+                    gguf.to_str().unwrap(),
+                    "--ids",
+                    &ids,
+                    "--prefill",
+                    "40",
+                    "--threads",
+                    threads,
+                    "--out",
+                    out.to_str().unwrap(),
+                ],
+                &[],
+            );
+            assert!(o.status.success(), "{arch} on {threads}: {}", text(&o).1);
+            outs.push(std::fs::read(&out).unwrap());
+        }
+        assert!(outs[0].len() > 1000, "{arch}: {} bytes", outs[0].len());
+        assert!(
+            outs[0] == outs[1] && outs[1] == outs[2],
+            "{arch}: logits differ by thread count"
+        );
+    }
+}

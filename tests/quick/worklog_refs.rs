@@ -58,11 +58,29 @@ fn files_under(path: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every work-log reference in `text` (the file at `rel`), as `rel:line: match (what)`.
+/// A line without its indentation and comment or quote marker (`//!`, `///`,
+/// `//`, `#`, `*`, `--`, `>`), as it continues the line before it in running text.
+fn continuation(line: &str) -> &str {
+    let t = line.trim_start();
+    let t = ["//!", "///", "//", "#", "*", "--", ">"]
+        .iter()
+        .find_map(|m| t.strip_prefix(m))
+        .unwrap_or(t);
+    t.trim_start()
+}
+
+/// Every work-log reference in `text` (the file at `rel`), as `rel:line: match (what)`:
+/// within a line, and across a line break in wrapped text or comments (the
+/// reference is reported on the line where it ends).
 fn scan_text(rel: &str, text: &str, pats: &[(Regex, &'static str)]) -> Vec<String> {
     let colours = rel.ends_with(".css") || rel.ends_with(".svg") || rel.ends_with(".html");
+    let lines: Vec<&str> = text.lines().collect();
     let mut found = Vec::new();
-    for (i, line) in text.lines().enumerate() {
+    for (i, line) in lines.iter().enumerate() {
+        let wrapped = lines.get(i + 1).map(|next| {
+            let head = line.trim_end();
+            (head.len(), format!("{head} {}", continuation(next)))
+        });
         for (k, (re, what)) in pats.iter().enumerate() {
             if k == 2 && colours {
                 continue;
@@ -70,6 +88,14 @@ fn scan_text(rel: &str, text: &str, pats: &[(Regex, &'static str)]) -> Vec<Strin
             if let Ok(Some(m)) = re.find(line) {
                 found.push(format!("{rel}:{}: `{}` ({what})", i + 1, m.as_str()));
                 break;
+            }
+            if let Some((cut, joined)) = &wrapped {
+                if let Ok(Some(m)) = re.find(joined) {
+                    if m.start() < *cut && m.end() > cut + 1 {
+                        found.push(format!("{rel}:{}: `{}` ({what})", i + 2, m.as_str()));
+                        break;
+                    }
+                }
             }
         }
     }
@@ -148,6 +174,8 @@ fn scanner_flags_planted_references_and_spares_ordinary_text() {
         ["fixed upstream (", "#31)"].concat(),
         ["benches/iss", "ue27-single.sh FILE"].concat(),
         ["closes ", "#9"].concat(),
+        ["//! as measured until sess", "ion\n//! 10, the kernel"].concat(),
+        ["see the notes of iss", "ue\n# 27 for the numbers"].concat(),
     ];
     for text in &planted {
         let found = scan_text("x.rs", text, &pats);
@@ -164,6 +192,8 @@ fn scanner_flags_planted_references_and_spares_ordinary_text() {
         "pandas GH#53606: an infinite value must not turn the sum into NaN",
         "a session with 5 agents",
         "let session = 3;",
+        "/// one call per session\n/// and 5 agents per run",
+        "the issue\n\n27 runs",
     ];
     for text in &ordinary {
         let found = scan_text("x.rs", text, &pats);

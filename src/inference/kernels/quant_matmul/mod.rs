@@ -15,10 +15,10 @@
 //! The k-quants have their own matrix, [`kquants::KMatrix`]: a whole
 //! 256-value super-block at a time against 256-value activation blocks with
 //! per-16 sums (llama.cpp's q8_K), the sub-block scales applied in integers
-//! and the super-block's `d`/`dmin` once (see `kquants.rs`). Until session
-//! 10 a super-block was eight 32-value Q4_1-like blocks with per-block float
-//! scales (that view, `BlockQ4K` etc. in `blocks.rs`, is kept in the tests as a second
-//! reading of the format).
+//! and the super-block's `d`/`dmin` once (see `kquants.rs`). A second reading
+//! of the format, a super-block as eight 32-value Q4_1-like blocks with
+//! per-block float scales (`BlockQ4K` etc. in `blocks.rs`), is kept for the
+//! tests.
 //!
 //! [`QuantMatrix`] (the 32-value types) holds a `[n, k]` weight as the file's bytes regrouped: each
 //! 32-value block's integer payload (nibbles, fifth bits, bytes) in one array,
