@@ -10,6 +10,9 @@
 #   vocab/*.gguf.xz, *.jinja      the vocabularies gpu-check's synthesized roster models copy in
 #                                 (gemma-4, llama-bpe, qwen2, qwen35 from ../shared/data/tokenizers:
 #                                 36 MB, 7.2 MB after xz) and Nemotron's chat template
+#   runs.tar.xz                   the reference runs gpu-check's trace replays (the four JSON
+#                                 files of each run under ../shared/data/reference-runs/
+#                                 energy-society)
 #   model/smollm2.part-*, sha256  the default model in parts of at most $JOULE_GPU_PART_MB MiB
 #                                 (94 MiB; JOULE_GPU_BUNDLE_SMOLLM2=0 leaves it out: only
 #                                 gpu-check's last, optional steps use it)
@@ -81,6 +84,10 @@ for v in gemma-4 llama-bpe qwen2 qwen35; do
 done
 cp "$shared/chat-templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja" "$out/vocab/"
 echo "$repo" >"$out/manifest-dir"
+# The reference runs of gpu-check's trace: only the files `joule bench trace` reads.
+(cd "$shared/reference-runs/energy-society" &&
+  find . -path '*/run_*/*' \( -name config.json -o -name transcript.json -o -name token_usage.json \
+    -o -name agents.json \) -print0 | sort -z | tar --null -T - -cf - | xz -T0 -6 >"$out/runs.tar.xz")
 if [[ -n $model ]]; then
   split -b "${part_mb}M" -d "$model" "$out/model/smollm2.part-"
   sha256sum "$model" | cut -d' ' -f1 >"$out/model/sha256"

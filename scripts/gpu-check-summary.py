@@ -10,6 +10,9 @@ env.json and each step's output; the JSON outputs of these steps are read into t
 - logits-<model>           `joule logits --against --json`: the device's logits against the CPU's;
 - bench-<model>            `joule bench --json` at 1, 16 and 64 sequences;
 - bench-matmul             `joule bench matmul --json`: tokens/s per quant type;
+- trace-roster             `joule bench trace --models ... --json`: the paper's workload (the
+                           reference runs' round 1 at once, each call at its recorded length
+                           times a scale) and the grid estimate it prints, with its assumptions;
 - bench-society-roster     `joule bench society --models ... --json`: 60 concurrent societies,
                            every agent on its own real-size model, and from its generated
                            tokens/s the estimated time of the paper's grid (or
@@ -144,6 +147,39 @@ def main():
                 md.append(f"| {r.get('dtype')} | {r.get('rows')} | {fmt(r.get('seconds', 0) * 1e3, '.3f')} | "
                           f"{fmt(r.get('rows_per_s'), '.0f')} | {fmt(r.get('weight_gbs'))} | {fmt(r.get('est_8b_tps'))} |")
 
+    # ---- The paper's workload: the reference runs replayed on the roster (`bench trace`).
+    tr = by_name.get("trace-roster")
+    if tr:
+        r = output(tr)
+        if isinstance(r, dict) and "grid" in r:
+            g = r.get("grid") or {}
+            doc["trace"] = {k: v for k, v in r.items() if k != "call_log"}
+            doc["trace_grid_estimate"] = {"hours": g.get("hours"), "runs": g.get("runs"),
+                                          "assumptions": g.get("assumptions")}
+            e = r.get("engine") or {}
+            md += ["", f"## The paper's workload: {len(r.get('runs') or [])} reference run(s), "
+                       f"{r.get('runs_at_once')} at once, rounds {r.get('rounds', ['?', '?'])[0]}.."
+                       f"{r.get('rounds', ['?', '?'])[1]}, token scale {r.get('token_scale')} "
+                       "(`joule bench trace`)", "",
+                   "| complete | load s | wall s | calls (failed, cut) | generated tokens | gen t/s | prompt tokens | prompt t/s | from the prefix cache | prefill s | decode s |",
+                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                   f"| {'yes' if r.get('complete') else 'no (time limit)'} | {fmt(r.get('load_s'))} | "
+                   f"{fmt(r.get('wall_s'))} | {r.get('calls')} ({r.get('failed_calls')}, {r.get('cut_calls')}) | "
+                   f"{r.get('generated_tokens')} | {fmt(r.get('generated_tps'))} | {r.get('prompt_tokens')} | "
+                   f"{fmt(r.get('prompt_tps'))} | {e.get('reused_prefix_tokens', '—')} | "
+                   f"{fmt((e.get('prefill_ms') or 0) / 1e3) if e else '—'} | "
+                   f"{fmt((e.get('decode_ms') or 0) / 1e3) if e else '—'} |", ""]
+            hours = g.get("hours")
+            if isinstance(hours, (int, float)):
+                md += [f"**Estimated time of the paper's grid** ({g.get('runs')} runs, "
+                       f"{(g.get('generated_tokens') or 0) / 1e6:.1f} M generated tokens) on this machine: "
+                       f"**{hours:.2f} h**, assuming:", ""]
+            else:
+                md += ["**Estimated time of the paper's grid**: none.", ""]
+            md += [f"- {a}" for a in g.get("assumptions") or []]
+        else:
+            doc["trace"] = r
+
     # ---- 60 concurrent societies, every agent on its own model; the grid's estimate.
     soc = by_name.get("bench-society-roster")
     fit = by_name.get("bench-society-roster-fit")
@@ -170,9 +206,11 @@ def main():
                    f"{fmt(r.get('prefill_s'))} | {fmt(r.get('decode_s'))} | {fmt(r.get('engine_s'))} |", ""]
             if tps > 0:
                 same = r.get("sims") == GRID_RUNS
+                rate_of = (f"the rate of {r.get('sims')} societies running together in their first "
+                           if r.get("sims") != 1 else "the rate of one society alone in its first ")
                 md += [f"**Estimated time of the paper's grid** ({GRID_RUNS} runs, {GRID_TOKENS / 1e6:.0f} M generated "
                        f"tokens) on this machine: **{est['hours']:.1f} h** = {GRID_TOKENS:.3g} tokens / {tps:.1f} "
-                       f"generated tokens/s, the rate of {r.get('sims')} societies running together in their first "
+                       f"generated tokens/s, {rate_of}"
                        + ("round (the grid's runs also run together). " if same else
                           f"round (not the grid's {GRID_RUNS} at once, so this is not the grid's rate). ")
                        + "Assumes later rounds generate at that rate: "

@@ -10,10 +10,13 @@
 #     CUDA against the CPU's, both a prompt of 16 then 16 decode steps (`joule logits
 #     --against`; the same path on both, so only the device differs), and
 #     `joule bench` at 1, 16 and 64 sequences;
-#  5. one round of 60 concurrent societies with every agent on its own real-size model (`joule
-#     bench society --models`), and from its generated tokens/s the estimated time of the
-#     paper's grid (60 runs, about 37 M generated tokens); step 4 stops early enough to leave
-#     this step JOULE_GPU_CHECK_SOCIETY_S seconds (default 150);
+#  5. the paper's workload (`joule bench trace`): round 1 of every reference run at once, each
+#     call generating its recorded length times JOULE_GPU_CHECK_TRACE_SCALE (default 0.1) on the
+#     agent's own real-size roster model, and the estimated time of the paper's 60-run grid it
+#     prints; then one round of 60 concurrent societies with every agent on its own real-size
+#     model (`joule bench society --models`, random weights: its token counts are not the
+#     paper's) and the grid estimate from its generated tokens/s; step 4 stops early enough to
+#     leave these two JOULE_GPU_CHECK_SOCIETY_S seconds (default 240), the trace at most half;
 #  6. with the time left: the golden-logits tests of every architecture on CUDA, `joule bench` on
 #     SmolLM2, the measured joules per token (NVML), one default society.
 # Writes summary.md and summary.json under $OUT (scripts/gpu-check-summary.py). For a Linux
@@ -33,6 +36,8 @@
 # - this repository's working tree (tests/fixtures/ for the golden tests);
 # - the vocabulary GGUFs and Nemotron's chat template the synthesis copies in (`--vocab`,
 #   `--chat-template`): in $JOULE_GPU_VOCAB_DIR, the bundle's vocab/, or ../shared/data;
+# - the reference runs the trace replays: in $JOULE_GPU_RUNS_DIR, the bundle's runs.tar.xz, or
+#   ../shared/data/reference-runs/energy-society;
 # - optionally the default model, SmolLM2-135M-Instruct Q4_1, for step 6: in Joule's cache
 #   ($JOULE_HOME/models or ~/.cache/joule/models), at $JOULE_GPU_MODEL, or as parts in the bundle;
 # - executables, either
@@ -71,7 +76,7 @@ dev=cuda
 start=$(date +%s)
 budget=${JOULE_GPU_CHECK_BUDGET:-480}
 deadline=$((start + budget))
-society_reserve=${JOULE_GPU_CHECK_SOCIETY_S:-150}
+society_reserve=${JOULE_GPU_CHECK_SOCIETY_S:-240}
 OUT=${OUT:-$repo/gpu-check-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -384,11 +389,35 @@ for m in "${models[@]}"; do
   CAP=120 RESERVE=$society_reserve step "bench-$m" "bench-$m.json" "$bin_joule" bench --gguf "$f" --device "$dev" "${bench_args[@]}" -s 1,16,64 --json
 done
 
-# ---- 5. 60 concurrent societies, every agent on its own real-size model (one round).
+# ---- 5. The paper's workload (the reference runs' round 1 at once), then 60 concurrent
+# societies, every agent on its own real-size model (one round).
 pairs=()
 for m in "${roster[@]}"; do
   [[ $(cat "$work/synth/$m" 2>/dev/null) == pass ]] && pairs+=("$m=$mdir/$m.gguf")
 done
+rdir=${JOULE_GPU_RUNS_DIR:-}
+if [[ -z $rdir && -f $bundle/runs.tar.xz ]]; then
+  rdir=$work/runs
+  mkdir -p "$rdir" && tar -xJf "$bundle/runs.tar.xz" -C "$rdir"
+fi
+[[ -z $rdir ]] && rdir=$repo/../shared/data/reference-runs/energy-society
+if ((${#pairs[@]} != ${#roster[@]})); then
+  record trace-roster skip 0 "not every roster model was synthesized (${#pairs[@]} of ${#roster[@]})" ""
+elif [[ ! -d $rdir ]]; then
+  record trace-roster skip 0 "no reference runs ($rdir)" ""
+else
+  # --time-limit (counted from the command's start, loading included) ends the trace, keeping
+  # what was answered, within half of what is left, so the society step keeps its share.
+  limit=$(( ($(left) - 25) / 2 ))
+  ((!dry && limit > 270)) && limit=270
+  if ((dry)); then
+    trace_runs=(--runs 1 --max-runs 1 --token-scale 0.02)
+  else
+    trace_runs=(--runs "${JOULE_GPU_CHECK_TRACE_RUNS:-10}" --token-scale "${JOULE_GPU_CHECK_TRACE_SCALE:-0.1}")
+  fi
+  step trace-roster trace-roster.json "$bin_joule" bench trace "$rdir" --models "$(IFS=,; echo "${pairs[*]}")" \
+    --rounds 1 "${trace_runs[@]}" --device "$dev" --time-limit "$limit" --json
+fi
 if ((${#pairs[@]} == ${#roster[@]})); then
   sims=${JOULE_GPU_CHECK_SIMS:-$( ((dry)) && echo 1 || echo 60)}
   # --time-limit (counted from the command's start, loading included) ends the societies,

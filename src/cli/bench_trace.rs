@@ -102,6 +102,12 @@ pub struct TraceBenchArgs {
     /// With `--via --served-mode best`: requests in flight at once (default: 5 per run).
     #[arg(long, requires = "via")]
     pub max_concurrency: Option<usize>,
+    /// Stop the trace this many seconds after the command starts (loading the models
+    /// included) and report the calls answered by then (`complete: false`): a measurement
+    /// that always ends in time. The calls in flight at the limit are dropped: their time
+    /// counts, their tokens do not, so the rates err slow.
+    #[arg(long, value_name = "S")]
+    pub time_limit: Option<f64>,
     /// Print the result as JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -150,6 +156,11 @@ pub struct TraceBench {
     pub threads: usize,
     pub load_s: Option<f64>,
     pub wall_s: f64,
+    /// False when `--time-limit` stopped the trace before every run of the slice ended.
+    pub complete: bool,
+    /// Calls in flight when `--time-limit` stopped the trace: dropped from the counts,
+    /// their time kept in `wall_s`.
+    pub cut_calls: usize,
     pub calls: usize,
     pub failed_calls: usize,
     /// Calls that generated another count than asked for.
@@ -391,6 +402,13 @@ fn trace_config(replay: &Replay, last: u32) -> anyhow::Result<SocietyConfig> {
 }
 
 fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
+    let deadline = match args.time_limit {
+        Some(s) if !(s.is_finite() && s > 0.0) => {
+            anyhow::bail!("--time-limit {s}: expected a number of seconds above 0")
+        }
+        Some(s) => Some(Instant::now() + std::time::Duration::from_secs_f64(s)),
+        None => None,
+    };
     if !(args.token_scale > 0.0 && args.token_scale <= 1.0) {
         anyhow::bail!(
             "--token-scale {}: expected a factor in (0, 1]",
@@ -542,7 +560,9 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
     let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     let mut prepared = prepared.into_iter();
     let mut run_index = 0usize;
-    loop {
+    let mut cut_calls = 0usize;
+    let mut limited = false;
+    while !limited {
         let chunk: Vec<_> = prepared.by_ref().take(at_once).collect();
         if chunk.is_empty() {
             break;
@@ -558,6 +578,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         }
         let sessions = driver.sessions().to_vec();
         let mut trace = TraceBackend::new(&mut *inner, args.token_scale, first, pace);
+        trace.stop_at(deadline);
         for (s, b) in sessions.iter().zip(backends) {
             trace.add_run(*s, b);
         }
@@ -575,6 +596,10 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         );
         progress.finish();
         let elapsed = t0.elapsed().as_secs_f64();
+        limited = trace.past_deadline();
+        if limited {
+            cut_calls += trace.cut_calls().len();
+        }
         calls.extend(trace.calls().iter().cloned().map(|mut c| {
             c.run += run_index;
             c.start_s += wall;
@@ -583,6 +608,10 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         }));
         let mut backs = trace.into_runs();
         for ((replay, session), result) in replays.iter().zip(&sessions).zip(results) {
+            if limited && result.is_err() {
+                // Stopped at the time limit: nothing whole to compare with the record.
+                continue;
+            }
             let result = result.with_context(|| format!("tracing {}", replay.dir.display()))?;
             let Some(b) = backs.remove(session) else {
                 continue;
@@ -627,6 +656,7 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         args,
         at_once,
         (first, last),
+        cut_calls,
     );
     Ok(TraceBench {
         backend: match &args.via {
@@ -646,6 +676,8 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         threads: crate::threads::current(),
         load_s,
         wall_s: wall,
+        complete: !limited,
+        cut_calls,
         failed_calls: calls.iter().filter(|c| c.error.is_some()).count(),
         short_calls: calls
             .iter()
@@ -679,9 +711,30 @@ fn grid_estimate(
     args: &TraceBenchArgs,
     at_once: usize,
     rounds: (u32, u32),
+    cut_calls: usize,
 ) -> GridEstimate {
     let grid_tokens = tokens_per_run * GRID_RUNS as f64;
     let grid_calls = calls_per_run * GRID_RUNS as f64;
+    if slice_generated == 0 {
+        return GridEstimate {
+            runs: GRID_RUNS,
+            tokens_per_run,
+            calls_per_run,
+            generated_tokens: grid_tokens,
+            hours_by_generated_rate: f64::NAN,
+            hours_split: None,
+            hours: f64::NAN,
+            assumptions: vec![format!(
+                "no estimate: no call of the slice ended{}",
+                if cut_calls > 0 {
+                    " before the time limit (give a longer --time-limit or a smaller \
+                     --token-scale)"
+                } else {
+                    ""
+                }
+            )],
+        };
+    }
     let rate = slice_generated as f64 / wall.max(1e-9);
     let by_rate = if rate > 0.0 {
         grid_tokens / rate / 3600.0
@@ -734,6 +787,12 @@ fn grid_estimate(
              fast"
                 .into(),
         );
+    }
+    if cut_calls > 0 {
+        assumptions.push(format!(
+            "the time limit stopped the slice with {cut_calls} call(s) in flight: their time \
+             is counted and their tokens are not, so this errs long"
+        ));
     }
     GridEstimate {
         runs: GRID_RUNS,
@@ -826,6 +885,13 @@ fn print_report(r: &TraceBench) {
         r.prompt_tokens,
         r.prompt_tps
     );
+    if !r.complete {
+        crate::outln!(
+            "stopped at the time limit (--time-limit): the slice's runs did not all end; {} \
+             call(s) in flight were dropped (their time counted, their tokens not)",
+            r.cut_calls
+        );
+    }
     if r.short_calls > 0 {
         crate::outln!(
             "{} call(s) generated another count than asked for ({} asked, {} generated): a \
@@ -866,6 +932,13 @@ fn print_report(r: &TraceBench) {
     }
     let g = &r.grid;
     crate::outln!();
+    if !g.hours.is_finite() {
+        crate::outln!("estimated time of the paper's grid on this machine: none");
+        for a in &g.assumptions {
+            crate::outln!("  {a}");
+        }
+        return;
+    }
     crate::outln!(
         "estimated time of the paper's grid on this machine: {:.1} h ({} runs, {:.1} M generated \
          tokens){}",
@@ -932,7 +1005,7 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["t", "x", "--token-scale", "0.5"]).unwrap();
         // 10 calls, 1,000 tokens in 100 s, 60 of them decode; a run: 100 calls, 50,000 tokens.
-        let estimate = |at_once| {
+        let estimate = |at_once, cut| {
             grid_estimate(
                 50_000.0,
                 100.0,
@@ -944,20 +1017,51 @@ mod tests {
                 &cli.args,
                 at_once,
                 (1, 2),
+                cut,
             )
         };
-        let g = estimate(1);
+        let g = estimate(1, 0);
         let split = (40.0 * 6000.0 / 10.0 + 60.0 * 3_000_000.0 / 1000.0) / 3600.0;
         assert!((g.hours - split).abs() < 1e-9, "{g:?}");
         assert!((g.hours_by_generated_rate - 3_000_000.0 / 10.0 / 3600.0).abs() < 1e-9);
         assert!(g.assumptions.iter().any(|a| a.contains("token scale 0.5")));
         // One run at a time shares nothing with other runs: no such caveat.
         assert!(!g.assumptions.iter().any(|a| a.contains("prefix cache")));
-        let g = estimate(5);
+        assert!(!g.assumptions.iter().any(|a| a.contains("time limit")));
+        let g = estimate(5, 0);
         assert!(
             g.assumptions
                 .iter()
                 .any(|a| a.contains("50 % of the prompt tokens")),
+            "{:?}",
+            g.assumptions
+        );
+        // Nothing generated: no estimate, and why.
+        let g = grid_estimate(
+            50_000.0,
+            100.0,
+            0,
+            0,
+            100.0,
+            Some(60.0),
+            None,
+            &cli.args,
+            1,
+            (1, 2),
+            4,
+        );
+        assert!(g.hours.is_nan() && g.hours_split.is_none(), "{g:?}");
+        assert!(
+            g.assumptions[0].contains("--time-limit"),
+            "{:?}",
+            g.assumptions
+        );
+        // Calls cut at the time limit: said, and the direction of the error.
+        let g = estimate(5, 3);
+        assert!(
+            g.assumptions
+                .iter()
+                .any(|a| a.contains("3 call(s) in flight") && a.contains("errs long")),
             "{:?}",
             g.assumptions
         );

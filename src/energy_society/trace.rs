@@ -92,6 +92,9 @@ pub struct TraceBackend<'a> {
     sent: Option<Vec<ModelRequest>>,
     pending: HashMap<u64, Pending>,
     ready: Vec<Answer>,
+    /// Past this instant the backend reports itself unavailable, so the
+    /// driver stops every run (`bench trace --time-limit`).
+    deadline: Option<Instant>,
 }
 
 /// Top-k of a traced call whose config sets none: Ollama's default, which
@@ -121,7 +124,30 @@ impl<'a> TraceBackend<'a> {
             sent: None,
             pending: HashMap::new(),
             ready: Vec::new(),
+            deadline: None,
         }
+    }
+
+    /// Stop the runs at `deadline`: from then on the backend reports itself
+    /// unavailable, the driver ends every run, and the calls in flight are
+    /// left unanswered ([`Self::cut_calls`]).
+    pub fn stop_at(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// Whether the deadline of [`Self::stop_at`] passed.
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Take out the calls sent to the real backend that it never answered
+    /// (in flight when the runs stopped), leaving the answered ones.
+    pub fn cut_calls(&mut self) -> Vec<TraceCall> {
+        let (cut, kept): (Vec<TraceCall>, Vec<TraceCall>) = std::mem::take(&mut self.calls)
+            .into_iter()
+            .partition(|c| c.finish.is_none() && c.error.is_none());
+        self.calls = kept;
+        cut
     }
 
     /// The recorded answers of the run the driver runs as `session`.
@@ -241,7 +267,10 @@ impl Backend for TraceBackend<'_> {
     }
 
     fn unavailable(&self) -> Option<String> {
-        self.inner.unavailable()
+        self.inner.unavailable().or_else(|| {
+            self.past_deadline()
+                .then(|| "the time limit (--time-limit) passed".to_string())
+        })
     }
 
     fn end_session(&mut self, session: u64) {

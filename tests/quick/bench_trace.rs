@@ -298,6 +298,56 @@ fn the_engine_generates_exactly_each_calls_count() {
     assert!(r["memory"]["planned_bytes"].as_u64().unwrap() > 0, "{r}");
 }
 
+/// `--time-limit` ends a trace that would run far longer (every round) in about that time, exit 0, saying it is incomplete and how many calls in flight
+/// it dropped; no call counts as failed and the grid estimate says which way it errs.
+#[test]
+fn a_time_limit_ends_the_trace_in_time_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let m = model.display().to_string();
+    let models = [m.as_str(); 5].join(",");
+    let run = run_dir().display().to_string();
+    let t0 = std::time::Instant::now();
+    let r = joule(&[
+        "bench",
+        "trace",
+        &run,
+        "--models",
+        &models,
+        "-t",
+        "2",
+        "--token-scale",
+        "0.02",
+        "--time-limit",
+        "4",
+        "--json",
+    ]);
+    let took = t0.elapsed().as_secs_f64();
+    assert!(took < 60.0, "took {took:.1} s");
+    assert_eq!(r["complete"], false, "{r}");
+    assert_eq!(r["failed_calls"], 0, "{r}");
+    assert_eq!(r["replay_mismatches"], 0, "{r}");
+    let cut = r["cut_calls"].as_u64().unwrap();
+    assert!(cut >= 1, "{r}");
+    assert!(r["calls"].as_u64().unwrap() < 300, "{r}");
+    // With calls answered, the estimate says the cut calls make it err long; with none, that
+    // there is no estimate and what to change.
+    let said = |what: &str| {
+        r["grid"]["assumptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str().unwrap().contains(what))
+    };
+    if r["calls"].as_u64().unwrap() > 0 {
+        assert!(said(&format!("{cut} call(s) in flight")), "{r}");
+        assert!(r["grid"]["hours"].as_f64().unwrap() > 0.0, "{r}");
+    } else {
+        assert!(said("no estimate") && said("--time-limit"), "{r}");
+        assert!(r["grid"]["hours"].is_null(), "{r}");
+    }
+}
+
 /// A fake OpenAI-compatible server: lists `names`, answers every chat request with the tokens
 /// it asked for, after `delay_ms`; keeps each body and the most requests it held at once.
 struct Fake {
