@@ -399,8 +399,8 @@ fn memory(
 ) -> anyhow::Result<()> {
     use crate::inference::engine::memory_measure::{self, difference_percent, proc_memory};
     use crate::inference::engine::memory_plan::{
-        device_memory, human, step_rows, step_scratch, MemoryPlan, ModelNeed, StateFootprint,
-        WeightEstimate,
+        device_memory, human, step_rows, step_scratch, DeviceMemory, MemoryPlan, ModelNeed,
+        StateFootprint, WeightEstimate,
     };
     let device = crate::inference::engine::device::select_device(&args.device)?;
     // Read before anything of the model is: the process itself.
@@ -471,7 +471,11 @@ fn memory(
             prefix_cache: 0,
             scratch,
         }],
-        memory: device_memory(&device)?,
+        // Loaded above: its weights are already held (`DeviceMemory::held`).
+        memory: device_memory(&device)?.map(|m| DeviceMemory {
+            held: weights.resident_bytes,
+            ..m
+        }),
     };
     write!(out, "{}", plan.render())?;
     let Some(before) = before else {

@@ -41,7 +41,7 @@ use crate::inference::engine::generate::{
     BatchSeq, DecodeBatch, Finished, GenOptions, ThinkingDelims, TokenMask,
 };
 use crate::inference::engine::memory_plan::{
-    device_memory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
+    device_memory, DeviceMemory, MemoryPlan, ModelNeed, StateFootprint, WeightEstimate,
 };
 use crate::inference::engine::model::{SeqState, SharedModel};
 use crate::inference::engine::prefix_cache::{PrefixCache, PrefixStats};
@@ -592,12 +592,15 @@ impl LlmBackend {
                 ),
             });
         }
+        // The models were loaded above (or before): their weights are already held, so
+        // the free memory read now lacks them while the plan counts them.
+        let held = models.iter().map(|m| m.weights.resident_bytes).sum();
         Ok(MemoryPlan {
             device: crate::inference::engine::device::device_name(&self.device).to_string(),
             runs: demand.runs,
             context: self.options.plan_context,
             models,
-            memory: device_memory(&self.device)?,
+            memory: device_memory(&self.device)?.map(|m| DeviceMemory { held, ..m }),
         })
     }
 

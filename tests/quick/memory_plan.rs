@@ -114,6 +114,8 @@ fn inspect_memory_prints_the_plan() {
     );
     assert!(text.contains("qwen35.f32.gguf"), "{text}");
     assert!(text.contains("runs that fit:"), "{text}");
+    // The model is loaded when the free memory is read: its weights count back into it.
+    assert!(text.contains("of these weights already loaded)"), "{text}");
     // --context without --memory is refused by the argument parser.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
         .args(["models", "inspect"])
@@ -184,6 +186,7 @@ impl joule::backend::Backend for FullGpu {
                 free: GIB,
                 total: GIB,
                 source: "test".into(),
+                held: 0,
             }),
         })))
     }

@@ -43,6 +43,11 @@
 //!   is the total without it: what `joule models inspect --memory --measure`
 //!   compares with the process's resident memory.
 //!
+//! - **Free memory** is the device's (`MemAvailable`, `cuMemGetInfo`) read
+//!   after the plan's models were loaded, plus their weights
+//!   ([`DeviceMemory::held`]): the plan counts those among what it needs, and
+//!   the process already holds them.
+//!
 //! On a GPU a plan that does not fit stops the run before round 1 and says how
 //! many concurrent runs would fit; on the CPU it is a warning (the OS can page).
 
@@ -245,10 +250,23 @@ pub fn step_scratch(
 /// Where the free memory came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceMemory {
+    /// Free as the device reported it when the plan was made.
     pub free: u64,
     pub total: u64,
     /// `cudaMemGetInfo`, `/proc/meminfo MemAvailable`, ...
     pub source: String,
+    /// Bytes of the plan's own weights the process already held when `free` was read (a
+    /// plan loads its models first, to measure their states): the plan counts them among
+    /// what it needs, so they count as free for it too ([`DeviceMemory::for_plan`]).
+    pub held: u64,
+}
+
+impl DeviceMemory {
+    /// What the plan may use: the reported free memory plus what the process already holds
+    /// of what the plan counts.
+    pub fn for_plan(&self) -> u64 {
+        self.free + self.held
+    }
 }
 
 /// The memory a set of concurrent runs needs on one device.
@@ -325,7 +343,7 @@ impl MemoryPlan {
 
     /// How many runs of this plan's shape fit in the free memory (`None` when it is unknown).
     pub fn runs_that_fit(&self) -> Option<usize> {
-        let free = self.memory.as_ref()?.free;
+        let free = self.memory.as_ref()?.for_plan();
         let w = self.weights() + self.caches() + self.scratch();
         let fixed = w + w / 10 + self.headroom();
         if free <= fixed {
@@ -347,7 +365,7 @@ impl MemoryPlan {
     pub fn fits(&self) -> bool {
         self.memory
             .as_ref()
-            .is_none_or(|m| self.required() <= m.free)
+            .is_none_or(|m| self.required() <= m.for_plan())
     }
 
     /// An error on a GPU where the plan does not fit; `Ok(Some(warning))` on the CPU.
@@ -355,7 +373,7 @@ impl MemoryPlan {
         if self.fits() {
             return Ok(None);
         }
-        let m = self.memory.as_ref().map(|m| m.free).unwrap_or(0);
+        let m = self.memory.as_ref().map(|m| m.for_plan()).unwrap_or(0);
         let fit = self.runs_that_fit().unwrap_or(0);
         let msg = format!(
             "{} concurrent run(s) need {:.2} GiB on {} (weights {:.2} GiB, prefix caches {:.2} GiB, sequence states {:.2} GiB at {} tokens each, margin), but it has {:.2} GiB free: {}",
@@ -417,10 +435,19 @@ impl MemoryPlan {
         match &self.memory {
             Some(m) => {
                 s.push_str(&format!(
-                    "; free {} of {} ({})\n",
-                    human(m.free),
+                    "; free {} of {} ({}{})\n",
+                    human(m.for_plan()),
                     human(m.total),
-                    m.source
+                    m.source,
+                    if m.held > 0 {
+                        format!(
+                            " {} + {} of these weights already loaded",
+                            human(m.free),
+                            human(m.held)
+                        )
+                    } else {
+                        String::new()
+                    }
                 ));
                 if let Some(n) = self.runs_that_fit() {
                     if n == usize::MAX {
@@ -470,6 +497,7 @@ pub fn device_memory(device: &Device) -> Result<Option<DeviceMemory>> {
                 free: free as u64,
                 total: total as u64,
                 source: "cuMemGetInfo".into(),
+                held: 0,
             }))
         }
         #[allow(unreachable_patterns)]
@@ -490,6 +518,7 @@ pub fn parse_meminfo(text: &str) -> Option<DeviceMemory> {
         free: field("MemAvailable")?,
         total: field("MemTotal")?,
         source: "/proc/meminfo MemAvailable".into(),
+        held: 0,
     })
 }
 
@@ -525,6 +554,7 @@ mod tests {
                 free: f,
                 total: f,
                 source: "test".into(),
+                held: 0,
             }),
         }
     }
@@ -547,6 +577,24 @@ mod tests {
         // 1,024 tokens: a prompt of at most 1,023 is cut at 256, 512, 768 and before its last.
         assert_eq!(fp(0, 100).snapshots_at(1024), 4);
         assert_eq!(fp(0, 100).snapshots_at(1026), 5);
+    }
+
+    #[test]
+    fn weights_already_loaded_count_as_free_for_the_plan_that_counts_them() {
+        // Weights 1 GiB, one run of 5 × 2,048 × 1 KiB: 1.1 GiB + 11 MiB + 512 MiB needed.
+        let mut p = plan(Some(1200 * MIB), 1, "cuda");
+        assert!(!p.fits());
+        // The device reported 1,200 MiB free after the plan's 1 GiB of weights was loaded.
+        if let Some(m) = p.memory.as_mut() {
+            m.held = 1024 * MIB;
+        }
+        assert!(p.fits(), "{}", p.render());
+        assert!(p.check().unwrap().is_none());
+        let r = p.render();
+        assert!(
+            r.contains("free 2.17 GiB of 1.17 GiB (test 1.17 GiB + 1.00 GiB of these weights already loaded)"),
+            "{r}"
+        );
     }
 
     #[test]
