@@ -259,7 +259,7 @@ fn every_command_is_listed_described_and_has_an_example() {
 }
 
 /// Why a run may resume on another thread count (`energy_society::resume::HOW_KEYS`):
-/// the logits of every roster architecture's fixture, a prompt in one pass and
+/// the logits of every roster architecture's fixture (quantised, and two in f32), a prompt in one pass and
 /// then tokens one at a time, are the same bytes on 1, 2 and 3 threads.
 #[test]
 fn logits_do_not_depend_on_the_thread_count() {
@@ -268,8 +268,15 @@ fn logits_do_not_depend_on_the_thread_count() {
         .map(|i| ((i * 37 + 11) % 97 + 3).to_string())
         .collect();
     let ids = ids.join(" ");
-    for arch in ["qwen3", "qwen35", "gemma4", "nemotron_h"] {
-        let gguf = root().join(format!("tests/fixtures/roster/{arch}.q8_0.gguf"));
+    for arch in [
+        "qwen3.q8_0",
+        "qwen35.q8_0",
+        "gemma4.q8_0",
+        "nemotron_h.q8_0",
+        "qwen3.f32",
+        "nemotron_h.f32",
+    ] {
+        let gguf = root().join(format!("tests/fixtures/roster/{arch}.gguf"));
         let mut outs = Vec::new();
         for threads in ["1", "2", "3"] {
             let out = t.path().join(format!("{arch}-{threads}.npy"));
