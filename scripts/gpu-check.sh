@@ -410,13 +410,24 @@ else
   # what was answered, within half of what is left, so the society step keeps its share.
   limit=$(( ($(left) - 25) / 2 ))
   ((!dry && limit > 270)) && limit=270
-  if ((dry)); then
-    trace_runs=(--runs 1 --max-runs 1 --token-scale 0.02)
-  else
-    trace_runs=(--runs "${JOULE_GPU_CHECK_TRACE_RUNS:-10}" --token-scale "${JOULE_GPU_CHECK_TRACE_SCALE:-0.1}")
+  trace_scale=${JOULE_GPU_CHECK_TRACE_SCALE:-0.1}
+  ((dry)) && trace_scale=0.02
+  trace() {
+    step "$1" "$1.json" "$bin_joule" bench trace "$rdir" --models "$(IFS=,; echo "${pairs[*]}")" \
+      --rounds 1 --runs "$2" --max-runs "$2" --token-scale "$trace_scale" --device "$dev" \
+      --time-limit "$limit" --json
+  }
+  trace_n=${JOULE_GPU_CHECK_TRACE_RUNS:-10}
+  ((dry)) && trace_n=1
+  if ! trace trace-roster "$trace_n"; then
+    # A memory plan that does not fit on the GPU says how many runs would: trace those.
+    fit=$(grep -o 'at most [0-9]* concurrent run' "$L/trace-roster.json.err" 2>/dev/null | grep -o '[0-9][0-9]*' | head -n1)
+    if [[ -n $fit ]] && ((fit > 0 && fit < trace_n)); then
+      limit=$(( ($(left) - 25) / 2 ))
+      ((limit > 270)) && limit=270
+      trace trace-roster-fit "$fit"
+    fi
   fi
-  step trace-roster trace-roster.json "$bin_joule" bench trace "$rdir" --models "$(IFS=,; echo "${pairs[*]}")" \
-    --rounds 1 "${trace_runs[@]}" --device "$dev" --time-limit "$limit" --json
 fi
 if ((${#pairs[@]} == ${#roster[@]})); then
   sims=${JOULE_GPU_CHECK_SIMS:-$( ((dry)) && echo 1 || echo 60)}
