@@ -388,7 +388,14 @@ impl MemoryPlan {
             if fit == 0 {
                 "not even one run fits (the weights and prefix caches alone are too large); use a smaller quantisation, a smaller `[llm] prefix_cache_mib` or another device".to_string()
             } else {
-                format!("at most {fit} concurrent run(s) fit; run fewer at once (`joule sweep --jobs {fit}`) or lower `[llm] plan_context`")
+                format!(
+                    "at most {fit} concurrent run(s) fit; run fewer at once (`joule sweep --jobs {fit}`, `joule bench trace --runs {fit}`, `joule bench society --sims {fit}`), lower `[llm] plan_context`{}",
+                    if self.caches() > self.states() {
+                        " or give the prefix caches less (`[llm] prefix_cache_mib`, `--prefix-cache-mib`), which hold more than the sequences"
+                    } else {
+                        ""
+                    }
+                )
             }
         );
         if self.gpu() {
@@ -607,7 +614,19 @@ mod tests {
         assert_eq!(n, ((2048 - 1126 - 512) as f64 / 11.0).floor() as usize);
         let err = p.check().unwrap_err().to_string();
         assert!(
-            err.contains(&format!("at most {n} concurrent run(s) fit")),
+            err.contains(&format!("at most {n} concurrent run(s) fit"))
+                && err.contains(&format!("bench trace --runs {n}")),
+            "{err}"
+        );
+        // No prefix caches here: the hint does not name them.
+        assert!(!err.contains("prefix_cache_mib"), "{err}");
+        // A prefix-cache budget of 1 GiB, more than 50 runs' states (500 MiB): named.
+        let mut c = plan(Some(3072 * MIB), 50, "cuda");
+        c.models[0].prefix_cache = 1024 * MIB;
+        let err = c.check().unwrap_err().to_string();
+        assert!(
+            err.contains("at most 27 concurrent run(s) fit")
+                && err.contains("`[llm] prefix_cache_mib`"),
             "{err}"
         );
         let q = plan(Some(2048 * MIB), n, "cuda");
