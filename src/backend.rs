@@ -354,6 +354,14 @@ pub trait MemoryReport: std::fmt::Debug {
     fn check(&self) -> anyhow::Result<Option<String>>;
 }
 
+/// Why a benchmark's backend is unavailable once its `--time-limit` passed:
+/// `Some` from `deadline` on (`Backend::unavailable`, which stops the driver).
+pub fn time_limit_passed(deadline: Option<std::time::Instant>) -> Option<String> {
+    deadline
+        .filter(|d| std::time::Instant::now() >= *d)
+        .map(|_| "the time limit (--time-limit) passed".to_string())
+}
+
 /// Plan the memory `demand` needs on `backend`'s device before anything
 /// runs: on a GPU a plan that does not fit is an error naming how many runs
 /// fit; on the CPU it is a warning. A model that cannot be loaded or

@@ -171,11 +171,9 @@ impl Backend for Meter<'_> {
         self.inner.batch_key(model)
     }
     fn unavailable(&self) -> Option<String> {
-        self.inner.unavailable().or_else(|| {
-            self.deadline
-                .filter(|d| Instant::now() >= *d)
-                .map(|_| "the time limit (--time-limit) passed".to_string())
-        })
+        self.inner
+            .unavailable()
+            .or_else(|| crate::backend::time_limit_passed(self.deadline))
     }
     fn end_session(&mut self, session: u64) {
         self.inner.end_session(session)
@@ -427,7 +425,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
     );
     progress.finish();
     let wall = t0.elapsed().as_secs_f64();
-    let limited = meter.deadline.is_some_and(|d| Instant::now() >= d);
+    let limited = crate::backend::time_limit_passed(meter.deadline).is_some();
     let finished = results.iter().filter(|r| r.is_ok()).count();
     if !limited {
         for (i, r) in results.iter().enumerate() {

@@ -137,7 +137,7 @@ impl<'a> TraceBackend<'a> {
 
     /// Whether the deadline of [`Self::stop_at`] passed.
     pub fn past_deadline(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+        crate::backend::time_limit_passed(self.deadline).is_some()
     }
 
     /// Take out the calls sent to the real backend that it never answered
@@ -267,10 +267,9 @@ impl Backend for TraceBackend<'_> {
     }
 
     fn unavailable(&self) -> Option<String> {
-        self.inner.unavailable().or_else(|| {
-            self.past_deadline()
-                .then(|| "the time limit (--time-limit) passed".to_string())
-        })
+        self.inner
+            .unavailable()
+            .or_else(|| crate::backend::time_limit_passed(self.deadline))
     }
 
     fn end_session(&mut self, session: u64) {

@@ -260,27 +260,24 @@ fn joule(args: &[&str]) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", String::from_utf8_lossy(&out.stdout)))
 }
 
-#[test]
-fn the_engine_generates_exactly_each_calls_count() {
+/// `joule bench trace` of the reference run with every agent on a tiny model, on 2 threads,
+/// with `extra` options; its JSON report.
+fn trace_on_tiny_models(extra: &[&str]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
     let model = tiny_model(dir.path());
     let m = model.display().to_string();
     let models = [m.as_str(); 5].join(",");
     let run = run_dir().display().to_string();
-    let r = joule(&[
-        "bench",
-        "trace",
-        &run,
-        "--rounds",
-        "1",
-        "--token-scale",
-        "0.02",
-        "--models",
-        &models,
-        "-t",
-        "2",
-        "--json",
-    ]);
+    let mut args = vec![
+        "bench", "trace", &run, "--models", &models, "-t", "2", "--json",
+    ];
+    args.extend_from_slice(extra);
+    joule(&args)
+}
+
+#[test]
+fn the_engine_generates_exactly_each_calls_count() {
+    let r = trace_on_tiny_models(&["--rounds", "1", "--token-scale", "0.02"]);
     let calls = r["calls"].as_u64().unwrap();
     assert!(calls >= 15, "{r}");
     assert_eq!(r["failed_calls"], 0, "{r}");
@@ -298,30 +295,13 @@ fn the_engine_generates_exactly_each_calls_count() {
     assert!(r["memory"]["planned_bytes"].as_u64().unwrap() > 0, "{r}");
 }
 
-/// `--time-limit` ends a trace that would run far longer (every round) in about that time, exit 0, saying it is incomplete and how many calls in flight
-/// it dropped; no call counts as failed and the grid estimate says which way it errs.
+/// `--time-limit` ends a trace that would run far longer (every round) in about that time,
+/// exit 0, saying it is incomplete and how many calls in flight it dropped; no call counts as
+/// failed and the grid estimate says which way it errs.
 #[test]
 fn a_time_limit_ends_the_trace_in_time_and_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = tiny_model(dir.path());
-    let m = model.display().to_string();
-    let models = [m.as_str(); 5].join(",");
-    let run = run_dir().display().to_string();
     let t0 = std::time::Instant::now();
-    let r = joule(&[
-        "bench",
-        "trace",
-        &run,
-        "--models",
-        &models,
-        "-t",
-        "2",
-        "--token-scale",
-        "0.02",
-        "--time-limit",
-        "4",
-        "--json",
-    ]);
+    let r = trace_on_tiny_models(&["--token-scale", "0.02", "--time-limit", "4"]);
     let took = t0.elapsed().as_secs_f64();
     assert!(took < 60.0, "took {took:.1} s");
     assert_eq!(r["complete"], false, "{r}");
