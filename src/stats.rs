@@ -15,7 +15,10 @@
 //! - the power of a t test (noncentral t, [`t_power`], scipy's `nct`), the
 //!   smallest difference it detects with 80 % power at a given level
 //!   ([`detectable`]), and the share of runs an every-run claim
-//!   detects ([`detectable_share`]);
+//!   detects ([`detectable_share`]); the power of Welch's test itself, whose
+//!   df and standard error are estimated, and the difference a row detects
+//!   from its estimated variance components (`welch_power.rs`: [`WelchPower`],
+//!   [`welch_detectable`], with χ² quantiles, [`chi2_quantile`]);
 //! - two-proportion z tests ([`two_proportion_z`], statsmodels'
 //!   `proportions_ztest`) and the cluster-robust difference of two rates
 //!   ([`cluster_robust_diff`], statsmodels' `OLS(y, [1, group]).fit(
@@ -26,6 +29,9 @@
 //! bootstrap's interval is too narrow (it rejects about 12 % of true nulls
 //! at 5 vs 5 runs, and cannot leave the range of the runs against a
 //! constant), while Welch's t holds its level.
+
+mod welch_power;
+pub use welch_power::{chi2_quantile, welch_detectable, welch_power, WelchPower};
 
 /// ln Γ(x) for x > 0.
 fn ln_gamma(x: f64) -> f64 {
@@ -356,16 +362,25 @@ pub fn detectable(se: f64, df: f64, alpha: f64) -> f64 {
     if !se.is_finite() || df.is_nan() || df <= 0.0 {
         return f64::NAN;
     }
-    // Regula falsi (Illinois) on power − 0.8 over a bracket of the
-    // noncentrality.
-    let g = |x: f64| t_power(x, df, alpha) - POWER;
-    let (mut a, mut b) = (0.0f64, t_quantile(1.0 - alpha / 2.0, df) + 1.0);
+    let ncp = increasing_root(
+        |x| t_power(x, df, alpha) - POWER,
+        t_quantile(1.0 - alpha / 2.0, df) + 1.0,
+        1e6,
+    );
+    ncp * se
+}
+
+/// The x ≥ 0 where `g`, increasing and negative at 0, crosses 0: a bracket
+/// from (0, `first`) doubled until `g` is positive (infinity once past
+/// `limit`), then regula falsi (Illinois) to a relative 1e-12.
+pub(crate) fn increasing_root(g: impl Fn(f64) -> f64, first: f64, limit: f64) -> f64 {
+    let (mut a, mut b) = (0.0f64, first);
     let (mut fa, mut fb) = (g(a), g(b));
     while fb < 0.0 {
         a = b;
         fa = fb;
         b *= 2.0;
-        if b > 1e6 {
+        if b > limit {
             return f64::INFINITY;
         }
         fb = g(b);
@@ -375,9 +390,7 @@ pub fn detectable(se: f64, df: f64, alpha: f64) -> f64 {
         let x = (a * fb - b * fa) / (fb - fa);
         let fx = g(x);
         if fx.abs() < 1e-12 || (b - a) <= 1e-12 * b {
-            a = x;
-            b = x;
-            break;
+            return x;
         }
         if fx < 0.0 {
             a = x;
@@ -398,8 +411,7 @@ pub fn detectable(se: f64, df: f64, alpha: f64) -> f64 {
             break;
         }
     }
-    let (lo, hi) = (a, b);
-    0.5 * (lo + hi) * se
+    0.5 * (a + b)
 }
 
 /// The smallest share of runs that deviate from an every-run value which

@@ -4,7 +4,9 @@
 //! per row — must raise a false *higher*/*lower* in at most 5 % of tables
 //! (plus Monte Carlo error) per Holm family, against the paper and against
 //! reference runs; and a true difference of the size a row prints as
-//! detectable must be flagged in about 80 % of tables. The rows go through
+//! detectable must be flagged in at least 80 % of tables (and not in
+//! nearly all: a detectable difference far too large would call too few
+//! rows consistent). The rows go through
 //! the same code as `joule report --against` (`reproduction::verdict`).
 
 use std::path::Path;
@@ -343,17 +345,19 @@ fn perfect_reproductions_against_reference_runs_hold_the_family_wise_level() {
     }
 }
 
-/// The printed detectable difference is where the noncentral t at the
-/// row's own Welch df reaches 80 %; Welch's estimated df costs the test a
-/// few points of that (74–78 % in these tables at 5 vs 5 runs), so a rate
-/// from 72 % to 92 % passes (2.3 Monte Carlo standard errors are ± 2 %).
+/// The printed detectable difference is where Welch's test itself reaches
+/// 80 % power, each variance at its median-unbiased value; that errs on the
+/// safe side (87–92 % in these tables at 5 vs 5 runs), so the promise is
+/// *at least* 80 %: a rate from 78 % (2.3 Monte Carlo standard errors below
+/// 80 %) up to 95 % passes. (The noncentral t at a row's observed Welch df
+/// gives 74–78 % in these tables: `stats::welch_power` says why.)
 fn check_power(label: &str, flagged: usize, tables: usize) {
     let rate = flagged as f64 / tables as f64;
-    eprintln!("{label}: flagged in {rate:.3} of tables (80 % printed)");
+    eprintln!("{label}: flagged in {rate:.3} of tables (at least 80 % printed)");
     assert!(
-        (0.72..=0.92).contains(&rate),
+        (0.78..=0.95).contains(&rate),
         "{label}: a difference of the printed detectable size was flagged in {rate:.3} of tables, \
-         not about 80 %"
+         not at least 80 % (or far more than that)"
     );
 }
 
@@ -368,7 +372,7 @@ fn promised(mut printed: Vec<f64>) -> f64 {
 }
 
 #[test]
-fn differences_of_the_printed_detectable_size_are_flagged_at_80_percent() {
+fn differences_of_the_printed_detectable_size_are_flagged_in_at_least_80_percent() {
     // Against the paper: the 9B agent's rounds (mean ± sd) and the 8B
     // agent's efficiency (a single number, the reference runs' sd) in the
     // comp baseline; 5 runs.

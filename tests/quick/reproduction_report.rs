@@ -155,13 +155,18 @@ fn reference_coop_runs_against_the_paper_print_the_table() {
     assert_eq!(r[5], "19.20 ± 2.60 (n=5)");
     assert_eq!(r[6], "published sd");
     assert!(r[8].starts_with("Welch t"), "{r:?}");
-    // The 9B agent's rounds and its efficiency under the bound could detect
-    // their margins: consistent.
+    // The 9B agent's efficiency under the bound: five runs a side detect
+    // a difference just above its margin of 0.48 (Welch's test at its own
+    // random df, the variances median-unbiased), so even the runs the paper
+    // summarises are inconclusive there, not consistent.
     let r9 = rows
         .iter()
         .find(|r| r[2] == "gained / spent" && r[3].starts_with("agent_5"))
         .unwrap();
-    assert_eq!(verdict(r9), "consistent", "{r9:?}");
+    assert_eq!(r9[13], "0.48", "{r9:?}");
+    let detectable: f64 = r9[12].parse().unwrap();
+    assert!((0.48..0.65).contains(&detectable), "{r9:?}");
+    assert_eq!(verdict(r9), "inconclusive", "{r9:?}");
     // "29%" is a mean of 5 seeds: its spread is the reference runs'.
     let share = rows
         .iter()

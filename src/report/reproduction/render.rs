@@ -109,9 +109,10 @@ pub fn method_note(r: &Reproduction) -> String {
     parts.push(format!(
         "Verdicts: *higher* or *lower* when the Holm-adjusted p is below {a} (the runs against the \
          reference); otherwise *consistent* when the row could have detected a difference of its \
-         margin (80 % power by the noncentral t at the row's df, at Holm's first step, α/m: a single \
-         true difference in the family has the smallest p and meets that threshold first; with \
-         Welch's estimated df the actual power there is 74–78 % in simulations at 5 vs 5 runs), \
+         margin (at least 80 % power for Welch's test itself, its standard error and df as random \
+         as the variances they come from, each variance at its median-unbiased value, at Holm's \
+         first step, α/m: a single true difference in the family has the smallest p and meets \
+         that threshold first; 87–92 % in simulations at 5 vs 5 runs), \
          and *inconclusive* when it could not: \
          the runs neither contradict the reference nor would have. The margins are declared per \
          metric in paper.toml: the smallest effect the paper reports on it ({margins}); a \
@@ -439,7 +440,7 @@ pub fn terminal(r: &Reproduction) -> String {
         ));
     }
     out.push_str(&wrap(
-        "detectable: the smallest difference the row detects with 80 % power at Holm's first step; \
+        "detectable: the smallest difference the row detects with at least 80 % power at Holm's first step; \
          consistent: could have detected its margin, inconclusive: could not. \
          The full tables, the tests and the Holm families: reproduction.md (with --out).",
         w,

@@ -15,7 +15,10 @@
 //!   either side, equal) left out of its m;
 //! - the smallest difference each row detects with 80 % power at Holm's
 //!   first step (α/m: a single true difference in the family has the
-//!   smallest p and meets that threshold first), and the verdict: *higher* /
+//!   smallest p and meets that threshold first), by the power of Welch's
+//!   test itself (its standard error and degrees of freedom as random as the
+//!   variances they are estimated from), each variance at its
+//!   median-unbiased value (`stats::welch_detectable`); and the verdict: *higher* /
 //!   *lower* when the Holm-adjusted p is below α, else *consistent* when the
 //!   row could have detected the declared margin, else *inconclusive*.
 
@@ -103,6 +106,10 @@ pub struct RowTest {
     /// Runs deviating from an every-run value, of `n`.
     pub deviating: Option<usize>,
     pub n: usize,
+    /// The estimated variance components (variance, degrees of freedom) behind `se` and `df`,
+    /// which the detectable difference integrates over.
+    #[serde(skip)]
+    pub components: Vec<(f64, f64)>,
 }
 
 /// The signed distance of `x` from [lo, hi] (0 inside).
@@ -140,6 +147,7 @@ pub fn t_row(
         cannot_differ: t.se == 0.0 && d == 0.0,
         deviating: None,
         n,
+        components: comps.to_vec(),
     }
 }
 
@@ -166,6 +174,7 @@ pub fn level(xs: &[f64], reference: &Reference) -> RowTest {
                 cannot_differ: false,
                 deviating: Some(dev.len()),
                 n: s.n,
+                components: Vec::new(),
             }
         }
         Reference::Mean { lo, hi, spread } => {
@@ -224,8 +233,10 @@ pub fn adjust(tests: &[&RowTest], declared: usize) -> (Vec<f64>, usize) {
 }
 
 /// The smallest difference `t` detects with 80 % power at Holm's first
-/// step of a family of `m` (for an every-run claim: the smallest share of
-/// deviating runs its n runs catch).
+/// step of a family of `m`: the power of Welch's test itself over its
+/// components' sampling distribution, each variance at its median-unbiased
+/// value ([`stats::welch_detectable`]); for an every-run claim, the smallest
+/// share of deviating runs its n runs catch.
 pub fn detectable(t: &RowTest, m: usize) -> f64 {
     if t.deviating.is_some() {
         return stats::detectable_share(t.n);
@@ -233,7 +244,7 @@ pub fn detectable(t: &RowTest, m: usize) -> f64 {
     if t.cannot_differ {
         return 0.0;
     }
-    stats::detectable(t.se, t.df, ALPHA / m.max(1) as f64)
+    stats::welch_detectable(&t.components, ALPHA / m.max(1) as f64)
 }
 
 /// The verdict of a row: `p_holm` below α is a difference (its sign that
