@@ -24,6 +24,12 @@
 //!   any count) do not make another config: the run resumes, and its
 //!   `config.resolved.toml` is rewritten with this start's values under a
 //!   comment naming the earlier ones, once the kept rounds were given again.
+//!   Likewise a config written by an earlier build that did not record a
+//!   field this build has: read as this build reads it (the field at its
+//!   default, which is what earlier builds did), it is the same config, so
+//!   the run resumes, the comment naming the fields; should a default not be
+//!   what the earlier build did, the kept rounds would not be given again
+//!   byte for byte and the resume stops with the folder untouched.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -204,6 +210,54 @@ fn compared(line: &str) -> bool {
             .any(|(_, k)| line.starts_with(&format!("{k} = ")))
 }
 
+/// The recorded config as this build writes it: the fields an earlier build
+/// did not record take their defaults (new fields default to what earlier
+/// builds did). None when this build does not read it as a config (a field
+/// it no longer knows, a value it refuses).
+fn as_this_build_writes(recorded: &str) -> Option<String> {
+    super::config::SocietyConfig::from_toml_str(recorded, "config.resolved.toml")
+        .ok()?
+        .to_toml()
+        .ok()
+}
+
+/// The dotted keys (`generation.top_k`, `roster[2].size`) that `upgraded`
+/// has and `recorded` does not.
+fn added_keys(recorded: &str, upgraded: &str) -> Vec<String> {
+    fn walk(old: &toml::Value, new: &toml::Value, path: &str, out: &mut Vec<String>) {
+        match (old, new) {
+            (toml::Value::Table(o), toml::Value::Table(n)) => {
+                for (k, v) in n {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    match o.get(k) {
+                        Some(ov) => walk(ov, v, &p, out),
+                        None => out.push(p),
+                    }
+                }
+            }
+            (toml::Value::Array(o), toml::Value::Array(n)) => {
+                for (i, (ov, nv)) in o.iter().zip(n).enumerate() {
+                    walk(ov, nv, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let (Ok(o), Ok(n)) = (
+        recorded.parse::<toml::Table>(),
+        upgraded.parse::<toml::Table>(),
+    ) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    walk(&toml::Value::Table(o), &toml::Value::Table(n), "", &mut out);
+    out
+}
+
 /// What to do with the run folder `dir` for a run whose resolved config is
 /// `resolved` (see the module doc). A complete run is the caller's concern
 /// (`joule run` refuses it unless forced).
@@ -214,11 +268,17 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
     }
     let recorded = std::fs::read_to_string(&config)
         .with_context(|| format!("reading {}", config.display()))?;
+    // What to say of this start against the recorded one: another thread
+    // count, and the fields an earlier build did not record.
     let mut rewrite = None;
     if recorded != resolved {
-        let same_work = what_it_computes(&recorded)
-            .is_some_and(|a| what_it_computes(resolved).is_some_and(|b| a == b));
-        if !same_work {
+        let computes = what_it_computes(resolved);
+        let same_work = |text: &str| computes.is_some() && what_it_computes(text) == computes;
+        let added = if same_work(&recorded) {
+            Vec::new()
+        } else if let Some(upgraded) = as_this_build_writes(&recorded).filter(|t| same_work(t)) {
+            added_keys(&recorded, &upgraded)
+        } else {
             let (n, was, now) = recorded
                 .lines()
                 .enumerate()
@@ -237,8 +297,8 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
                 "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
                 dir.display()
             );
-        }
-        rewrite = Some(how_differs(&recorded, resolved));
+        };
+        rewrite = Some((how_differs(&recorded, resolved), added));
     }
     let (lines, keep_bytes, rounds) = complete_prefix(dir)?;
     if rounds == 0 {
@@ -267,28 +327,53 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
                 );
         }
     }
-    // Another thread count: said, and recorded above this start's config
-    // (the comments of earlier resumes kept).
-    let config = rewrite.filter(|c| !c.is_empty()).map(|changes| {
-        let said = changes
-            .iter()
-            .map(|(k, was, now)| format!("{k} = {now} (the rounds before ran with {was})"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        crate::errln!(
-            "note: {}: resumed after {} with {said}; the records do not depend on it, latencies do",
-            dir.display(),
-            kept_words(rounds),
-        );
-        let mut text: String = recorded
-            .lines()
-            .take_while(|l| l.starts_with('#'))
-            .map(|l| format!("{l}\n"))
-            .collect();
-        text.push_str(&format!("# resumed after {}: {said}\n", kept_words(rounds)));
-        text.push_str(resolved);
-        text
-    });
+    // Another thread count, fields an earlier build did not record: said,
+    // and recorded above this start's config (the comments of earlier
+    // resumes kept).
+    let config = rewrite
+        .filter(|(how, added)| !how.is_empty() || !added.is_empty())
+        .map(|(how, added)| {
+            let mut said = Vec::new();
+            let mut why = Vec::new();
+            if !how.is_empty() {
+                said.push(
+                    how.iter()
+                        .map(|(k, was, now)| {
+                            format!("{k} = {now} (the rounds before ran with {was})")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+                why.push("the records do not depend on it, latencies do");
+            }
+            if !added.is_empty() {
+                let (them, its) = if added.len() == 1 {
+                    ("it", "its default")
+                } else {
+                    ("them", "their defaults")
+                };
+                said.push(format!(
+                    "{} at {its} (the build that started the run did not record {them})",
+                    added.join(", ")
+                ));
+                why.push("each kept round is checked against its records as it is given again");
+            }
+            let said = said.join("; ");
+            crate::errln!(
+                "note: {}: resumed after {} with {said}; {}",
+                dir.display(),
+                kept_words(rounds),
+                why.join("; "),
+            );
+            let mut text: String = recorded
+                .lines()
+                .take_while(|l| l.starts_with('#'))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            text.push_str(&format!("# resumed after {}: {said}\n", kept_words(rounds)));
+            text.push_str(resolved);
+            text
+        });
     Ok(Plan::Resume(Resumed {
         rounds,
         lines,

@@ -370,6 +370,84 @@ fn a_run_resumed_with_another_thread_count_keeps_its_rounds() {
     );
 }
 
+/// A run folder written by an earlier build that did not record some fields
+/// of this build's config resumes: the fields take their defaults (what the
+/// earlier build did), the note and `config.resolved.toml` name them, and
+/// the records are those of an uninterrupted run. A recorded value that is
+/// not the default, once missing, still makes another config.
+#[test]
+fn a_run_recorded_by_an_earlier_build_without_newer_fields_resumes() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), 3, false);
+    let whole = t.path().join("whole");
+    let o = run(&cfg, &whole);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(round_ends(&whole) >= 2, "{} rounds", round_ends(&whole));
+    let config = std::fs::read_to_string(whole.join("config.resolved.toml")).unwrap();
+    let events = std::fs::read(whole.join("events.jsonl")).unwrap();
+    let first_round = {
+        let at = events
+            .windows(20)
+            .position(|w| w == b"{\"event\":\"round_end\"")
+            .expect("a round_end event");
+        at + events[at..].iter().position(|&b| b == b'\n').unwrap() + 1
+    };
+    // As an earlier build would have written it: without three fields that
+    // are at their defaults here.
+    let dropped = [
+        "idle_fee = 10.0\n",
+        "kv_cache = \"f32\"\n",
+        "prefix_cache_mib = 2048\n",
+    ];
+    let mut earlier = config.clone();
+    for line in dropped {
+        assert!(earlier.contains(line), "{line} in {config}");
+        earlier = earlier.replacen(line, "", 1);
+    }
+    let folder = |name: &str, recorded: &str| {
+        let dir = t.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("config.resolved.toml"), recorded).unwrap();
+        std::fs::write(dir.join("events.jsonl"), &events[..first_round]).unwrap();
+        dir
+    };
+
+    let dir = folder("earlier", &earlier);
+    let o = run(&cfg, &dir);
+    let stderr = text(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let said = "idle_fee, llm.kv_cache, llm.prefix_cache_mib at their defaults (the build that \
+                started the run did not record them)";
+    assert!(
+        stderr.contains("round 1 kept") && stderr.contains(said),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("config.resolved.toml")).unwrap(),
+        format!("# resumed after round 1: {said}\n{config}")
+    );
+    let without_config = |d: &Path| {
+        let mut f = files(d);
+        f.remove("config.resolved.toml");
+        f
+    };
+    assert!(
+        without_config(&whole) == without_config(&dir),
+        "records differ"
+    );
+
+    // A missing value that is not the default (30 rounds) is another run.
+    let dir = folder("other", &config.replacen("max_rounds = 3\n", "", 1));
+    let o = run(&cfg, &dir);
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("holds an incomplete run of another config"),
+        "{stderr}"
+    );
+    assert!(!dir.join("COMPLETE").exists());
+}
+
 /// `joule ARGS` with standard output and error closed by the reader
 /// before it writes anything (`joule … 2>&1 | head -0`).
 fn with_closed_pipes(args: &[&str]) -> std::process::ExitStatus {
