@@ -31,7 +31,9 @@
 //! constant), while Welch's t holds its level.
 
 mod welch_power;
-pub use welch_power::{chi2_quantile, welch_detectable, welch_power, WelchPower};
+pub use welch_power::{
+    chi2_quantile, welch_detectable, welch_detectable_rough, welch_power, WelchPower,
+};
 
 /// ln Γ(x) for x > 0.
 fn ln_gamma(x: f64) -> f64 {

@@ -295,6 +295,26 @@ fn both_reference_conditions_against_the_paper_give_the_effects() {
         })
         .unwrap();
     assert_eq!(verdict(r8), "inconclusive", "{r8:?}");
+    // More runs: the 9B agent's rounds in comp would reach its margin with 6
+    // runs; the 8B agent's never would (the paper's own spread over 5 seeds).
+    let r9 = rows
+        .iter()
+        .find(|r| {
+            r[1] == "comp_with_discussion/exponent_0.5"
+                && r[2] == "rounds active"
+                && r[3].starts_with("agent_5")
+        })
+        .unwrap();
+    assert_eq!(
+        (verdict(r9), r9[14].as_str()),
+        ("inconclusive", "6"),
+        "{r9:?}"
+    );
+    assert_eq!(r8[14], "> 1000", "{r8:?}");
+    assert!(
+        md.contains("More runs: 1 inconclusive row(s) would reach their margins with 6 runs"),
+        "{md}"
+    );
     assert!(
         md.contains("Holm over m = 8") && md.contains("Holm over m = 11"),
         "{md}"

@@ -108,6 +108,9 @@ pub struct LevelRow {
     pub detectable: f64,
     /// The declared margin the verdict weighs `detectable` against.
     pub margin: f64,
+    /// For an inconclusive row: the runs (the same spreads) whose detectable
+    /// difference would reach the margin.
+    pub runs_for_margin: Option<verdict::RunsForMargin>,
     /// The Holm family and its m.
     pub family: String,
     pub family_m: usize,
@@ -585,6 +588,7 @@ fn blank_row(
         deviating: None,
         detectable: f64::NAN,
         margin,
+        runs_for_margin: None,
         family: String::new(),
         family_m: 0,
         in_family: false,
@@ -624,6 +628,9 @@ fn finish_family(rows: &mut [(LevelRow, Option<RowTest>)], name: &str, declared:
         row.detectable = verdict::detectable(t, m);
         if !matches!(&row.verdict, Verdict::NotTested(w) if !w.is_empty()) {
             row.verdict = verdict::decide(t, row.p_holm, row.detectable, row.margin);
+        }
+        if row.verdict == Verdict::Inconclusive {
+            row.runs_for_margin = verdict::runs_for_margin(t, m, row.margin);
         }
     }
     let mut left = Vec::new();

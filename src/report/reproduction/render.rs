@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::verdict::{Reference, Spread};
+use super::verdict::{Reference, RunsForMargin, Spread, MOST_RUNS};
 use super::{fmt_value, LevelRow, Reproduction, Verdict};
 use crate::report::html::esc;
 use crate::stats::{fmt_p, Summary};
@@ -166,6 +166,56 @@ pub fn method_note(r: &Reproduction) -> String {
     parts.join(" ")
 }
 
+/// The runs an inconclusive row needs: `12`, `> 1000`, or `none` when not
+/// computed.
+fn runs_for_margin_cell(x: Option<RunsForMargin>, none: &str) -> String {
+    match x {
+        Some(RunsForMargin::Runs(n)) => n.to_string(),
+        Some(RunsForMargin::Beyond(n)) => format!("> {n}"),
+        None => none.to_string(),
+    }
+}
+
+/// What more runs would settle: the range of runs the inconclusive rows
+/// need, and how many no number of runs would (None without such rows).
+fn more_runs_line(r: &Reproduction) -> Option<String> {
+    let needs: Vec<RunsForMargin> = r
+        .levels
+        .iter()
+        .filter(|l| l.verdict == Verdict::Inconclusive)
+        .filter_map(|l| l.runs_for_margin)
+        .collect();
+    let runs: Vec<usize> = needs
+        .iter()
+        .filter_map(|x| match x {
+            RunsForMargin::Runs(n) => Some(*n),
+            RunsForMargin::Beyond(_) => None,
+        })
+        .collect();
+    let beyond = needs.len() - runs.len();
+    if needs.is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let (Some(lo), Some(hi)) = (runs.iter().min(), runs.iter().max()) {
+        parts.push(format!(
+            "{} inconclusive row(s) would reach their margins with {} runs, the spreads as they are",
+            runs.len(),
+            if lo == hi {
+                lo.to_string()
+            } else {
+                format!("{lo}–{hi}")
+            }
+        ));
+    }
+    if beyond > 0 {
+        parts.push(format!(
+            "{beyond} would not even with {MOST_RUNS}: the reference's own uncertainty (its spread over its runs) is too wide for the margin"
+        ));
+    }
+    Some(format!("More runs: {}.", parts.join("; ")))
+}
+
 fn summary_line(r: &Reproduction) -> String {
     let counts = |v: &str| r.levels.iter().filter(|l| l.verdict.text() == v).count();
     let untested = r
@@ -199,8 +249,8 @@ pub fn markdown(r: &Reproduction) -> String {
         let _ = writeln!(md, "> **{n}**\n");
     }
     md.push_str(
-        "| reference | runs | metric | agent | runs: mean ± sd (n) | reference | reference's spread | difference [95 % CI] | test | t (df) | se | p (Holm) | detectable (80 %) | margin | verdict |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| reference | runs | metric | agent | runs: mean ± sd (n) | reference | reference's spread | difference [95 % CI] | test | t (df) | se | p (Holm) | detectable (80 %) | margin | runs for the margin | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for l in &r.levels {
         let pc = l.metric.percent();
@@ -216,7 +266,7 @@ pub fn markdown(r: &Reproduction) -> String {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
             md_escape(&l.reference_condition),
             md_escape(&l.run_condition),
             l.metric.label(),
@@ -231,11 +281,15 @@ pub fn markdown(r: &Reproduction) -> String {
             p_cell(l.p, l.p_holm),
             detectable_cell(l),
             margin,
+            runs_for_margin_cell(l.runs_for_margin, "—"),
             verdict_cell(&l.verdict, l.mismatch.is_some())
         );
     }
     md.push('\n');
     let _ = writeln!(md, "{}\n", summary_line(r));
+    if let Some(more) = more_runs_line(r) {
+        let _ = writeln!(md, "{more}\n");
+    }
     if !r.contrasts.is_empty() {
         let _ = writeln!(md, "## Effects (the paper's claims as contrasts)\n");
         if let Some(n) = &r.notice {
@@ -407,6 +461,9 @@ pub fn terminal(r: &Reproduction) -> String {
     }
     out.push('\n');
     out.push_str(&wrap(&summary_line(r), w, "  "));
+    if let Some(more) = more_runs_line(r) {
+        out.push_str(&wrap(&more, w, "  "));
+    }
     if !r.contrasts.is_empty() {
         out.push_str("\nEffects (a − b)\n");
         let _ = writeln!(
@@ -468,7 +525,7 @@ fn num(x: f64) -> String {
 pub fn csv(r: &Reproduction) -> String {
     let mut out = crate::csv::CsvText::new();
     out.record(
-        "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,reference_spread,difference,ci_low,ci_high,test,statistic,df,se,p,p_holm,family,family_m,in_family,deviating,detectable,margin,verdict,mismatch,source"
+        "table,reference_condition,run_condition,metric,agent,model,run_mean,run_sd,run_n,reference,reference_mean,reference_sd,reference_n,reference_spread,difference,ci_low,ci_high,test,statistic,df,se,p,p_holm,family,family_m,in_family,deviating,detectable,margin,runs_for_margin,verdict,mismatch,source"
             .split(','),
     );
     for l in &r.levels {
@@ -507,6 +564,7 @@ pub fn csv(r: &Reproduction) -> String {
             } else {
                 num(l.margin)
             },
+            runs_for_margin_cell(l.runs_for_margin, ""),
             l.verdict.text(),
             l.mismatch.clone().unwrap_or_default(),
             l.source.clone(),
@@ -560,6 +618,7 @@ pub fn csv(r: &Reproduction) -> String {
                 String::new(),
                 num(det),
                 num(c.margin),
+                String::new(),
                 verdict.clone(),
                 c.mismatch.clone().unwrap_or_default(),
                 c.claim.clone(),

@@ -110,6 +110,46 @@ pub struct RowTest {
     /// which the detectable difference integrates over.
     #[serde(skip)]
     pub components: Vec<(f64, f64)>,
+    /// How the runs' own component (the first) grows with their number,
+    /// for [`runs_for_margin`]; None where more runs are not modelled.
+    #[serde(skip)]
+    pub runs_part: Option<RunsPart>,
+}
+
+/// How the runs' variance component depends on their number n.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunsPart {
+    /// sd²/n with n − 1 degrees of freedom; the reference's parts stay.
+    Mean { sd: f64 },
+    /// sd²·(1/n + 1/n_mean) with n − 1: the reference's sd taken as the
+    /// runs' own (equal variances).
+    EqualVariances { sd: f64, n_mean: usize },
+}
+
+impl RunsPart {
+    fn component(self, n: usize) -> (f64, f64) {
+        let n = n as f64;
+        match self {
+            RunsPart::Mean { sd } => (sd * sd / n, n - 1.0),
+            RunsPart::EqualVariances { sd, n_mean } => {
+                (sd * sd * (1.0 / n + 1.0 / n_mean as f64), n - 1.0)
+            }
+        }
+    }
+}
+
+/// The most runs [`runs_for_margin`] considers.
+pub const MOST_RUNS: usize = 1000;
+
+/// How many runs an inconclusive row needs to detect its margin.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunsForMargin {
+    /// This many runs with the same spread would.
+    Runs(usize),
+    /// Not even this many would: the reference's own spread (or the
+    /// margin's smallness against it) is the limit.
+    Beyond(usize),
 }
 
 /// The signed distance of `x` from [lo, hi] (0 inside).
@@ -148,6 +188,7 @@ pub fn t_row(
         deviating: None,
         n,
         components: comps.to_vec(),
+        runs_part: None,
     }
 }
 
@@ -175,6 +216,7 @@ pub fn level(xs: &[f64], reference: &Reference) -> RowTest {
                 deviating: Some(dev.len()),
                 n: s.n,
                 components: Vec::new(),
+                runs_part: None,
             }
         }
         Reference::Mean { lo, hi, spread } => {
@@ -183,13 +225,14 @@ pub fn level(xs: &[f64], reference: &Reference) -> RowTest {
             } else {
                 "the nearest end of the range"
             };
-            let (comps, test) = match spread {
+            let (comps, test, part) = match spread {
                 Spread::Known { sd, n_mean, n_sd } => (
                     vec![
                         mean_component(&s),
                         (sd * sd / n_mean as f64, n_sd as f64 - 1.0),
                     ],
                     format!("Welch t vs {where_}"),
+                    RunsPart::Mean { sd: s.sd },
                 ),
                 Spread::RunsOwn { n_mean } => (
                     vec![(
@@ -197,9 +240,12 @@ pub fn level(xs: &[f64], reference: &Reference) -> RowTest {
                         s.n as f64 - 1.0,
                     )],
                     format!("t vs {where_}, equal variances"),
+                    RunsPart::EqualVariances { sd: s.sd, n_mean },
                 ),
             };
-            t_row(test, s.mean, lo, hi, &comps, s.n)
+            let mut t = t_row(test, s.mean, lo, hi, &comps, s.n);
+            t.runs_part = Some(part);
+            t
         }
     }
 }
@@ -245,6 +291,54 @@ pub fn detectable(t: &RowTest, m: usize) -> f64 {
         return 0.0;
     }
     stats::welch_detectable(&t.components, ALPHA / m.max(1) as f64)
+}
+
+/// The runs an inconclusive row would need, the spreads as they are, for
+/// its detectable difference at Holm's first step of a family of `m` to
+/// reach `margin` (an every-run claim: the runs that catch deviations in
+/// [`EVERY_RUN_MARGIN`] of them). None for a row whose runs' part is not
+/// modelled. A search on [`stats::welch_detectable_rough`], its answer then
+/// checked, and moved, on the full grid.
+pub fn runs_for_margin(t: &RowTest, m: usize, margin: f64) -> Option<RunsForMargin> {
+    if t.deviating.is_some() {
+        let n = (1..=MOST_RUNS).find(|&n| stats::detectable_share(n) <= EVERY_RUN_MARGIN)?;
+        return Some(RunsForMargin::Runs(n));
+    }
+    let part = t.runs_part?;
+    if t.components.is_empty() || !(margin > 0.0) {
+        return None;
+    }
+    let alpha = ALPHA / m.max(1) as f64;
+    let at = |n: usize, rough: bool| {
+        let mut c = t.components.clone();
+        c[0] = part.component(n);
+        let d = if rough {
+            stats::welch_detectable_rough(&c, alpha)
+        } else {
+            stats::welch_detectable(&c, alpha)
+        };
+        d <= margin
+    };
+    if !at(MOST_RUNS, false) {
+        return Some(RunsForMargin::Beyond(MOST_RUNS));
+    }
+    let (mut lo, mut hi) = (t.n.max(1), MOST_RUNS);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if at(mid, true) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let mut n = hi;
+    while n < MOST_RUNS && !at(n, false) {
+        n += 1;
+    }
+    while n > t.n.max(1) + 1 && at(n - 1, false) {
+        n -= 1;
+    }
+    Some(RunsForMargin::Runs(n))
 }
 
 /// The verdict of a row: `p_holm` below α is a difference (its sign that
@@ -304,6 +398,66 @@ mod tests {
             decide(&two, f64::NAN, detectable(&two, 10), 1.0),
             Verdict::Inconclusive
         );
+    }
+
+    #[test]
+    fn more_runs_reach_a_margin_unless_the_reference_is_too_uncertain() {
+        let runs = [10.0, 12.0, 9.0, 14.0, 11.0];
+        let known = |sd: f64, n_sd: usize| {
+            level(
+                &runs,
+                &Reference::Mean {
+                    lo: 11.0,
+                    hi: 11.0,
+                    spread: Spread::Known {
+                        sd,
+                        n_mean: n_sd,
+                        n_sd,
+                    },
+                },
+            )
+        };
+        // A reference of 20 runs with a small sd: more runs get there, and
+        // the answer is the first count that does.
+        let t = known(1.0, 20);
+        let (m, margin) = (8, 3.0);
+        assert!(detectable(&t, m) > margin);
+        let Some(RunsForMargin::Runs(n)) = runs_for_margin(&t, m, margin) else {
+            panic!("{:?}", runs_for_margin(&t, m, margin));
+        };
+        let at = |n: usize| {
+            let mut c = t.components.clone();
+            c[0] = RunsPart::Mean {
+                sd: Summary::of(&runs).sd,
+            }
+            .component(n);
+            stats::welch_detectable(&c, ALPHA / m as f64)
+        };
+        assert!(n > 5 && at(n) <= margin && at(n - 1) > margin, "{n}");
+        // Five reference runs with a wide sd: no number of runs will.
+        assert_eq!(
+            runs_for_margin(&known(4.0, 5), m, margin),
+            Some(RunsForMargin::Beyond(MOST_RUNS))
+        );
+        // Equal variances (no published spread): the runs' own sd.
+        let own = level(
+            &runs,
+            &Reference::Mean {
+                lo: 11.0,
+                hi: 11.0,
+                spread: Spread::RunsOwn { n_mean: 5 },
+            },
+        );
+        // Its part grows with the runs' df, not only their number: reached.
+        assert!(detectable(&own, m) > 4.0);
+        assert!(
+            matches!(runs_for_margin(&own, m, 4.0), Some(RunsForMargin::Runs(n)) if n > 5),
+            "{:?}",
+            runs_for_margin(&own, m, 4.0)
+        );
+        // An every-run claim needs 3 runs.
+        let two = level(&[30.0; 2], &Reference::EveryRun { value: 30.0 });
+        assert_eq!(runs_for_margin(&two, m, 1.0), Some(RunsForMargin::Runs(3)));
     }
 
     #[test]
