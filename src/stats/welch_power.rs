@@ -4,9 +4,8 @@
 //! estimated from its runs as vⱼ·Xⱼ/dfⱼ with Xⱼ ~ χ²(dfⱼ); the test divides by the estimated
 //! standard error and compares with Student's t at the Welch–Satterthwaite degrees of
 //! freedom of the *estimates*. Both the standard error and the degrees of freedom are random,
-//! so the noncentral t at the row's observed df overstates the power at 5 runs a side (a
-//! difference printed as detectable with 80 % power was caught in 74–78 % of simulated
-//! tables). [`WelchPower`] integrates over the components' sampling distribution instead:
+//! so the noncentral t at the row's observed df overstates the power at 5 runs a side (it
+//! promises 80 % for a difference that simulated tables catch in 74–78 %). [`WelchPower`] integrates over the components' sampling distribution instead:
 //!
 //!   power(δ) = E[Φ((δ − c·ŝe)/σ) + Φ((−δ − c·ŝe)/σ)],  c = t(1 − α/2, d̂f),
 //!
@@ -22,8 +21,9 @@
 //! dominates). Simulated against the reference runs' rows
 //! (`tests/quick/reproduction_calibration.rs`), a true difference of the printed size is then
 //! caught in at least 80 % of tables (87–92 %: with two like components the correction errs
-//! on the safe side); a sum corrected as one (at the Welch df) came closer to 80 % there but
-//! fell below it, to about 78 %, with 3 runs against 5 or one side's sd three times the other's.
+//! on the safe side); correcting the sum as one (at the Welch df) comes closer to 80 % there
+//! but falls below it, to about 78 %, with 3 runs against 5 or one side's sd three times the
+//! other's.
 
 use super::{detectable, increasing_root, ln_gamma, t_power, t_quantile, POWER};
 
