@@ -312,10 +312,10 @@ pub fn welch_detectable(estimated: &[(f64, f64)], alpha: f64) -> f64 {
     detectable_on(estimated, alpha, 1)
 }
 
-/// [`welch_detectable`] on a grid four times coarser a side (within about 0.5 % of it): for
+/// [`welch_detectable`] on a grid half as fine a side (within half a percent of it): for
 /// searches over many candidate designs, whose answer is then checked with the full grid.
 pub fn welch_detectable_rough(estimated: &[(f64, f64)], alpha: f64) -> f64 {
-    detectable_on(estimated, alpha, 4)
+    detectable_on(estimated, alpha, 2)
 }
 
 fn detectable_on(estimated: &[(f64, f64)], alpha: f64, coarsen: usize) -> f64 {
