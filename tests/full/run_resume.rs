@@ -76,6 +76,17 @@ fn assert_same_files(a: &Path, b: &Path, what: &str) {
     }
 }
 
+/// The records of two run folders are the same bytes (`config.resolved.toml`
+/// aside, which says how each start ran).
+fn assert_same_records(a: &Path, b: &Path) {
+    let records = |d: &Path| {
+        let mut f = files(d);
+        f.remove("config.resolved.toml");
+        f
+    };
+    assert!(records(a) == records(b), "records differ");
+}
+
 /// `round 1` or `rounds 1-k`, as the notes say.
 fn kept_words(kept: usize) -> String {
     match kept {
@@ -342,15 +353,7 @@ fn a_run_resumed_with_another_thread_count_keeps_its_rounds() {
         std::fs::read_to_string(dir.join("config.resolved.toml")).unwrap(),
         format!("{said}{config1}")
     );
-    let without_config = |d: &Path| {
-        let mut f = files(d);
-        f.remove("config.resolved.toml");
-        f
-    };
-    assert!(
-        without_config(&whole) == without_config(&dir),
-        "records differ"
-    );
+    assert_same_records(&whole, &dir);
 
     // Interrupted again after round 2 and resumed on two threads: both starts said.
     std::fs::remove_file(dir.join("COMPLETE")).unwrap();
@@ -364,10 +367,7 @@ fn a_run_resumed_with_another_thread_count_keeps_its_rounds() {
             "{said}# resumed after rounds 1-2: llm.threads = 2 (the rounds before ran with 1)\n{config2}"
         )
     );
-    assert!(
-        without_config(&whole) == without_config(&dir),
-        "records differ"
-    );
+    assert_same_records(&whole, &dir);
 }
 
 /// A run folder written by an earlier build that did not record some fields
@@ -426,15 +426,7 @@ fn a_run_recorded_by_an_earlier_build_without_newer_fields_resumes() {
         std::fs::read_to_string(dir.join("config.resolved.toml")).unwrap(),
         format!("# resumed after round 1: {said}\n{config}")
     );
-    let without_config = |d: &Path| {
-        let mut f = files(d);
-        f.remove("config.resolved.toml");
-        f
-    };
-    assert!(
-        without_config(&whole) == without_config(&dir),
-        "records differ"
-    );
+    assert_same_records(&whole, &dir);
 
     // A missing value that is not the default (30 rounds) is another run.
     let dir = folder("other", &config.replacen("max_rounds = 3\n", "", 1));

@@ -118,13 +118,16 @@ fn edited_copy(
     }
 }
 
+/// The row with these (runs, metric label, agent prefix).
+fn row_of<'a>(rows: &'a [Vec<String>], runs: &str, metric: &str, agent: &str) -> &'a [String] {
+    rows.iter()
+        .find(|r| r[1] == runs && r[2] == metric && r[3].starts_with(agent))
+        .unwrap_or_else(|| panic!("no row {runs} / {metric} / {agent}"))
+}
+
 /// The verdict of the row with these (runs, metric label, agent prefix).
 fn verdict_of<'a>(rows: &'a [Vec<String>], runs: &str, metric: &str, agent: &str) -> &'a str {
-    let r = rows
-        .iter()
-        .find(|r| r[1] == runs && r[2] == metric && r[3].starts_with(agent))
-        .unwrap_or_else(|| panic!("no row {runs} / {metric} / {agent}"));
-    verdict(r)
+    verdict(row_of(rows, runs, metric, agent))
 }
 
 #[test]
@@ -286,25 +289,12 @@ fn both_reference_conditions_against_the_paper_give_the_effects() {
     }
     // The 8B agent's rounds (14.0 ± 9.5) could only show a difference far
     // beyond the margin of 5.2 rounds: inconclusive, not consistent.
-    let r8 = rows
-        .iter()
-        .find(|r| {
-            r[1] == "comp_with_discussion/exponent_0.5"
-                && r[2] == "rounds active"
-                && r[3].starts_with("agent_4")
-        })
-        .unwrap();
+    let comp = "comp_with_discussion/exponent_0.5";
+    let r8 = row_of(&rows, comp, "rounds active", "agent_4");
     assert_eq!(verdict(r8), "inconclusive", "{r8:?}");
     // More runs: the 9B agent's rounds in comp would reach its margin with 6
     // runs; the 8B agent's never would (the paper's own spread over 5 seeds).
-    let r9 = rows
-        .iter()
-        .find(|r| {
-            r[1] == "comp_with_discussion/exponent_0.5"
-                && r[2] == "rounds active"
-                && r[3].starts_with("agent_5")
-        })
-        .unwrap();
+    let r9 = row_of(&rows, comp, "rounds active", "agent_5");
     assert_eq!(
         (verdict(r9), r9[14].as_str()),
         ("inconclusive", "6"),

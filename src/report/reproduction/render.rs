@@ -179,12 +179,8 @@ fn runs_for_margin_cell(x: Option<RunsForMargin>, none: &str) -> String {
 /// What more runs would settle: the range of runs the inconclusive rows
 /// need, and how many no number of runs would (None without such rows).
 fn more_runs_line(r: &Reproduction) -> Option<String> {
-    let needs: Vec<RunsForMargin> = r
-        .levels
-        .iter()
-        .filter(|l| l.verdict == Verdict::Inconclusive)
-        .filter_map(|l| l.runs_for_margin)
-        .collect();
+    // Only inconclusive rows have one (`finish_family`).
+    let needs: Vec<RunsForMargin> = r.levels.iter().filter_map(|l| l.runs_for_margin).collect();
     let runs: Vec<usize> = needs
         .iter()
         .filter_map(|x| match x {

@@ -305,7 +305,7 @@ pub fn runs_for_margin(t: &RowTest, m: usize, margin: f64) -> Option<RunsForMarg
         return Some(RunsForMargin::Runs(n));
     }
     let part = t.runs_part?;
-    if t.components.is_empty() || !(margin > 0.0) {
+    if t.components.is_empty() || margin.is_nan() || margin <= 0.0 {
         return None;
     }
     let alpha = ALPHA / m.max(1) as f64;
