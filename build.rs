@@ -1,4 +1,6 @@
-//! Build script: with the `cuda` feature, compiles Joule's own CUDA kernels
+//! Build script: records the git commit the binary is built from (for the
+//! provenance every run records, `crate::provenance`) and, with the `cuda`
+//! feature, compiles Joule's own CUDA kernels
 //! (`kernels/*.cu`) with nvcc into fat binaries (machine code for sm_80 and
 //! sm_90, i.e. A100 and H100/H200, plus compute_80 PTX that the driver
 //! compiles for any newer GPU) that `src/inference/kernels/cuda` embeds and loads at
@@ -29,8 +31,61 @@ fn nvcc() -> PathBuf {
     PathBuf::from("nvcc")
 }
 
+/// The paths whose contents make the binary: a build from a checkout whose
+/// files here differ from its commit is recorded as `dirty`.
+const SOURCES: [&str; 7] = [
+    "src",
+    "kernels",
+    "models",
+    "configs",
+    "build.rs",
+    "Cargo.toml",
+    "Cargo.lock",
+];
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `JOULE_GIT_COMMIT` (the commit, 40 hex digits) and `JOULE_GIT_DIRTY`
+/// (`1` when a file of [`SOURCES`] differs from it) for `env!`/`option_env!`;
+/// neither is set outside a git checkout (a source archive). The script
+/// runs again when the checked-out commit or a source file changes.
+fn record_commit() {
+    for p in SOURCES {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let Some(commit) = git(&["rev-parse", "--verify", "HEAD"]) else {
+        return;
+    };
+    if commit.len() != 40 || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return;
+    }
+    // Only files that exist: cargo runs the script at every build for a missing one.
+    let mut watch: Vec<String> = vec!["HEAD".into(), "packed-refs".into()];
+    watch.extend(git(&["symbolic-ref", "-q", "HEAD"]));
+    for name in watch {
+        if let Some(p) = git(&["rev-parse", "--git-path", &name]) {
+            if Path::new(&p).exists() {
+                println!("cargo:rerun-if-changed={p}");
+            }
+        }
+    }
+    let mut status = vec!["status", "--porcelain", "--"];
+    status.extend(SOURCES);
+    let dirty = git(&status).map(|s| !s.is_empty());
+    println!("cargo:rustc-env=JOULE_GIT_COMMIT={commit}");
+    if let Some(d) = dirty {
+        println!("cargo:rustc-env=JOULE_GIT_DIRTY={}", u8::from(d));
+    }
+}
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    record_commit();
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }

@@ -20,7 +20,7 @@ LAYERS = [
     ['knobs', 'names', 'output', 'npy', 'nprand', 'stats', 'energy', 'record', 'threads', 'csv', 'figure'],  # leaves
     ['interrupt', 'meter'],
     ['backend'],                         # the one contract scenarios and backends share
-    ['progress', 'agency', 'scripted'],
+    ['progress', 'agency', 'scripted', 'provenance'],
     ['inference::files'],                # local inference, its rooms bottom first
     ['inference::text'],
     ['inference::kernels'],

@@ -303,6 +303,14 @@ pub trait Backend {
     fn kernels(&self, _models: &[&str]) -> Option<KernelRecord> {
         None
     }
+    /// Where the answers to `models` (model keys; scripted ones are skipped)
+    /// come from, for a run's provenance (`crate::provenance`): a local
+    /// model's file with its sha256, or a server and the name it serves. The
+    /// models loaded so far (a memory plan loads them before round 1);
+    /// nothing for backends that run no model.
+    fn model_origins(&self, _models: &[&str]) -> Vec<ModelOrigin> {
+        Vec::new()
+    }
     /// Continuous batching, for backends that have it: requests join the
     /// running batch at any step and come back as each finishes. `None`
     /// (the default): the driver sends whole batches to [`Self::generate`].
@@ -403,6 +411,39 @@ impl MemoryDemand {
             }
         }
     }
+}
+
+/// Where one model key's answers come from (`Backend::model_origins`): a
+/// local GGUF file, identified by its sha256, or a model on a server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct ModelOrigin {
+    /// The model key as the roster (or its stand-in) names it.
+    pub model: String,
+    /// The GGUF file the answers came from (local models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Its size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The file's sha256 (lowercase hex), or why there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// `general.architecture` of the file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    /// `general.name` of the file, as its maker wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The GGUF types of its tensors with their counts (`F32 65, Q4_K 197, Q6_K 28`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor_types: Option<String>,
+    /// The server's base URL (served models).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The model name sent to the server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_name: Option<String>,
 }
 
 /// What computes a run's logits (`Backend::kernels`; built by

@@ -35,6 +35,7 @@ pub(crate) mod nprand;
 pub mod npy;
 pub mod output;
 pub mod progress;
+pub mod provenance;
 pub mod race;
 pub mod record;
 pub mod report;

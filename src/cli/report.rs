@@ -209,6 +209,12 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
         r.warnings.extend(report::identical::notes(
             reports.iter().map(|c| &c.condition),
         ));
+        // What a reader must know before citing a verdict: runs of one condition answered by
+        // different files, builds with modified sources (`report::provenance`).
+        r.warnings
+            .extend(report::provenance::warnings(&report::provenance::read(
+                reports.iter().map(|c| &c.condition),
+            )));
     }
     let Some(out) = &args.out else {
         return match reproduction {

@@ -92,6 +92,32 @@ impl Dataset {
         &self.rows
     }
 
+    /// The sha256 (lowercase hex) of the questions as read, for a run's
+    /// provenance: per row, in order, its id, text, options, answer index,
+    /// category and difficulty tag, each field ended by a unit separator
+    /// (0x1F) and each row by a newline, options joined by a record
+    /// separator (0x1E). The same questions give the same digest whether
+    /// read from JSON, JSONL, parquet or the hub's shards.
+    pub fn digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for q in &self.rows {
+            for field in [
+                q.question_id.to_string().as_str(),
+                &q.question,
+                &q.options.join("\u{1e}"),
+                &q.answer_index.to_string(),
+                &q.category,
+                &q.difficulty,
+            ] {
+                h.update(field.as_bytes());
+                h.update([0x1f]);
+            }
+            h.update(b"\n");
+        }
+        hex::encode(h.finalize())
+    }
+
     /// Row indices of one tier's pool, in file order (rows with other tags
     /// are in no pool).
     pub fn pool(&self, tier: Difficulty) -> Vec<usize> {
@@ -698,6 +724,7 @@ mod tests {
         for name in ["mini.parquet", "mini-uncompressed.parquet"] {
             let pq = Dataset::load(fixture(name)).unwrap();
             assert_eq!(pq.rows(), json.rows(), "{name}");
+            assert_eq!(pq.digest(), json.digest(), "{name}");
             assert!(pq.source.ends_with(name));
         }
         // Two shards read in the given order are the whole split.
@@ -707,6 +734,21 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(shards.rows(), json.rows());
+        assert_eq!(shards.digest(), json.digest());
+    }
+
+    const MINI_DIGEST: &str = "0d97bca04fef7466fb155d94932665c714081eeb73709839ded8b19a4ac3d160";
+
+    #[test]
+    fn the_digest_is_the_documented_hash_of_the_questions() {
+        let json = Dataset::load(fixture("mini.jsonl")).unwrap();
+        // Computed by Python from mini.jsonl, as `digest` documents it:
+        // sha256(b"".join(b"".join(f.encode() + b"\x1f" for f in (str(id), question,
+        // "\x1e".join(options), str(answer_index), category, difficulty)) + b"\n" for each row)).
+        assert_eq!(json.digest(), MINI_DIGEST);
+        let mut rows = json.rows().to_vec();
+        rows[0].options.swap(0, 1);
+        assert_ne!(Dataset::from_rows("x", rows).digest(), MINI_DIGEST);
     }
 
     #[test]

@@ -79,6 +79,15 @@ impl JobSource for StratifiedDraw {
             self.seed, self.counts.easy, self.counts.medium, self.counts.hard, self.dataset.source
         )
     }
+
+    fn origin(&self) -> crate::provenance::Jobs {
+        crate::provenance::Jobs {
+            source: self.describe(),
+            data: Some(self.dataset.source.clone()),
+            questions: Some(self.dataset.rows().len()),
+            digest: Some(self.dataset.digest()),
+        }
+    }
 }
 
 #[cfg(test)]

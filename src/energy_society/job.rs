@@ -66,4 +66,12 @@ pub trait JobSource {
     fn next_round(&mut self) -> anyhow::Result<Vec<Job>>;
     /// A short description for records (`mmlu-pro-stratified seed=42`).
     fn describe(&self) -> String;
+    /// Where the jobs come from, for the run's provenance: the description,
+    /// and for a data set its files, size and digest.
+    fn origin(&self) -> crate::provenance::Jobs {
+        crate::provenance::Jobs {
+            source: self.describe(),
+            ..Default::default()
+        }
+    }
 }

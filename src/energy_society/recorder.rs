@@ -132,6 +132,8 @@ pub struct Recorder {
     pub kept: Vec<Value>,
     pub token_usage: Vec<TokenUsageRecord>,
     pub transcript: Vec<TranscriptEntry>,
+    /// A resumed run's provenance session, appended once every kept line came again.
+    provenance: Option<crate::provenance::Session>,
 }
 
 impl Recorder {
@@ -145,6 +147,7 @@ impl Recorder {
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
+            provenance: None,
         }
     }
 
@@ -166,6 +169,7 @@ impl Recorder {
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
+            provenance: None,
         })
     }
 
@@ -195,9 +199,29 @@ impl Recorder {
             kept: vec![],
             token_usage: vec![],
             transcript: vec![],
+            provenance: None,
         };
         rec.open_when_given()?;
         Ok(rec)
+    }
+
+    /// Record `session` in the folder's `provenance.json` (`crate::provenance`): as its only
+    /// session for a run from round 1, appended for a resumed one. A resume appends it once
+    /// every kept line came again, so a resume that is refused leaves the folder untouched.
+    /// Nothing happens without a folder.
+    pub fn provenance(&mut self, session: crate::provenance::Session) -> anyhow::Result<()> {
+        let Some(dir) = &self.dir else {
+            return Ok(());
+        };
+        if self.expected.is_some() {
+            self.provenance = Some(session);
+            return Ok(());
+        }
+        if session.from_round <= 1 {
+            crate::provenance::Provenance::start(dir, session)
+        } else {
+            crate::provenance::Provenance::append(dir, session)
+        }
     }
 
     /// Every expected line came: cut `events.jsonl` after them and append.
@@ -222,6 +246,9 @@ impl Recorder {
             std::fs::write(&tmp, config)
                 .and_then(|_| std::fs::rename(&tmp, &to))
                 .with_context(|| format!("writing {}", to.display()))?;
+        }
+        if let Some(session) = self.provenance.take() {
+            crate::provenance::Provenance::append(dir, session)?;
         }
         self.log = Some(EventLog::append(&path)?);
         self.expected = None;

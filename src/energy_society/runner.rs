@@ -130,6 +130,45 @@ pub fn society(
     Ok(Society::new(cfg, jobs, rec))
 }
 
+/// Build the society of `cfg` recording into the folder `out` from round 1,
+/// with the provenance of a session on `backend` (`crate::provenance`).
+fn recorded_society(
+    cfg: SocietyConfig,
+    out: &Path,
+    make_jobs: MakeJobs,
+    backend: &dyn Backend,
+) -> anyhow::Result<Society> {
+    let jobs = make_jobs(&cfg)?;
+    let mut rec = Recorder::create(out, &cfg)?;
+    rec.provenance(session(backend, &cfg, jobs.as_ref(), 1))?;
+    Ok(Society::new(cfg, jobs, rec))
+}
+
+/// The provenance session of a run of `cfg` on `backend` playing from
+/// `from_round`: the build, this machine and the kernels of the resolved
+/// config ([`with_kernels`]), where each model-backed agent's answers come
+/// from, and the job source.
+fn session(
+    backend: &dyn Backend,
+    cfg: &SocietyConfig,
+    jobs: &dyn JobSource,
+    from_round: u32,
+) -> crate::provenance::Session {
+    let mut models: Vec<&str> = cfg
+        .roster
+        .iter()
+        .map(|a| a.model.as_str())
+        .filter(|m| !m.starts_with(SCRIPTED_PREFIX))
+        .collect();
+    models.dedup();
+    crate::provenance::Session::now(
+        from_round,
+        cfg.kernels.as_ref(),
+        backend.model_origins(&models),
+        jobs.origin(),
+    )
+}
+
 /// Check, before anything is played, that the models of these concurrent
 /// runs and every model-backed agent's sequence state fit the backend's
 /// device (`inference::memory_plan`): an error on a GPU where they do not,
@@ -173,7 +212,11 @@ pub fn run_society(
     check_memory(backend, &[&cfg])?;
     let cfg = with_kernels(cfg, backend);
     let ids = agent_ids(&cfg);
-    let s = society(cfg, out, &job_source)?.on_round(on_round);
+    let s = match out {
+        Some(dir) => recorded_society(cfg, dir, &job_source, backend)?,
+        None => society(cfg, None, &job_source)?,
+    }
+    .on_round(on_round);
     let result = run_one(backend, |agency| s.run(agency))?;
     if let Some(dir) = out {
         CallErrors::write(dir, &ids)?;
@@ -205,14 +248,16 @@ pub fn run_or_resume(
                     out.display()
                 );
             }
-            let s = society(cfg, Some(out), &job_source)?.on_round(on_round);
+            let s = recorded_society(cfg, out, &job_source, backend)?.on_round(on_round);
             run_one(backend, |agency| s.run(agency))?
         }
         Plan::Resume(mut r) => {
             let kept = r.rounds;
             on_resume(kept);
             let jobs = job_source(&cfg)?;
-            let s = Society::new(cfg, jobs, r.recorder(out)?).on_round(move |n| {
+            let mut rec = r.recorder(out)?;
+            rec.provenance(session(backend, &cfg, jobs.as_ref(), kept + 1))?;
+            let s = Society::new(cfg, jobs, rec).on_round(move |n| {
                 if n > kept {
                     on_round(n)
                 }
@@ -243,14 +288,16 @@ fn cell_society(
     cfg: SocietyConfig,
     dir: &Path,
     make_jobs: MakeJobs,
+    backend: &dyn Backend,
 ) -> anyhow::Result<(Society, Option<super::resume::Resumed>)> {
     match super::resume::plan(dir, &cfg.to_toml()?, false) {
         Ok(Plan::Resume(r)) => {
             let jobs = make_jobs(&cfg)?;
-            let rec = r.recorder(dir)?;
+            let mut rec = r.recorder(dir)?;
+            rec.provenance(session(backend, &cfg, jobs.as_ref(), r.rounds + 1))?;
             Ok((Society::new(cfg, jobs, rec), Some(r)))
         }
-        Ok(Plan::Fresh) | Err(_) => Ok((society(cfg, Some(dir), make_jobs)?, None)),
+        Ok(Plan::Fresh) | Err(_) => Ok((recorded_society(cfg, dir, make_jobs, backend)?, None)),
     }
 }
 
@@ -277,7 +324,7 @@ pub fn run_many(
     for (cfg, dir) in cells {
         let cfg = with_kernels(cfg, backend);
         finish.push((dir.clone(), agent_ids(&cfg)));
-        match cell_society(cfg, &dir, make_jobs)
+        match cell_society(cfg, &dir, make_jobs, &*backend)
             .with_context(|| format!("preparing {}", dir.display()))
         {
             Ok((s, resumed)) => {

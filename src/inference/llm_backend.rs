@@ -34,8 +34,8 @@ use anyhow::Context;
 use candle_core::Device;
 
 use crate::backend::{
-    Answer, Backend, BackendError, MemoryDemand, MemoryReport, ModelRequest, ModelResponse,
-    ModelResult, OutputFormat, StepBackend,
+    Answer, Backend, BackendError, MemoryDemand, MemoryReport, ModelOrigin, ModelRequest,
+    ModelResponse, ModelResult, OutputFormat, StepBackend,
 };
 use crate::inference::engine::generate::{
     BatchSeq, DecodeBatch, Finished, GenOptions, ThinkingDelims, TokenMask,
@@ -242,6 +242,10 @@ struct Loaded {
     footprint: Option<StateFootprint>,
     /// The weight matrices behind matrix products and whose kernels multiply them.
     matmuls: Vec<crate::inference::files::gguf_weights::MatmulUse>,
+    /// The file the model came from, for a run's provenance (its sha256 is
+    /// filled in when asked, `Backend::model_origins`), and its path.
+    origin: ModelOrigin,
+    path: PathBuf,
 }
 
 /// The decoding constraint of one structured request.
@@ -460,6 +464,15 @@ impl LlmBackend {
         let mut gguf = GgufFile::open(&path)?;
         let model = load_model_from(&mut gguf, &self.device)?;
         let weights = WeightEstimate::loaded(&gguf);
+        let origin = ModelOrigin {
+            model: key.to_string(),
+            file: Some(path.display().to_string()),
+            bytes: Some(gguf.file_len()),
+            architecture: gguf.architecture().ok(),
+            name: gguf.string("general.name").ok(),
+            tensor_types: Some(gguf.tensor_types()),
+            ..ModelOrigin::default()
+        };
         let tokenizer = Tokenizer::for_gguf(&gguf)?;
         let template =
             ChatTemplate::from_gguf_content(gguf.content(), &tokenizer)?.ok_or_else(|| {
@@ -515,6 +528,8 @@ impl LlmBackend {
                 weights,
                 footprint: None,
                 matmuls: gguf.matmuls().to_vec(),
+                origin,
+                path,
             },
         );
         stage.done();
@@ -1018,6 +1033,38 @@ impl Backend for LlmBackend {
 
     fn kernels(&self, models: &[&str]) -> Option<KernelRecord> {
         Some(self.kernel_record(models))
+    }
+
+    fn model_origins(&self, models: &[&str]) -> Vec<ModelOrigin> {
+        let sources = crate::inference::files::sources::Sources::from_env();
+        let mut out: Vec<ModelOrigin> = Vec::new();
+        for m in models {
+            if m.starts_with(crate::backend::SCRIPTED_PREFIX) {
+                continue;
+            }
+            let Some(l) = self.loaded.get(&self.model_key(m)) else {
+                continue;
+            };
+            if out.iter().any(|o| o.model == *m) {
+                continue;
+            }
+            let sha256 = match sources.file_sha256(&l.path) {
+                Ok(sha) => Some(sha),
+                Err(e) => {
+                    crate::errln!(
+                        "note: the run's provenance names {} without its sha256: {e:#}",
+                        l.path.display()
+                    );
+                    None
+                }
+            };
+            out.push(ModelOrigin {
+                model: m.to_string(),
+                sha256,
+                ..l.origin.clone()
+            });
+        }
+        out
     }
 
     fn metering(&self) -> Option<MeterStatus> {

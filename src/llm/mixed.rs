@@ -77,6 +77,10 @@ impl<L: Backend> Backend for MixedBackend<L> {
         self.llm.kernels(models)
     }
 
+    fn model_origins(&self, models: &[&str]) -> Vec<crate::backend::ModelOrigin> {
+        self.llm.model_origins(models)
+    }
+
     fn end_session(&mut self, session: u64) {
         self.scripted.end_session(session);
         self.llm.end_session(session);

@@ -558,6 +558,10 @@ impl Backend for Watched<'_> {
         self.inner.kernels(models)
     }
 
+    fn model_origins(&self, models: &[&str]) -> Vec<crate::backend::ModelOrigin> {
+        self.inner.model_origins(models)
+    }
+
     fn stepwise(&mut self) -> Option<&mut dyn StepBackend> {
         if self.inner.stepwise().is_some() {
             Some(self)

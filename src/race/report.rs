@@ -616,6 +616,25 @@ fn write_files(
     if human.is_none() {
         md.push_str(&cmp.markdown);
     }
+    // What played the races (`crate::provenance`), one record per experiment folder.
+    let origins: Vec<crate::provenance::summary::RunProvenance> = dirs
+        .iter()
+        .map(|d| crate::provenance::summary::RunProvenance {
+            run: d.display().to_string(),
+            condition: d.display().to_string(),
+            record: crate::provenance::Provenance::read(d).map_err(|e| format!("{e:#}")),
+        })
+        .collect();
+    let wording = crate::provenance::summary::EXPERIMENTS;
+    md.push_str(&crate::provenance::summary::section(&origins, wording));
+    let cautions = crate::provenance::summary::warnings(&origins, wording);
+    if !cautions.is_empty() {
+        let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
+        md.push_str(&format!("Before citing these figures:\n\n{text}\n"));
+        for c in &cautions {
+            crate::errln!("warning: {c}");
+        }
+    }
     md.push_str("Files: `unsafe_rates.csv`, `contract.csv`, `trajectories.csv`, `unsafe_by_position.png`, \
                  `unsafe_by_position.svg`, `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, \
                  `humans_vs_models.csv` (with `--human`: `unsafe_tests.csv`, `archetype_centroids.csv`, \

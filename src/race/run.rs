@@ -218,6 +218,32 @@ pub fn run_experiment(
         }
         write_json_atomic(&cfg_path, &resolved)?;
     }
+    // What plays this start (`crate::provenance`), appended to an earlier start's; a start
+    // with nothing left to play adds nothing.
+    if played > 0 {
+        let models: Vec<&str> = cfg
+            .lineups
+            .iter()
+            .flat_map(|l| l.seats.iter().map(|s| s.as_str()))
+            .filter(|m| !m.starts_with(SCRIPTED_PREFIX))
+            .collect::<BTreeSet<&str>>()
+            .into_iter()
+            .collect();
+        let session = crate::provenance::Session::now(
+            done.len() as u32 + 1,
+            race_kernels(cfg, backend).as_ref(),
+            backend.model_origins(&models),
+            crate::provenance::Jobs {
+                source: format!("ai-race experiment `{}`: {total} races", cfg.name),
+                ..Default::default()
+            },
+        );
+        if done.is_empty() {
+            crate::provenance::Provenance::start(dir, session)?;
+        } else {
+            crate::provenance::Provenance::append(dir, session)?;
+        }
+    }
     let sink = Rc::new(RefCell::new(RaceSink {
         turns: EventLog::append(dir.join("turns.jsonl"))?,
         races: EventLog::append(dir.join("races.jsonl"))?,

@@ -395,6 +395,14 @@ seats = ["R1", "R6"]
     let rep_dir = dir.path().join("report");
     let md = super::report::write_report(&[out.clone()], &rep_dir).unwrap();
     assert!(md.contains("## Unsafe rate by p_max"));
+    // One start played every race; the two with nothing left to play record no session.
+    let p = crate::provenance::Provenance::read(&out).unwrap().unwrap();
+    assert_eq!(p.sessions.len(), 1);
+    assert_eq!(p.sessions[0].build, crate::provenance::Build::this());
+    assert!(
+        md.contains("## Provenance") && md.contains("1 of 1 experiments record it."),
+        "{md}"
+    );
     assert!(md.contains("| low | Leader |") || md.contains("| low | Trailer |"));
     for f in [
         "unsafe_rates.csv",

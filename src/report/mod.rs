@@ -26,6 +26,7 @@ pub(crate) mod measured;
 pub mod metrics;
 pub mod out_dir;
 pub(crate) mod plots;
+pub mod provenance;
 pub mod reproduction;
 pub(crate) mod stats;
 pub mod summary;
@@ -162,6 +163,16 @@ pub fn write(
         md.push_str(&format!("\n## Identical conditions\n\n{text}"));
         warnings.extend(same);
     }
+    let origins = provenance::read(reports.iter().map(|r| &r.condition));
+    let cautions = provenance::warnings(&origins);
+    md.push('\n');
+    md.push_str(&provenance::section(&origins));
+    if !cautions.is_empty() {
+        let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
+        md.push_str(&format!("Before citing these figures:\n\n{text}\n"));
+        warnings.extend(cautions);
+    }
+    provenance::table(&origins).write_csv(&out.join("provenance.csv"))?;
     let mut terminal: String = summaries
         .iter()
         .zip(&measured)

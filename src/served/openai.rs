@@ -209,6 +209,28 @@ impl Backend for OpenAiBackend {
         Some(crate::backend::KernelRecord::served("openai"))
     }
 
+    /// The server and the name each model is served under: the server's
+    /// weights are its own, so no file or sha256 is known here.
+    fn model_origins(&self, models: &[&str]) -> Vec<crate::backend::ModelOrigin> {
+        let server = self.client.base_url();
+        let mut out: Vec<crate::backend::ModelOrigin> = Vec::new();
+        for m in models {
+            let Some(name) = self.names.get(m) else {
+                continue;
+            };
+            if out.iter().any(|o| o.model == *m) {
+                continue;
+            }
+            out.push(crate::backend::ModelOrigin {
+                model: m.to_string(),
+                server: Some(server.to_string()),
+                served_name: Some(name.to_string()),
+                ..Default::default()
+            });
+        }
+        out
+    }
+
     fn generate(&mut self, batch: &[ModelRequest]) -> Vec<ModelResult> {
         let this: &Self = self;
         let slots: Vec<Mutex<Option<ModelResult>>> =

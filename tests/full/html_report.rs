@@ -675,6 +675,17 @@ fn joule_run_call_browser_finds_a_known_prompt() {
     assert!(st["marks"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["chart_run_lines"], 5, "{st}");
     assert_eq!(st["timeline_rows"], 4, "{st}");
+
+    // The run's provenance has its section, and its tables do not widen a phone's page.
+    let build = joule::provenance::Build::this().label();
+    assert!(
+        html.contains("<h2 id=\"h-provenance\">Provenance</h2>")
+            && html.contains(&format!("<td>{build}</td>")),
+        "no provenance section naming {build}"
+    );
+    let shot = dir.join("view-390.png");
+    let l = load_in_frame(&chrome, &page, "", &shot, (390, 844));
+    fits_the_width(&selftest(&l), 390);
 }
 
 /// `--compare A B`: one page with both summaries and every comparison row.

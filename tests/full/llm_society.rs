@@ -102,4 +102,34 @@ fn smollm2_society_round_charges_exactly_the_counted_tokens() {
         );
     }
     assert_eq!(k.kv_cache.as_deref(), Some("f32"));
+
+    // The provenance names the file that answered by its sha256, the build and the machine.
+    let p = joule::provenance::Provenance::read(dir.path())
+        .expect("provenance.json reads")
+        .expect("provenance.json written");
+    assert_eq!(p.sessions.len(), 1);
+    let s = &p.sessions[0];
+    assert_eq!(s.from_round, 1);
+    assert_eq!(s.build, joule::provenance::Build::this());
+    assert_eq!(s.machine.device.as_deref(), Some("cpu"));
+    assert_eq!(s.machine.simd.as_deref(), Some(simd));
+    assert!(!s.models.is_empty());
+    let sha = joule::inference::files::sources::sha256_file(std::path::Path::new(file), false)
+        .expect("hash the model");
+    for o in &s.models {
+        assert_eq!(o.file.as_deref(), Some(file.as_str()), "{o:?}");
+        assert_eq!(o.sha256.as_deref(), Some(sha.as_str()), "{o:?}");
+        assert_eq!(o.architecture.as_deref(), Some("llama"), "{o:?}");
+        assert!(
+            o.tensor_types
+                .as_deref()
+                .is_some_and(|t| t.contains("Q4_1")),
+            "{o:?}"
+        );
+    }
+    assert!(
+        s.jobs.source.starts_with("procedural seed="),
+        "{:?}",
+        s.jobs
+    );
 }

@@ -47,9 +47,12 @@ fn config(dir: &Path, rounds: u32, rich: bool) -> PathBuf {
 }
 
 /// Every file of a run folder by name.
+/// The files of a run folder, without `provenance.json` (not one of the run's records: it
+/// says when, where and by which build each session played; [`from_rounds`] reads it).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != joule::provenance::FILE)
         .map(|e| {
             let p = e.unwrap().path();
             (
@@ -74,6 +77,17 @@ fn assert_same_files(a: &Path, b: &Path, what: &str) {
     for (name, bytes) in &fa {
         assert!(bytes == &fb[name], "{what}: {name} differs");
     }
+}
+
+/// The round each session of the run in `dir` started from, as its provenance says.
+fn from_rounds(dir: &Path) -> Vec<u32> {
+    joule::provenance::Provenance::read(dir)
+        .unwrap()
+        .unwrap_or_default()
+        .sessions
+        .iter()
+        .map(|s| s.from_round)
+        .collect()
 }
 
 /// The records of two run folders are the same bytes (`config.resolved.toml`
@@ -146,6 +160,8 @@ fn a_run_cut_anywhere_resumes_to_the_files_of_an_uninterrupted_run() {
             );
         }
         assert_same_files(&whole, &dir, &format!("cut at byte {cut}"));
+        // The cut folder had no provenance: the resume's session is its only one.
+        assert_eq!(from_rounds(&dir), [kept as u32 + 1], "cut at byte {cut}");
     }
     assert!(resumed >= 8, "{resumed}");
 }
@@ -593,6 +609,13 @@ fn a_model_backed_run_interrupted_after_a_round_resumes_to_the_same_files() {
     for (name, bytes) in &a {
         assert_eq!(without_latency(bytes), without_latency(&b[name]), "{name}");
     }
+    // Two sessions, the second from round 2, on the same file with another thread count.
+    let p = joule::provenance::Provenance::read(&dir).unwrap().unwrap();
+    assert_eq!(from_rounds(&dir), [1, 2]);
+    assert_eq!(p.sessions[0].models, p.sessions[1].models);
+    assert_eq!(p.sessions[0].machine.threads, Some(2));
+    assert_eq!(p.sessions[1].machine.threads, Some(1));
+    assert!(p.sessions[1].models.iter().all(|o| o.sha256.is_some()));
 }
 
 #[test]
@@ -703,4 +726,11 @@ fn an_interrupted_sweep_says_so_and_resumes_its_cells_to_the_same_files() {
             &format!("seed {seed}"),
         );
     }
+    // The interrupted cell says it was resumed, and from which round; the other ran once.
+    let resumed = from_rounds(&cell(&out, 1));
+    assert!(
+        resumed.len() == 2 && resumed[0] == 1 && resumed[1] > 1,
+        "{resumed:?}"
+    );
+    assert_eq!(from_rounds(&cell(&out, 2)), [1]);
 }

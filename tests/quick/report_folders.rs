@@ -3,7 +3,9 @@
 //! `--force`, which removes only the earlier report's own files; runs that
 //! did not finish are left out and named; two conditions with identical runs
 //! are named; the reproduction of runs not answered by the paper's models
-//! says so above every table; the cooperative scripted baseline donates.
+//! says so above every table; the cooperative scripted baseline donates;
+//! every run records its provenance and the report sets it out, warning when
+//! one condition's runs were answered by different files.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -262,5 +264,119 @@ fn a_reproduction_of_runs_not_answered_by_the_papers_models_says_so_above_every_
     assert!(
         md.contains("agent_4 qwen3:8b (answered by scripted:greedy)"),
         "{md}"
+    );
+}
+
+#[test]
+fn runs_record_their_provenance_and_the_report_warns_when_one_conditions_files_differ() {
+    let t = tempfile::tempdir().unwrap();
+    for seed in [1, 2] {
+        run(
+            "baseline-comp",
+            2,
+            seed,
+            &t.path().join(format!("c/seed_{seed}")),
+        );
+    }
+    let read = |seed: u64| {
+        joule::provenance::Provenance::read(&t.path().join(format!("c/seed_{seed}")))
+            .unwrap()
+            .expect("provenance.json")
+    };
+    let first = read(1);
+    assert_eq!(first.sessions.len(), 1);
+    let s = &first.sessions[0];
+    assert_eq!((s.from_round, s.command[1].as_str()), (1, "run"));
+    // The binary and these tests are built from the same sources.
+    assert_eq!(s.build, joule::provenance::Build::this());
+    assert!(
+        s.models.is_empty(),
+        "scripted agents answer from no model: {:?}",
+        s.models
+    );
+    assert_eq!(s.machine.device, None);
+    assert!(s.machine.cpus.is_some_and(|n| n > 0));
+    assert!(
+        s.jobs.source.starts_with("procedural seed=1 "),
+        "{}",
+        s.jobs.source
+    );
+
+    let rep = t.path().join("report");
+    let (_, err) = ok(&[
+        "report",
+        p(&t.path().join("c")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+    ]);
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Provenance") && md.contains("2 of 2 runs record it."),
+        "{md}"
+    );
+    assert!(md.contains(&format!("| {} | 2 |", s.build.label())), "{md}");
+    assert!(!err.contains("different files"), "{err}");
+    let csv = std::fs::read_to_string(rep.join("provenance.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(
+        csv.lines().nth(2).unwrap().starts_with("c,seed_2,1,1,"),
+        "{csv}"
+    );
+
+    // The same model answered by two files in one condition: said in the report, on the
+    // terminal and above the reproduction's tables.
+    for (seed, sha) in [(1, "a"), (2, "b")] {
+        let mut record = read(seed);
+        record.sessions[0].models.push(joule::backend::ModelOrigin {
+            model: "qwen3-8b".into(),
+            file: Some(format!("/models/{sha}.gguf")),
+            sha256: Some(sha.repeat(64)),
+            ..Default::default()
+        });
+        let path = t.path().join(format!("c/seed_{seed}/provenance.json"));
+        std::fs::write(&path, serde_json::to_string(&record).unwrap()).unwrap();
+    }
+    let (_, err) = ok(&[
+        "report",
+        p(&t.path().join("c")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+        "--force",
+    ]);
+    let said = "condition c: model qwen3-8b was answered by 2 different files or servers (sha256 aaaaaaaaaaaa…, sha256 bbbbbbbbbbbb…)";
+    assert!(err.contains(&format!("warning: {said}")), "{err}");
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(
+        md.contains(&format!("Before citing these figures:\n\n- {said}")),
+        "{md}"
+    );
+    let (out, _) = ok(&[
+        "report",
+        p(&t.path().join("c")),
+        "--against",
+        "paper",
+        "--allow-mismatch",
+    ]);
+    assert!(
+        out.contains("model qwen3-8b was answered by 2 different files"),
+        "{out}"
+    );
+
+    // A corrupt record is named; the report still comes.
+    std::fs::write(t.path().join("c/seed_2/provenance.json"), "{").unwrap();
+    let (_, err) = ok(&[
+        "report",
+        p(&t.path().join("c")),
+        "--out",
+        p(&rep),
+        "--no-plots",
+        "--force",
+    ]);
+    assert!(
+        err.contains("run c/seed_2: its provenance could not be read")
+            && err.contains("provenance.json"),
+        "{err}"
     );
 }

@@ -200,6 +200,23 @@ impl GgufFile {
         }
     }
 
+    /// The GGUF types of the file's tensors with their counts, by type name
+    /// (`F32 65, Q4_K 197, Q6_K 28`).
+    pub fn tensor_types(&self) -> String {
+        let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+        for info in self.content.tensor_infos.values() {
+            let name = ggml_name(info.ggml_dtype)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{:?}", info.ggml_dtype));
+            *counts.entry(name).or_default() += 1;
+        }
+        counts
+            .iter()
+            .map(|(t, n)| format!("{t} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub fn has_key(&self, key: &str) -> bool {
         self.content.metadata.contains_key(key)
     }

@@ -700,6 +700,34 @@ fn progress_bar(len: u64, message: &str, show: bool) -> crate::progress::Progres
     crate::progress::Progress::bytes_in(mode, message, len)
 }
 
+impl Sources {
+    /// The sha256 of `path` for a run's record (`crate::provenance`): taken from the stamp left
+    /// the last time this file (same canonical path, size and modification time) was hashed,
+    /// else hashed now, with a progress line, and stamped in `<cache>/.hashed/`.
+    pub fn file_sha256(&self, path: &Path) -> anyhow::Result<String> {
+        let stamp = stamp_contents(path)
+            .with_context(|| format!("cannot read {} to hash it", path.display()))?;
+        let key = hex::encode(Sha256::digest(stamp.lines().next().unwrap_or_default()));
+        let at = self.cache_dir.join(".hashed").join(key);
+        if let Ok(stored) = std::fs::read_to_string(&at) {
+            if let Some(sha) = stored.strip_prefix(stamp.as_str()) {
+                let sha = sha.trim();
+                if sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Ok(sha.to_string());
+                }
+            }
+        }
+        let sha = sha256_file(path, self.progress)
+            .with_context(|| format!("cannot read {} to hash it", path.display()))?;
+        // Failing to write the stamp only costs a later re-hash.
+        if let Some(parent) = at.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let _ = std::fs::write(&at, format!("{stamp}{sha}\n"));
+        Ok(sha)
+    }
+}
+
 /// A verification stamp: the file (canonical path), its size and modification time.
 fn stamp_contents(path: &Path) -> Option<String> {
     let canonical = std::fs::canonicalize(path).ok()?;
@@ -904,6 +932,37 @@ mod tests {
         let e = s.verify(&p, &sha(b"one"), OnMismatch::Remove).unwrap_err();
         assert!(e.to_string().ends_with("; the bad file was removed"), "{e}");
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_file_is_hashed_once_for_records_and_again_when_it_changes() {
+        let root = tempfile::tempdir().unwrap();
+        let s = sources(root.path());
+        let p = root.path().join("f.gguf");
+        std::fs::write(&p, b"one").unwrap();
+        assert_eq!(s.file_sha256(&p).unwrap(), sha(b"one"));
+        // The second time the stamp answers: a planted digest shows it was read, not recomputed.
+        let stamps: Vec<PathBuf> = std::fs::read_dir(s.cache_dir.join(".hashed"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(stamps.len(), 1);
+        let planted = std::fs::read_to_string(&stamps[0])
+            .unwrap()
+            .replace(&sha(b"one"), &sha(b"planted"));
+        std::fs::write(&stamps[0], planted).unwrap();
+        assert_eq!(s.file_sha256(&p).unwrap(), sha(b"planted"));
+        // A changed file (size, modification time) is hashed again.
+        std::fs::write(&p, b"two!").unwrap();
+        assert_eq!(s.file_sha256(&p).unwrap(), sha(b"two!"));
+        // A corrupt stamp only costs a hash.
+        std::fs::write(&stamps[0], "garbage").unwrap();
+        assert_eq!(s.file_sha256(&p).unwrap(), sha(b"two!"));
+        let e = format!(
+            "{:#}",
+            s.file_sha256(&root.path().join("gone.gguf")).unwrap_err()
+        );
+        assert!(e.contains("gone.gguf"), "{e}");
     }
 
     #[test]

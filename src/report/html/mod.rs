@@ -248,6 +248,12 @@ pub fn society_page(reports: &[&ConditionReport], compare: bool) -> anyhow::Resu
         ("timeline", "Timeline"),
         ("calls", "Model calls"),
     ]);
+    let origins = crate::report::provenance::read(reports.iter().map(|r| &r.condition));
+    let provenance = provenance_section(&origins, &crate::report::provenance::warnings(&origins));
+    if !provenance.is_empty() {
+        body.push_str(&provenance);
+        nav.push(("provenance", "Provenance"));
+    }
     let page_data = PageData {
         kind: "society",
         conditions: built.iter().map(|b| &b.data).collect(),
@@ -280,6 +286,53 @@ pub fn society_page(reports: &[&ConditionReport], compare: bool) -> anyhow::Resu
         _ => "Energy Society report".to_string(),
     };
     Ok(page(&title, &nav, &body, &blobs))
+}
+
+/// The report's Provenance section (`report::provenance`) for the HTML page, with `warnings` under it; empty when there are no
+/// runs. Tables scroll sideways on a narrow screen.
+pub fn provenance_section(
+    runs: &[crate::report::provenance::RunProvenance],
+    warnings: &[String],
+) -> String {
+    let Some(o) = crate::report::provenance::overview(runs) else {
+        return String::new();
+    };
+    // `name` in the introduction becomes <code>name</code>.
+    let intro: String = esc(&o.intro)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            1 => format!("<code>{part}</code>"),
+            _ => part.to_string(),
+        })
+        .collect();
+    let mut out = format!(
+        "<section id=\"provenance\" aria-labelledby=\"h-provenance\"><h2 id=\"h-provenance\">Provenance</h2>\n<p>{intro}</p>\n"
+    );
+    for t in &o.tables {
+        out.push_str("<div class=\"scroll\"><table><thead><tr>");
+        for h in &t.header {
+            let _ = write!(out, "<th>{}</th>", esc(h.as_str()));
+        }
+        out.push_str("</tr></thead><tbody>");
+        for r in &t.rows {
+            out.push_str("<tr>");
+            for c in r {
+                let _ = write!(out, "<td>{}</td>", esc(c));
+            }
+            out.push_str("</tr>");
+        }
+        out.push_str("</tbody></table></div>\n");
+    }
+    for w in warnings {
+        let _ = writeln!(
+            out,
+            "<p class=\"notice\"><strong>Before citing:</strong> {}</p>",
+            esc(w)
+        );
+    }
+    out.push_str("</section>\n");
+    out
 }
 
 /// The sections `page.js` fills in.
