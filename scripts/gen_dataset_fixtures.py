@@ -11,7 +11,10 @@ category, src, difficulty. Writes tests/fixtures/dataset/:
   mini.jsonl                  the rows as JSONL (what the parquet files must read back as)
   mini.parquet                snappy (pyarrow's default, what the hub's files use)
   mini-uncompressed.parquet   no compression
-  mini-zstd.parquet           zstd (not compiled in: must give a clear error)
+  mini-zstd.parquet           zstd (what polars writes by default)
+  mini-gzip.parquet           gzip
+  mini-lz4.parquet            LZ4 (pyarrow's `lz4`: the LZ4_RAW codec)
+  mini-brotli.parquet         brotli (not compiled in: must give a clear error)
   train-0000{0,1}-of-00002.parquet  the rows split in two shards, as the hub stores a larger split
   bad-options.parquet         `options` as a plain string (must name row and field)
 """
@@ -69,7 +72,8 @@ def main():
     table = pa.Table.from_pylist(data, schema=SCHEMA)
     pq.write_table(table, os.path.join(OUT, "mini.parquet"), compression="snappy")
     pq.write_table(table, os.path.join(OUT, "mini-uncompressed.parquet"), compression="none")
-    pq.write_table(table, os.path.join(OUT, "mini-zstd.parquet"), compression="zstd")
+    for codec in ["zstd", "gzip", "lz4", "brotli"]:
+        pq.write_table(table, os.path.join(OUT, f"mini-{codec}.parquet"), compression=codec)
     pq.write_table(table.slice(0, 4), os.path.join(OUT, "train-00000-of-00002.parquet"))
     pq.write_table(table.slice(4), os.path.join(OUT, "train-00001-of-00002.parquet"))
     bad = [dict(r, options=" | ".join(r["options"])) for r in data[:2]]

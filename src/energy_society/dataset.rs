@@ -10,10 +10,10 @@
 //! (`$HF_HOME/hub`, default `~/.cache/huggingface/hub`), so a copy cached
 //! once works offline. JSON, JSONL and parquet data files are read; a split
 //! stored in several shards (`train-00000-of-00002.parquet`, …) is read shard
-//! by shard in name order. Parquet files must be uncompressed or
-//! snappy-compressed (what `datasets` and pyarrow write by default); other
-//! codecs are not compiled in (they would pull C libraries into the build)
-//! and give an error that says how to convert the file.
+//! by shard in name order. Parquet files may be uncompressed or compressed
+//! with snappy (what `datasets`, pyarrow and pandas write by default), zstd
+//! (polars' default), gzip or LZ4; brotli is not compiled in and gives an
+//! error that says how to convert the file.
 
 use std::path::{Path, PathBuf};
 
@@ -164,7 +164,7 @@ impl Dataset {
     /// Read a parquet file with the columns of the JSON layout
     /// (`question_id`, `question`, `options` as a list of strings,
     /// `answer_index`, `category`, `difficulty`; other columns are ignored).
-    /// Uncompressed and snappy-compressed files only. Errors name the file,
+    /// Uncompressed, snappy, zstd, gzip or LZ4 (not brotli). Errors name the file,
     /// the row (0-based) and the field, as for JSON.
     pub fn load_parquet(path: impl AsRef<Path>) -> anyhow::Result<Dataset> {
         let path = path.as_ref();
@@ -186,7 +186,7 @@ impl Dataset {
     /// (default `main`), from the hf-hub cache, downloading it when it is
     /// not cached and the hub is reachable. `HF_HUB_OFFLINE=1` forbids the
     /// download; `HF_ENDPOINT` replaces the hub's address. Reads JSON, JSONL
-    /// and (uncompressed or snappy) parquet data files.
+    /// and parquet data files (any codec but brotli).
     pub fn from_hub(repo: &str, revision: Option<&str>) -> anyhow::Result<Dataset> {
         let offline = std::env::var("HF_HUB_OFFLINE")
             .map(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
@@ -381,9 +381,9 @@ fn parquet_rows(path: &Path) -> anyhow::Result<Vec<Question>> {
         let msg = e.to_string();
         if msg.contains("Disabled feature") {
             anyhow!(
-                "{msg}: Joule reads uncompressed and snappy-compressed parquet only; rewrite the file \
-                 with snappy (pyarrow: `pq.write_table(pq.read_table(src), dst, compression=\"snappy\")`) \
-                 or convert it to JSON"
+                "{msg}: Joule reads parquet uncompressed or compressed with snappy, zstd, gzip or LZ4; \
+                 rewrite the file with one of them (pyarrow: `pq.write_table(pq.read_table(src), dst, \
+                 compression=\"snappy\")`) or convert it to JSON"
             )
         } else {
             anyhow!("{msg}")
@@ -721,7 +721,13 @@ mod tests {
     fn parquet_reads_the_same_rows_as_json() {
         let json = Dataset::load(fixture("mini.jsonl")).unwrap();
         check_mini(&json);
-        for name in ["mini.parquet", "mini-uncompressed.parquet"] {
+        for name in [
+            "mini.parquet",
+            "mini-uncompressed.parquet",
+            "mini-zstd.parquet",
+            "mini-gzip.parquet",
+            "mini-lz4.parquet",
+        ] {
             let pq = Dataset::load(fixture(name)).unwrap();
             assert_eq!(pq.rows(), json.rows(), "{name}");
             assert_eq!(pq.digest(), json.digest(), "{name}");
@@ -753,13 +759,16 @@ mod tests {
 
     #[test]
     fn parquet_errors_name_the_file_and_say_what_to_do() {
-        // Codecs other than snappy are not compiled in.
+        // Brotli is not compiled in.
         let msg = format!(
             "{:#}",
-            Dataset::load(fixture("mini-zstd.parquet")).unwrap_err()
+            Dataset::load(fixture("mini-brotli.parquet")).unwrap_err()
         );
-        assert!(msg.contains("mini-zstd.parquet"), "{msg}");
-        assert!(msg.contains("zstd") && msg.contains("snappy"), "{msg}");
+        assert!(msg.contains("mini-brotli.parquet"), "{msg}");
+        assert!(
+            msg.to_lowercase().contains("brotli") && msg.contains("snappy, zstd, gzip or LZ4"),
+            "{msg}"
+        );
         // A column of the wrong type names the row and the field.
         let msg = format!(
             "{:#}",
