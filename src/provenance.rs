@@ -97,20 +97,31 @@ impl Build {
     /// `joule 0.1.0 (commit 0123456789ab)`, with `, modified sources` for a dirty build and
     /// `(commit unknown)` without a commit.
     pub fn label(&self) -> String {
+        format!("joule {}", self.version_text(12))
+    }
+
+    /// `0.1.0 (commit …)` with the commit's first `digits` hex digits, as [`Self::label`].
+    pub fn version_text(&self, digits: usize) -> String {
         match &self.commit {
             Some(c) => format!(
-                "joule {} (commit {}{})",
+                "{} (commit {}{})",
                 self.version,
-                &c[..c.len().min(12)],
+                c.chars().take(digits).collect::<String>(),
                 if self.dirty == Some(true) {
                     ", modified sources"
                 } else {
                     ""
                 }
             ),
-            None => format!("joule {} (commit unknown)", self.version),
+            None => format!("{} (commit unknown)", self.version),
         }
     }
+}
+
+/// What `joule --version` prints after the name: this build's version and its whole commit.
+pub fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| Build::this().version_text(40))
 }
 
 /// The machine a session ran on, and how its kernels ran there.

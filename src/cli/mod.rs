@@ -28,7 +28,7 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(
     name = "joule",
-    version,
+    version = crate::provenance::version_line(),
     about = "Societies of local LLM agents that pay energy for every generated token",
     after_help = "Examples:\n  joule run configs/energy-society/baseline-comp.toml --rounds 2\n  joule report runs/baseline-comp --out report\n  joule help run"
 )]

@@ -262,7 +262,9 @@ pub fn warnings(runs: &[RunProvenance], w: Wording) -> Vec<String> {
                 let short: Vec<String> = ids
                     .iter()
                     .map(|i| match i.len() {
-                        64 => format!("sha256 {}…", &i[..12]),
+                        64 if i.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                            format!("sha256 {}…", &i[..12])
+                        }
                         _ => i.clone(),
                     })
                     .collect();
@@ -442,6 +444,19 @@ mod tests {
             "{h}"
         );
         assert_eq!(crate::report::html::provenance_section(&[], &[]), "");
+    }
+
+    #[test]
+    fn hostile_records_are_shown_without_a_panic() {
+        // Multibyte text where hex digits belong: 64 bytes of "ü", a commit of "é".
+        let mut a = session("é", true, "ü");
+        a.models[0].sha256 = Some("ü".repeat(32));
+        let b = session("a", false, "1");
+        let runs = vec![run("c", "run_1", vec![a]), run("c", "run_2", vec![b])];
+        let w = warnings(&runs, RUNS).join("\n");
+        assert!(w.contains(&"ü".repeat(32)), "{w}");
+        assert!(section(&runs, RUNS)
+            .contains(&format!("(commit {}, modified sources)", "é".repeat(12))));
     }
 
     #[test]

@@ -301,6 +301,9 @@ fn runs_record_their_provenance_and_the_report_warns_when_one_conditions_files_d
         "{}",
         s.jobs.source
     );
+    // `joule --version` names the same build, with its whole commit.
+    let (version, _) = ok(&["--version"]);
+    assert_eq!(version, format!("joule {}\n", s.build.version_text(40)));
 
     let rep = t.path().join("report");
     let (_, err) = ok(&[

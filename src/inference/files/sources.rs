@@ -669,13 +669,18 @@ fn partial_path(dest: &Path) -> PathBuf {
 
 /// The sha256 of a file (lowercase hex), streamed, with a progress bar when asked.
 pub fn sha256_file(path: &Path, progress: bool) -> std::io::Result<String> {
+    hash_file(path, progress, |name| format!("verifying {name}"))
+}
+
+/// [`sha256_file`] with the progress bar's message made from the file's name.
+fn hash_file(path: &Path, progress: bool, message: fn(&str) -> String) -> std::io::Result<String> {
     let mut f = File::open(path)?;
     let len = f.metadata()?.len();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let bar = progress_bar(len, &format!("verifying {name}"), progress);
+    let bar = progress_bar(len, &message(&name), progress);
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
@@ -717,8 +722,10 @@ impl Sources {
                 }
             }
         }
-        let sha = sha256_file(path, self.progress)
-            .with_context(|| format!("cannot read {} to hash it", path.display()))?;
+        let sha = hash_file(path, self.progress, |name| {
+            format!("hashing {name} (once, for runs' provenance)")
+        })
+        .with_context(|| format!("cannot read {} to hash it", path.display()))?;
         // Failing to write the stamp only costs a later re-hash.
         if let Some(parent) = at.parent() {
             let _ = std::fs::create_dir_all(parent);
