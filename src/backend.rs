@@ -444,6 +444,16 @@ pub struct ModelOrigin {
     /// The model name sent to the server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub served_name: Option<String>,
+    /// The server's own entry for that name in its model list, as JSON (llama-server: the
+    /// parameter count and file size; vLLM: the weights it loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_entry: Option<String>,
+    /// Ollama's digest of the tag (what it names, whichever quantization it is), with its
+    /// details (format, family, parameter size, quantization level) as JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_details: Option<String>,
 }
 
 /// What computes a run's logits (`Backend::kernels`; built by

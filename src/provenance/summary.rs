@@ -52,7 +52,14 @@ fn answered_by(o: &ModelOrigin) -> String {
 pub fn identity(o: &ModelOrigin) -> String {
     match (&o.sha256, &o.served_name) {
         (Some(sha), _) => sha.clone(),
-        (None, Some(name)) => format!("served: {name} @ {}", o.server.as_deref().unwrap_or("")),
+        (None, Some(name)) => format!(
+            "served: {name} @ {}{}",
+            o.server.as_deref().unwrap_or(""),
+            o.served_digest
+                .as_deref()
+                .map(|d| format!(" (Ollama digest {d})"))
+                .unwrap_or_default()
+        ),
         (None, None) => format!("file without sha256: {}", o.file.as_deref().unwrap_or("")),
     }
 }
@@ -157,12 +164,16 @@ pub fn overview(runs: &[RunProvenance], w: Wording) -> Option<Overview> {
                 (
                     o.model.clone(),
                     answered_by(o),
-                    match (&o.sha256, &o.served_name) {
-                        (Some(sha), _) => sha.clone(),
-                        (None, Some(_)) => "the server's".to_string(),
-                        (None, None) => "not computed".to_string(),
+                    match (&o.sha256, &o.served_name, &o.served_digest) {
+                        (Some(sha), _, _) => sha.clone(),
+                        (None, Some(_), Some(d)) => format!("the server's (Ollama digest {d})"),
+                        (None, Some(_), None) => "the server's".to_string(),
+                        (None, None, _) => "not computed".to_string(),
                     },
-                    o.tensor_types.clone().unwrap_or_default(),
+                    o.tensor_types
+                        .clone()
+                        .or_else(|| o.served_details.clone())
+                        .unwrap_or_default(),
                 )
             })
             .collect()
@@ -292,6 +303,68 @@ pub fn warnings(runs: &[RunProvenance], w: Wording) -> Vec<String> {
     out
 }
 
+/// The CSV beside the section: one row per run (per experiment for the race), the values of
+/// its sessions joined by `; ` where they differ, empty cells for a run without a record.
+pub fn csv(runs: &[RunProvenance], w: Wording) -> String {
+    let mut out = crate::csv::CsvText::new();
+    out.record([
+        w.group,
+        w.item,
+        "sessions",
+        "from_rounds",
+        "started_utc",
+        "builds",
+        "dirty",
+        "machines",
+        "models",
+        "jobs_digest",
+    ]);
+    for r in runs {
+        let s = r.sessions();
+        let join = |f: &dyn Fn(&Session) -> String| -> String {
+            let mut v: Vec<String> = Vec::new();
+            for x in s {
+                let x = f(x);
+                if !v.contains(&x) {
+                    v.push(x);
+                }
+            }
+            v.join("; ")
+        };
+        out.record([
+            r.condition.clone(),
+            r.run.rsplit('/').next().unwrap_or_default().to_string(),
+            s.len().to_string(),
+            join(&|x| x.from_round.to_string()),
+            join(&|x| x.started_utc.clone()),
+            join(&|x| {
+                format!(
+                    "{} {}",
+                    x.build.version,
+                    x.build.commit.as_deref().unwrap_or("unknown")
+                )
+            }),
+            match s.is_empty() {
+                true => String::new(),
+                false => match s.iter().any(|x| x.build.dirty == Some(true)) {
+                    true => "True".to_string(),
+                    false => "False".to_string(),
+                },
+            },
+            join(&|x| x.machine.label()),
+            join(&|x| {
+                x.models
+                    .iter()
+                    .map(|o| format!("{}={}", o.model, identity(o)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+            join(&|x| x.jobs.digest.clone().unwrap_or_default()),
+        ]);
+    }
+    out.into_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,7 +428,7 @@ mod tests {
         );
         // The seed is left out of the job source the runs share.
         assert!(md.contains("| procedural easy=4 |  |  | 2 |"), "{md}");
-        let csv = crate::report::provenance::table(&runs).to_csv();
+        let csv = csv(&runs, RUNS);
         assert!(csv.starts_with("condition,run,sessions,"), "{csv}");
         assert!(
             csv.contains(&format!("comp,run_2,1,1,,0.1.0 {},False,", "a".repeat(40))),
@@ -419,7 +492,7 @@ mod tests {
             md.contains("| joule 0.1.0 (commit bbbbbbbbbbbb, modified sources) | 1 |"),
             "{md}"
         );
-        let csv = crate::report::provenance::table(&runs).to_csv();
+        let csv = csv(&runs, RUNS);
         assert!(csv.contains("comp,run_2,2,1; 4,,"), "{csv}");
         assert!(csv.contains("comp,run_3,0,,,,,,,"), "{csv}");
     }

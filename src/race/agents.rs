@@ -1,4 +1,4 @@
-//! Scripted race agents (issue item 7): the reference strategies AS, AU, CS
+//! Scripted race agents: the reference strategies AS, AU, CS
 //! and CAS (§7.1, §2) and a seeded 50/50 random player, as
 //! [`crate::scripted::Policy`] impls. They read the structured observation
 //! of a `race.decide` request (never the prompt) and answer with the

@@ -1,4 +1,4 @@
-//! Race experiment files (`configs/ai-race/*.toml`, issue item 6): one
+//! Race experiment files (`configs/ai-race/*.toml`): one
 //! format for `joule race run` and `joule race sweep`. An experiment is the
 //! product lineups × persona conditions × N × p_max × repetitions; every
 //! cell is one race with `game_seed = base_seed + rep`, so p_max levels

@@ -1,4 +1,4 @@
-//! `joule race report` (issue item 6, spec §8): reads run folders and
+//! `joule race report` (spec §8): reads run folders and
 //! writes Unsafe rates with 95% Wilson intervals by p_max, N, lineup,
 //! persona band and position (Leader / Middle / Trailer before the round),
 //! with parse-failure and contamination counts beside every rate; the
@@ -6,8 +6,9 @@
 //! for rounds 1–5); and a plot of Unsafe rate by position and persona band.
 //! Behavioural rates use uncontaminated races only (§3.2).
 //!
-//! Every number `report.md` shows is also in a CSV at full precision
-//! (tests/quick/race_analysis.rs checks it). The files are written into a fresh
+//! Every number of `report.md`'s results is also in a CSV at full precision
+//! (tests/quick/race_analysis.rs checks it); its closing Provenance section
+//! (`crate::provenance::summary`) has `provenance.csv` beside it. The files are written into a fresh
 //! folder beside `--out` and moved into `--out` only when all of them were
 //! written, so a failure (a bad `--human` file, say) leaves `--out` as it was.
 
@@ -627,6 +628,11 @@ fn write_files(
         .collect();
     let wording = crate::provenance::summary::EXPERIMENTS;
     md.push_str(&crate::provenance::summary::section(&origins, wording));
+    std::fs::write(
+        out.join("provenance.csv"),
+        crate::provenance::summary::csv(&origins, wording),
+    )
+    .with_context(|| format!("writing {}/provenance.csv", out.display()))?;
     let cautions = crate::provenance::summary::warnings(&origins, wording);
     if !cautions.is_empty() {
         let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
@@ -637,8 +643,8 @@ fn write_files(
     }
     md.push_str("Files: `unsafe_rates.csv`, `contract.csv`, `trajectories.csv`, `unsafe_by_position.png`, \
                  `unsafe_by_position.svg`, `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, \
-                 `humans_vs_models.csv` (with `--human`: `unsafe_tests.csv`, `archetype_centroids.csv`, \
-                 `archetypes.png`, `archetypes.svg`).\n");
+                 `humans_vs_models.csv`, `provenance.csv` (with `--human`: `unsafe_tests.csv`, \
+                 `archetype_centroids.csv`, `archetypes.png`, `archetypes.svg`).\n");
     let all: Vec<&RateRow> = [&t_pmax, &t_n, &t_pos, &t_band, &t_lineup, &t_model_band]
         .into_iter()
         .flatten()

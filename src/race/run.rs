@@ -1,4 +1,4 @@
-//! Running race experiments (issue item 6): every pending race of a config
+//! Running race experiments: every pending race of a config
 //! is spawned on one [`Driver`], so all unfinished races advance one round
 //! per batch (lockstep, §3.3). Outputs in the run folder: `config.json`
 //! (with a race of model-backed seats, the kernels of their models under

@@ -51,7 +51,7 @@ pub struct Attempt {
     pub generated_tokens: u32,
 }
 
-/// Relative position before a round (issue item 6): Leader = highest
+/// Relative position before a round: Leader = highest
 /// progress or tied for it, Trailer = strictly last, Middle = the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]

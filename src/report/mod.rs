@@ -172,7 +172,7 @@ pub fn write(
         md.push_str(&format!("Before citing these figures:\n\n{text}\n"));
         warnings.extend(cautions);
     }
-    provenance::table(&origins).write_csv(&out.join("provenance.csv"))?;
+    write_text(&out.join("provenance.csv"), &provenance::csv(&origins))?;
     let mut terminal: String = summaries
         .iter()
         .zip(&measured)

@@ -1,10 +1,10 @@
-//! What produced a report's runs (`crate::provenance::summary`, which writes the section and the
-//! warnings): the runs' records read from their folders, and `provenance.csv`, one row per run.
+//! What produced a report's runs: the runs' records read from their folders, with the section,
+//! the warnings and `provenance.csv` of `crate::provenance::summary` in the Energy Society's
+//! wording.
 
-use crate::provenance::summary::{identity, Overview, RUNS};
-use crate::provenance::{Provenance, Session};
+use crate::provenance::summary::{Overview, RUNS};
+use crate::provenance::Provenance;
 use crate::report::load::Condition;
-use crate::report::table::{Cell, Table};
 
 pub use crate::provenance::summary::RunProvenance;
 
@@ -44,62 +44,6 @@ pub fn read<'a>(conditions: impl IntoIterator<Item = &'a Condition>) -> Vec<RunP
 }
 
 /// `provenance.csv`: one row per run.
-pub fn table(runs: &[RunProvenance]) -> Table {
-    let mut t = Table::new(&[
-        "condition",
-        "run",
-        "sessions",
-        "from_rounds",
-        "started_utc",
-        "builds",
-        "dirty",
-        "machines",
-        "models",
-        "jobs_digest",
-    ]);
-    for r in runs {
-        let s = r.sessions();
-        let join = |f: &dyn Fn(&Session) -> String| -> Cell {
-            if s.is_empty() {
-                return Cell::Null;
-            }
-            let mut v: Vec<String> = Vec::new();
-            for x in s {
-                let x = f(x);
-                if !v.contains(&x) {
-                    v.push(x);
-                }
-            }
-            Cell::Str(v.join("; "))
-        };
-        t.push(vec![
-            Cell::Str(r.condition.clone()),
-            Cell::Str(r.run.rsplit('/').next().unwrap_or_default().to_string()),
-            Cell::Int(s.len() as i64),
-            join(&|x| x.from_round.to_string()),
-            join(&|x| x.started_utc.clone()),
-            join(&|x| {
-                format!(
-                    "{} {}",
-                    x.build.version,
-                    x.build.commit.as_deref().unwrap_or("unknown")
-                )
-            }),
-            if s.is_empty() {
-                Cell::Null
-            } else {
-                Cell::Bool(s.iter().any(|x| x.build.dirty == Some(true)))
-            },
-            join(&|x| x.machine.label()),
-            join(&|x| {
-                x.models
-                    .iter()
-                    .map(|o| format!("{}={}", o.model, identity(o)))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }),
-            join(&|x| x.jobs.digest.clone().unwrap_or_default()),
-        ]);
-    }
-    t
+pub fn csv(runs: &[RunProvenance]) -> String {
+    crate::provenance::summary::csv(runs, RUNS)
 }

@@ -363,6 +363,61 @@ pub fn parse_models(body: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
+/// Each name of the server's model list (ids and aliases) with the server's own entry for it,
+/// as compact JSON: llama-server's carries `meta` (parameters, file size, vocabulary), vLLM's
+/// `root` (the weights it loaded) and `max_model_len`. A body that is not a model list gives none.
+pub fn model_entries(body: &str) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return out;
+    };
+    for m in v
+        .get("data")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let entry = m.to_string();
+        let aliases = m.get("aliases").and_then(Value::as_array);
+        for name in m
+            .get("id")
+            .into_iter()
+            .chain(aliases.into_iter().flatten())
+            .filter_map(Value::as_str)
+        {
+            out.entry(name.to_string()).or_insert_with(|| entry.clone());
+        }
+    }
+    out
+}
+
+/// Ollama's own list (`GET /api/tags`): each tag with the digest of what it names and its
+/// `details` (format, family, parameter size, quantization level) as compact JSON. A body that
+/// is not such a list (another server) gives none.
+pub fn ollama_tags(body: &str) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return out;
+    };
+    for m in v
+        .get("models")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = m
+            .get("name")
+            .or_else(|| m.get("model"))
+            .and_then(Value::as_str);
+        let digest = m.get("digest").and_then(Value::as_str);
+        if let (Some(name), Some(digest)) = (name, digest) {
+            let details = m.get("details").map(Value::to_string).unwrap_or_default();
+            out.insert(name.to_string(), (digest.to_string(), details));
+        }
+    }
+    out
+}
+
 /// Does the server's list hold `name`? Exact, or Ollama's implicit `:latest` tag.
 pub fn lists_model(listed: &[String], name: &str) -> bool {
     listed.iter().any(|l| {
@@ -413,6 +468,24 @@ mod tests {
             },
             observation: Value::Null,
         }
+    }
+
+    #[test]
+    fn the_servers_own_entries_and_ollamas_digests_are_read() {
+        let llama = r#"{"object":"list","data":[{"id":"smollm2","aliases":["s2"],"object":"model",
+            "meta":{"n_params":134515008,"size":98362432}}]}"#;
+        let e = model_entries(llama);
+        assert_eq!(e.len(), 2);
+        assert!(e["s2"].contains("\"n_params\":134515008"), "{e:?}");
+        assert_eq!(e["smollm2"], e["s2"]);
+        assert!(model_entries("not json").is_empty());
+        let tags = r#"{"models":[{"name":"qwen3:8b","model":"qwen3:8b","digest":"500a1f067a9f",
+            "details":{"format":"gguf","quantization_level":"Q4_K_M"}},{"name":"no-digest"}]}"#;
+        let t = ollama_tags(tags);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t["qwen3:8b"].0, "500a1f067a9f");
+        assert!(t["qwen3:8b"].1.contains("Q4_K_M"));
+        assert!(ollama_tags(llama).is_empty());
     }
 
     #[test]

@@ -74,7 +74,16 @@ impl Client {
 
     /// One HTTP exchange: the body of a 2xx response, or a classified failure.
     fn exchange(&self, method: &str, path: &str, body: Option<&str>) -> Result<String, Failure> {
-        let url = self.url(path);
+        self.exchange_at(method, self.url(path), body)
+    }
+
+    /// [`Self::exchange`] with a whole URL.
+    fn exchange_at(
+        &self,
+        method: &str,
+        url: String,
+        body: Option<&str>,
+    ) -> Result<String, Failure> {
         let mut req = self.agent.request(method, &url);
         if let Some(key) = &self.opts.api_key {
             req = req.set("Authorization", &format!("Bearer {key}"));
@@ -139,14 +148,33 @@ impl Client {
 
     /// The names the server serves (`GET /models`).
     pub fn models(&self) -> Result<Vec<String>, Failure> {
+        self.model_list().map(|l| l.names)
+    }
+
+    /// The server's model list (`GET /models`): the names it serves and its entry for each.
+    pub fn model_list(&self) -> Result<ModelList, Failure> {
         self.with_retries(|| {
             let body = self.exchange("GET", "models", None)?;
-            api::parse_models(&body).map_err(|m| Failure {
+            let names = api::parse_models(&body).map_err(|m| Failure {
                 message: format!("GET {}: {m}", self.url("models")),
                 retry: true,
                 unreachable: false,
+            })?;
+            Ok(ModelList {
+                names,
+                entries: api::model_entries(&body),
             })
         })
+    }
+
+    /// Ollama's own list of tags with their digests (`GET /api/tags` beside the OpenAI-compatible
+    /// `/v1`), asked once; empty from a server that has none (llama-server, vLLM).
+    pub fn ollama_tags(&self) -> std::collections::BTreeMap<String, (String, String)> {
+        let base = self.opts.base_url.trim_end_matches('/');
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        self.exchange_at("GET", format!("{root}/api/tags"), None)
+            .map(|body| api::ollama_tags(&body))
+            .unwrap_or_default()
     }
 
     /// One chat completion, read into an [`Answer`].
@@ -164,6 +192,14 @@ impl Client {
             })
         })
     }
+}
+
+/// A server's model list: the names it serves (ids and aliases) and, per name, the server's own
+/// entry for it as compact JSON (`api::model_entries`).
+#[derive(Debug, Clone, Default)]
+pub struct ModelList {
+    pub names: Vec<String>,
+    pub entries: std::collections::BTreeMap<String, String>,
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use anyhow::Context;
 use crate::backend::{Backend, BackendError, ModelRequest, ModelResponse, ModelResult};
 
 use super::api::{self, RequestOptions};
-use super::client::{Client, ClientOptions};
+use super::client::{Client, ClientOptions, ModelList};
 use super::config::{ServedNames, ServedOptions};
 
 /// The batch key of every served model.
@@ -37,6 +37,10 @@ pub struct OpenAiBackend {
     counted_by: String,
     /// Set once the server could not be reached after all retries.
     down: Mutex<Option<String>>,
+    /// The server's model list, for a run's provenance.
+    listing: ModelList,
+    /// Ollama's tags with their digests and details (empty from other servers).
+    ollama: std::collections::BTreeMap<String, (String, String)>,
 }
 
 /// The HTTP client the served options describe (the API key read from its variable).
@@ -65,8 +69,8 @@ pub fn client_for(llm: &ServedOptions) -> anyhow::Result<Client> {
 
 /// Check that the server lists every served name; returns what it lists.
 /// The error names each missing model and what the server does serve.
-pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<Vec<String>> {
-    let listed = client.models().map_err(|f| {
+pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<ModelList> {
+    let list = client.model_list().map_err(|f| {
         if f.unreachable {
             anyhow::anyhow!(
                 "cannot reach the model server at {}: {}. Start it (e.g. `ollama serve`, \
@@ -82,9 +86,10 @@ pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<Vec<
             )
         }
     })?;
+    let listed = &list.names;
     let missing: Vec<(&str, &str)> = names
         .iter()
-        .filter(|(_, served)| !api::lists_model(&listed, served))
+        .filter(|(_, served)| !api::lists_model(listed, served))
         .collect();
     if !missing.is_empty() {
         let which: Vec<String> = missing
@@ -113,7 +118,7 @@ pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<Vec<
             missing[0].1,
         );
     }
-    Ok(listed)
+    Ok(list)
 }
 
 impl OpenAiBackend {
@@ -121,8 +126,12 @@ impl OpenAiBackend {
     /// server serves every model in `names` before anything runs.
     pub fn connect(llm: &ServedOptions, names: ServedNames) -> anyhow::Result<Self> {
         let client = client_for(llm)?;
-        check_models(&client, &names)?;
-        Ok(Self::with_client(llm, client, names))
+        let list = check_models(&client, &names)?;
+        let ollama = client.ollama_tags();
+        let mut backend = Self::with_client(llm, client, names);
+        backend.listing = list;
+        backend.ollama = ollama;
+        Ok(backend)
     }
 
     /// The backend without the model check (tests of a dead server).
@@ -140,6 +149,8 @@ impl OpenAiBackend {
             max_concurrency: llm.max_concurrency.max(1),
             counted_by,
             down: Mutex::new(None),
+            listing: ModelList::default(),
+            ollama: Default::default(),
         }
     }
 
@@ -221,10 +232,22 @@ impl Backend for OpenAiBackend {
             if out.iter().any(|o| o.model == *m) {
                 continue;
             }
+            // The entries of the name as listed (exact, or with Ollama's implicit `:latest`).
+            let listed = |keys: Vec<&String>| -> Option<String> {
+                keys.into_iter()
+                    .find(|k| api::lists_model(std::slice::from_ref(*k), name))
+                    .cloned()
+            };
+            let entry = listed(self.listing.entries.keys().collect())
+                .and_then(|k| self.listing.entries.get(&k).cloned());
+            let tag = listed(self.ollama.keys().collect()).and_then(|k| self.ollama.get(&k));
             out.push(crate::backend::ModelOrigin {
                 model: m.to_string(),
                 server: Some(server.to_string()),
                 served_name: Some(name.to_string()),
+                served_entry: entry,
+                served_digest: tag.map(|t| t.0.clone()),
+                served_details: tag.map(|t| t.1.clone()).filter(|d| !d.is_empty()),
                 ..Default::default()
             });
         }
@@ -388,6 +411,83 @@ mod tests {
             assert_eq!(r.usage.charged_tokens, i as u32 + 1);
         }
         assert!(b.unavailable().is_none());
+    }
+
+    /// Answers GET requests by path from `routes` (404 otherwise), one connection at a time.
+    fn route_server(routes: Vec<(&'static str, &'static str)>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(s) = s else { return };
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                r.read_line(&mut first).unwrap_or(0);
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                }
+                let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
+                let (status, body) = match routes.iter().find(|(p, _)| *p == path) {
+                    Some((_, b)) => ("200 OK", b.to_string()),
+                    None => ("404 Not Found", "{\"error\":\"no\"}".to_string()),
+                };
+                let mut s = s;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_served_models_origin_holds_the_servers_entry_and_ollamas_digest() {
+        // An Ollama-like server: its OpenAI list and its own tags with digests.
+        let url = route_server(vec![
+            (
+                "/v1/models",
+                r#"{"data":[{"id":"qwen3:8b","object":"model","owned_by":"library"}]}"#,
+            ),
+            (
+                "/api/tags",
+                r#"{"models":[{"name":"qwen3:8b","digest":"500a1f067a9f","details":{"quantization_level":"Q4_K_M"}}]}"#,
+            ),
+        ]);
+        let b = OpenAiBackend::connect(&llm(&url), names(&[("qwen3-8b", "qwen3:8b")])).unwrap();
+        let o = b.model_origins(&["qwen3-8b", "scripted:random"]);
+        assert_eq!(o.len(), 1, "{o:?}");
+        assert_eq!(o[0].served_name.as_deref(), Some("qwen3:8b"));
+        assert_eq!(o[0].server.as_deref(), Some(url.as_str()));
+        assert!(
+            o[0].served_entry
+                .as_deref()
+                .is_some_and(|e| e.contains("library")),
+            "{o:?}"
+        );
+        assert_eq!(o[0].served_digest.as_deref(), Some("500a1f067a9f"));
+        assert!(o[0]
+            .served_details
+            .as_deref()
+            .is_some_and(|d| d.contains("Q4_K_M")));
+        // A llama-server-like one: its entry's meta, no tags; an alias names the model.
+        let url = route_server(vec![(
+            "/v1/models",
+            r#"{"data":[{"id":"m.gguf","aliases":["smol"],"meta":{"n_params":134515008}}]}"#,
+        )]);
+        let b = OpenAiBackend::connect(&llm(&url), names(&[("k", "smol")])).unwrap();
+        let o = b.model_origins(&["k"]);
+        assert!(
+            o[0].served_entry
+                .as_deref()
+                .is_some_and(|e| e.contains("134515008")),
+            "{o:?}"
+        );
+        assert_eq!(o[0].served_digest, None);
     }
 
     #[test]

@@ -36,13 +36,16 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
 }
 
-/// Every file under `dir`, by its path relative to `dir`.
+/// Every file under `dir`, by its path relative to `dir`, without the runs' `provenance.json`
+/// (when and by which command each was played: not one of their records).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             if p.is_dir() {
                 walk(root, &p, out);
+            } else if p.file_name().is_some_and(|n| n == joule::provenance::FILE) {
+                continue;
             } else {
                 let rel = p.strip_prefix(root).unwrap().display().to_string();
                 out.insert(rel, std::fs::read(&p).unwrap());

@@ -363,6 +363,25 @@ fn a_served_society_charges_the_servers_counts_and_repeats_with_a_fixed_seed() {
         drop(server);
     }
 
+    // The provenance names the server, the served name and llama-server's own entry for it
+    // (its meta: the parameter count of the file it loaded).
+    let p = joule::provenance::Provenance::read(&runs[0])
+        .unwrap()
+        .expect("provenance.json");
+    let origins = &p.sessions[0].models;
+    assert!(!origins.is_empty());
+    for o in origins {
+        assert_eq!(o.server.as_deref(), Some(proxy.url().as_str()), "{o:?}");
+        assert!(o.served_name.is_some() && o.sha256.is_none(), "{o:?}");
+        assert!(
+            o.served_entry
+                .as_deref()
+                .is_some_and(|e| e.contains("n_params")),
+            "{o:?}"
+        );
+    }
+    assert_eq!(p.sessions[0].machine.device.as_deref(), Some("server"));
+
     // Every call: charged = the server's completion_tokens, recorded as such, and
     // charged round(T · k · S^α, 2).
     let recorded = calls(&runs[0]);

@@ -34,6 +34,8 @@ fn patterns() -> Vec<(Regex, &'static str)> {
         ),
         // "issueN-single.sh", "issueN"
         p(r"(?i)issue\d+", "a name carrying an issue number"),
+        // an item of an issue's list: "issue item" and its number
+        p(r"(?i)\bissues?\s+items?\s+\d+", "an issue's item"),
     ]
 }
 
@@ -176,6 +178,7 @@ fn scanner_flags_planted_references_and_spares_ordinary_text() {
         ["closes ", "#9"].concat(),
         ["//! as measured until sess", "ion\n//! 10, the kernel"].concat(),
         ["see the notes of iss", "ue\n# 27 for the numbers"].concat(),
+        ["//! Race files (iss", "ue item 6): one"].concat(),
     ];
     for text in &planted {
         let found = scan_text("x.rs", text, &pats);
