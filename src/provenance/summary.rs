@@ -33,6 +33,17 @@ impl RunProvenance {
     }
 }
 
+/// The records of folders that are each their own group (the race's experiment folders).
+pub fn read_folders(dirs: &[std::path::PathBuf]) -> Vec<RunProvenance> {
+    dirs.iter()
+        .map(|d| RunProvenance {
+            run: d.display().to_string(),
+            condition: d.display().to_string(),
+            record: Provenance::read(d).map_err(|e| format!("{e:#}")),
+        })
+        .collect()
+}
+
 /// How a model's answers are named in the section: the file's name, or the server's model.
 fn answered_by(o: &ModelOrigin) -> String {
     match (&o.file, &o.served_name) {

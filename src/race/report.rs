@@ -618,14 +618,7 @@ fn write_files(
         md.push_str(&cmp.markdown);
     }
     // What played the races (`crate::provenance`), one record per experiment folder.
-    let origins: Vec<crate::provenance::summary::RunProvenance> = dirs
-        .iter()
-        .map(|d| crate::provenance::summary::RunProvenance {
-            run: d.display().to_string(),
-            condition: d.display().to_string(),
-            record: crate::provenance::Provenance::read(d).map_err(|e| format!("{e:#}")),
-        })
-        .collect();
+    let origins = crate::provenance::summary::read_folders(dirs);
     let wording = crate::provenance::summary::EXPERIMENTS;
     md.push_str(&crate::provenance::summary::section(&origins, wording));
     std::fs::write(

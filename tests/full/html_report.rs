@@ -752,7 +752,14 @@ fn race_page_draws_rates_and_trajectories() {
         "--html",
     ]);
     let page = dir.join("report.html");
-    assert_self_contained(&std::fs::read_to_string(&page).unwrap());
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_self_contained(&html);
+    // The experiment's provenance closes the page (its width is checked at 390 px below).
+    assert!(
+        html.contains("<h2 id=\"h-provenance\">Provenance</h2>")
+            && html.contains("1 of 1 experiments record it"),
+        "no provenance section"
+    );
     // The first p_max row of unsafe_rates.csv, as the table shows it.
     let csv = std::fs::read_to_string(dir.join("unsafe_rates.csv")).unwrap();
     let row: Vec<&str> = csv

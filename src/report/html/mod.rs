@@ -294,7 +294,16 @@ pub fn provenance_section(
     runs: &[crate::report::provenance::RunProvenance],
     warnings: &[String],
 ) -> String {
-    let Some(o) = crate::report::provenance::overview(runs) else {
+    provenance_html(crate::report::provenance::overview(runs), warnings)
+}
+
+/// A Provenance section's content (`provenance::summary::overview`) as HTML, with `warnings`
+/// under it; empty without content.
+pub fn provenance_html(
+    overview: Option<crate::provenance::summary::Overview>,
+    warnings: &[String],
+) -> String {
+    let Some(o) = overview else {
         return String::new();
     };
     // `name` in the introduction becomes <code>name</code>.

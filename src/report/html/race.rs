@@ -191,6 +191,18 @@ pub fn race_page(dirs: &[PathBuf]) -> anyhow::Result<String> {
          <label>Race <select id=\"race-pick\"></select></label></div>\
          <div id=\"race-chart\" class=\"chart\"></div><div id=\"race-turns\" class=\"scroll\"></div></section>\n",
     );
+    // What played the races (`crate::provenance`), one record per experiment folder.
+    let origins = crate::provenance::summary::read_folders(dirs);
+    let wording = crate::provenance::summary::EXPERIMENTS;
+    let provenance = super::provenance_html(
+        crate::provenance::summary::overview(&origins, wording),
+        &crate::provenance::summary::warnings(&origins, wording),
+    );
+    let mut nav = vec![("rates", "Unsafe rates"), ("races", "Races")];
+    if !provenance.is_empty() {
+        body.push_str(&provenance);
+        nav.push(("provenance", "Provenance"));
+    }
     let page_data = PageData {
         kind: "race",
         tables: TITLES
@@ -209,12 +221,7 @@ pub fn race_page(dirs: &[PathBuf]) -> anyhow::Result<String> {
         ("joule-data".to_string(), script_json(&page_data)?),
         ("joule-lines".to_string(), script_json(&lines.lines)?),
     ];
-    Ok(page(
-        "AI development race",
-        &[("rates", "Unsafe rates"), ("races", "Races")],
-        &body,
-        &blobs,
-    ))
+    Ok(page("AI development race", &nav, &body, &blobs))
 }
 
 /// Write the race page to `out/report.html` and return its path.
