@@ -224,6 +224,15 @@ pub fn section(runs: &[RunProvenance], w: Wording) -> String {
     overview(runs, w).map(|o| markdown(&o)).unwrap_or_default()
 }
 
+/// The warnings under a report's Provenance section, as markdown; empty without any.
+pub fn cautions_markdown(cautions: &[String]) -> String {
+    if cautions.is_empty() {
+        return String::new();
+    }
+    let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
+    format!("Before citing these figures:\n\n{text}\n")
+}
+
 /// An overview as a markdown section.
 pub fn markdown(o: &Overview) -> String {
     let mut out = format!("## Provenance\n\n{}\n\n", o.intro);

@@ -627,12 +627,9 @@ fn write_files(
     )
     .with_context(|| format!("writing {}/provenance.csv", out.display()))?;
     let cautions = crate::provenance::summary::warnings(&origins, wording);
-    if !cautions.is_empty() {
-        let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
-        md.push_str(&format!("Before citing these figures:\n\n{text}\n"));
-        for c in &cautions {
-            crate::errln!("warning: {c}");
-        }
+    md.push_str(&crate::provenance::summary::cautions_markdown(&cautions));
+    for c in &cautions {
+        crate::errln!("warning: {c}");
     }
     md.push_str("Files: `unsafe_rates.csv`, `contract.csv`, `trajectories.csv`, `unsafe_by_position.png`, \
                  `unsafe_by_position.svg`, `logit.csv`, `logit_sample.csv`, `strategies.csv`, `archetypes.csv`, \

@@ -167,11 +167,8 @@ pub fn write(
     let cautions = provenance::warnings(&origins);
     md.push('\n');
     md.push_str(&provenance::section(&origins));
-    if !cautions.is_empty() {
-        let text: String = cautions.iter().map(|n| format!("- {n}\n")).collect();
-        md.push_str(&format!("Before citing these figures:\n\n{text}\n"));
-        warnings.extend(cautions);
-    }
+    md.push_str(&crate::provenance::summary::cautions_markdown(&cautions));
+    warnings.extend(cautions);
     write_text(&out.join("provenance.csv"), &provenance::csv(&origins))?;
     let mut terminal: String = summaries
         .iter()
