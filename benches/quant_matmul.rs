@@ -363,6 +363,8 @@ fn stream(
 
 /// Build `f`'s value with transparent huge pages off for this process (`off`) or on where
 /// advised: pages are chosen when first written, so what is built here keeps its pages.
+/// Transparent huge pages are Linux's: elsewhere `f` runs as it is.
+#[cfg(target_os = "linux")]
 fn with_thp<T>(off: bool, f: impl FnOnce() -> T) -> T {
     // SAFETY: PR_SET_THP_DISABLE takes one integer argument; it flips a flag of this process.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, u64::from(off), 0, 0, 0) };
@@ -370,6 +372,11 @@ fn with_thp<T>(off: bool, f: impl FnOnce() -> T) -> T {
     // SAFETY: as above.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
     v
+}
+
+#[cfg(not(target_os = "linux"))]
+fn with_thp<T>(_off: bool, f: impl FnOnce() -> T) -> T {
+    f()
 }
 
 /// The pages table: the stream table's matrices built twice in one process, on 4 KiB pages

@@ -12,7 +12,8 @@
 #                               for the HTML report's browser tests, run every test in release
 #                               mode (the SmolLM2 end-to-end tests need it), the GPU check's CPU
 #                               dry run, the CUDA build (no GPU needed: scripts/build-cuda.sh,
-#                               cached outside the repository), and last the Slurm test
+#                               cached outside the repository), the macOS type check with the
+#                               `metal` feature (scripts/check-macos.sh), and last the Slurm test
 #                               (scripts/slurm-test.sh: a real single-node cluster on this
 #                               machine; it runs as root, as on CI, installs Debian's slurm-wlm
 #                               and munge with apt-get, skips with a note elsewhere, and
@@ -69,6 +70,14 @@ fi
 # JOULE_SKIP_CUDA_BUILD=1 skips it (for quick local runs; CI never sets it).
 if [[ "${JOULE_SKIP_CUDA_BUILD:-0}" != 1 ]]; then
   ./scripts/build-cuda.sh 2>&1
+fi
+
+# The macOS type check (scripts/check-macos.sh: `cargo check --all-targets --features metal` for
+# aarch64-apple-darwin, C parts of dependencies stubbed, nothing linked), so the Metal and
+# aarch64 paths cannot rot; about 2 minutes cold. It skips with a note where rustup cannot
+# install the target's standard library; JOULE_MACOS_CHECK=0 skips it.
+if [[ "${JOULE_MACOS_CHECK:-auto}" != 0 ]]; then
+  ./scripts/check-macos.sh 2>&1
 fi
 
 case "${JOULE_SLURM_TEST:-auto}" in

@@ -13,6 +13,7 @@ use super::{BLOCK, GROUP};
 
 /// One GGUF block type: how its bytes split into the scales of 32-value
 /// blocks and their integer payloads.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // items only the x86 kernels read
 pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
     /// GGUF's name of the type (for errors).
     const NAME: &'static str;
@@ -36,6 +37,7 @@ pub trait WeightBlock: Copy + Debug + Send + Sync + 'static {
 /// The scales of [`GROUP`] consecutive 32-value blocks of a weight row: each
 /// block's value is `d·u + m` (or `d·s` when signed), `d` and `m` exact in f32.
 /// Unused positions (a row's last group) are zero.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // items only the x86 kernels read
 pub trait GroupScales: Copy + Default + Debug + Send + Sync + 'static {
     /// Whether the `m` terms exist (Q8_0 and Q6_K have none).
     const WITH_M: bool;
@@ -551,6 +553,7 @@ impl WeightBlock for BlockQ6K {
 /// A 32-value type whose values are `d·(u − OFFSET)` with one `d` per block: what
 /// `x86::qlanes512::QLanes` stores (rows in lanes), as the bytes each 64-byte line takes
 /// from one row's block (four per line, one line per four values).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // items only the x86 kernels read
 pub(crate) trait LaneBlock: WeightBlock {
     /// Bits per stored value: 4 (Q4_0), 5 (Q5_0) or 8 (Q8_0).
     const BITS: u32;

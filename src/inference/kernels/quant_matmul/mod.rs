@@ -1173,7 +1173,10 @@ pub fn random_matrix(rng: &mut impl rand::Rng, dtype: GgmlDType, n: usize, k: us
 /// Whether decode's k-quant kernels in lanes take a work item's 16-row groups two at a time
 /// (two streams of weights per thread; on by default, where it pays: `klanes512::Pairing`).
 /// The results are the same bits either way: for benchmarks that compare the two orders.
-#[cfg(target_arch = "x86_64")]
+/// Other architectures have one order only, so this does nothing there.
 pub fn set_paired_streams(on: bool) {
+    #[cfg(target_arch = "x86_64")]
     x86::klanes512::PAIRED.store(on, std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = on;
 }
