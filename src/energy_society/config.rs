@@ -318,6 +318,17 @@ impl SocietyConfig {
         if self.max_calls == 0 {
             return Err(err("max_calls".into(), "expected at least 1, got 0".into()));
         }
+        // Each call's sampling seed is derived from the run's `seed` (`invoke::call_seed`), so a
+        // seed given here would be silently ignored: refuse it instead.
+        if self.generation.seed != 0 {
+            return Err(err(
+                "generation.seed".into(),
+                format!(
+                    "expected 0 or no key, got {}: the Energy Society derives every call's sampling seed from the run's `seed` (top level), the round, the phase, the agent and the retry",
+                    self.generation.seed
+                ),
+            ));
+        }
         let d = self.difficulty;
         if d.easy + d.medium + d.hard == 0 {
             return Err(err(
@@ -652,6 +663,20 @@ init_energy = 100
         assert_eq!(again.cost.per_joule(), c.cost.per_joule());
         let formula = SocietyConfig::from_toml_str(GOOD, "c.toml").unwrap();
         assert!(formula.to_toml().unwrap().contains("model = \"formula\""));
+    }
+
+    #[test]
+    fn a_generation_seed_that_would_be_ignored_is_refused() {
+        let zero = format!("{GOOD}\n[generation]\nseed = 0\n");
+        assert!(SocietyConfig::from_toml_str(&zero, "c.toml").is_ok());
+        let set = format!("{GOOD}\n[generation]\nseed = 7\n");
+        let s = SocietyConfig::from_toml_str(&set, "c.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.starts_with("c.toml: key `generation.seed`") && s.contains("run's `seed`"),
+            "{s}"
+        );
     }
 
     #[test]
