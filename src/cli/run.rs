@@ -205,18 +205,22 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
     if empty {
         return Ok(());
     }
-    let is_run = ["config.resolved.toml", "events.jsonl"]
-        .iter()
-        .any(|f| out.join(f).is_file());
-    if !is_run {
+    // A run writes config.resolved.toml before anything else, so a folder
+    // without one holds no run of Joule's (whatever else it holds).
+    if !out.join("config.resolved.toml").is_file() {
+        let records = if out.join("events.jsonl").exists() {
+            ": it holds an events.jsonl but not the config.resolved.toml a run writes first"
+        } else {
+            " (no config.resolved.toml)"
+        };
         anyhow::bail!(
-            "{} exists and is not a run folder (no config.resolved.toml or events.jsonl); nothing was run. Give a new or empty --out",
+            "{} exists and is not a run folder{records}; nothing was run. Give a new or empty --out",
             out.display()
         );
     }
     if force {
         crate::errln!(
-            "note: {} holds an incomplete run (no COMPLETE marker): replacing it (--force)",
+            "note: {} holds an incomplete run (no COMPLETE marker): replacing its files (--force; other files there are kept)",
             out.display()
         );
     }

@@ -29,6 +29,47 @@ use super::layout::{RunFolder, TokenUsageRecord, TranscriptEntry};
 /// File name of the completion marker.
 pub const COMPLETE_MARKER: &str = "COMPLETE";
 
+/// Every file a run writes into its folder: what starting the run again
+/// removes (with the `*.json.tmp` of a write cut short). Other files and
+/// folders there are not the run's and are never touched.
+pub const RUN_FILES: [&str; 10] = [
+    "config.resolved.toml",
+    "events.jsonl",
+    COMPLETE_MARKER,
+    "agents.json",
+    "config.json",
+    "token_usage.json",
+    "transcript.json",
+    "meter.json",
+    crate::energy_society::call_errors::FILE,
+    crate::provenance::FILE,
+];
+
+/// Remove the [`RUN_FILES`] of `dir`, having checked first that each one
+/// there is a file (a folder of such a name stops it with nothing removed).
+fn clear_run_files(dir: &Path) -> anyhow::Result<()> {
+    let mut remove = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if RUN_FILES.contains(&name.as_ref()) || name.ends_with(".json.tmp") {
+            let path = entry.path();
+            if !path.is_file() {
+                anyhow::bail!(
+                    "{}: a run writes a file of this name here, and it is not a file; nothing was run",
+                    path.display()
+                );
+            }
+            remove.push(path);
+        }
+    }
+    for path in remove {
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Keys whose string values `events.jsonl` stores as line references.
 pub const INTERNED_KEYS: [&str; 2] = ["content", "rendered_prompt"];
 
@@ -151,12 +192,12 @@ impl Recorder {
         }
     }
 
-    /// Start a run folder: clears a previous incomplete attempt, writes the
+    /// Start a run folder: removes the files of a previous attempt
+    /// ([`RUN_FILES`]; anything else in the folder is kept), writes the
     /// resolved config, opens `events.jsonl`.
     pub fn create(dir: &Path, config: &SocietyConfig) -> anyhow::Result<Self> {
         if dir.exists() {
-            std::fs::remove_dir_all(dir)
-                .with_context(|| format!("clearing incomplete run folder {}", dir.display()))?;
+            clear_run_files(dir)?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("config.resolved.toml"), config.to_toml()?)

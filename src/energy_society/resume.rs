@@ -44,6 +44,20 @@ use crate::backend::{
 
 use super::recorder::{expand_events, Recorder};
 
+/// [`plan`]'s refusal of a folder whose incomplete run was made with another
+/// config: a sweep replaces such a cell (its sweep file defines it), while
+/// every other refusal stops the cell.
+#[derive(Debug)]
+pub struct OtherConfig(String);
+
+impl std::fmt::Display for OtherConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OtherConfig {}
+
 /// What a run folder's incomplete run allows.
 pub enum Plan {
     /// Start from round 1 (no folder, an empty one, or nothing complete in it).
@@ -99,22 +113,34 @@ fn complete_prefix(dir: &Path) -> anyhow::Result<(Vec<String>, u64, u32)> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((vec![], 0, 0)),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    // Only whole lines (a torn last line is dropped); a line that is not
-    // JSON ends what can be kept.
+    // Only whole lines: a torn last line (a write cut short) is dropped, and
+    // so is a last line that is not a record. A line that is not a record
+    // with more lines after it is damage, not an interruption: the rounds
+    // after it could not be checked, so nothing is kept and nothing is cut.
     let mut lines = Vec::new();
     let mut ends = Vec::new();
     let mut kinds = Vec::new();
     let mut at = 0usize;
-    for raw in text.split_inclusive(|&b| b == b'\n') {
+    for (n, raw) in text.split_inclusive(|&b| b == b'\n').enumerate() {
         at += raw.len();
         if raw.last() != Some(&b'\n') {
             break;
         }
-        let Ok(line) = std::str::from_utf8(&raw[..raw.len() - 1]) else {
-            break;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            break;
+        let record = std::str::from_utf8(&raw[..raw.len() - 1])
+            .map_err(|e| e.to_string())
+            .and_then(|line| {
+                serde_json::from_str::<Value>(line)
+                    .map(|v| (line, v))
+                    .map_err(|e| e.to_string())
+            });
+        let (line, v) = match record {
+            Ok(r) => r,
+            Err(_) if at == text.len() => break,
+            Err(why) => anyhow::bail!(
+                "{}: line {} is not a JSON record ({why}) and more records follow it; the rounds after it cannot be checked, so the run cannot resume. Nothing was changed: repair or remove that line, or run with --force to start the run again",
+                path.display(),
+                n + 1
+            ),
         };
         kinds.push((
             v["event"].as_str().unwrap_or_default().to_string(),
@@ -263,11 +289,32 @@ fn added_keys(recorded: &str, upgraded: &str) -> Vec<String> {
 /// (`joule run` refuses it unless forced).
 pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
     let config = dir.join("config.resolved.toml");
-    if force || !config.is_file() || Recorder::is_complete(dir) {
+    if force || Recorder::is_complete(dir) {
+        return Ok(Plan::Fresh);
+    }
+    if !config.is_file() {
+        if config.exists() {
+            anyhow::bail!("{} is not a file; nothing was run", config.display());
+        }
+        let kept = complete_prefix(dir)?.2;
+        if kept > 0 {
+            anyhow::bail!(
+                "{} holds {} of an interrupted run but not its config.resolved.toml, which a resume needs to check them; nothing was run. Restore that file, give a new --out, or run with --force to start the run again",
+                dir.display(),
+                kept_words(kept)
+            );
+        }
         return Ok(Plan::Fresh);
     }
     let recorded = std::fs::read_to_string(&config)
         .with_context(|| format!("reading {}", config.display()))?;
+    if let Err(e) = recorded.parse::<toml::Table>() {
+        anyhow::bail!(
+            "{}: not a config this build can read ({}); nothing was run. Restore it, give a new --out, or run with --force to start the run again",
+            config.display(),
+            e.message()
+        );
+    }
     // What to say of this start against the recorded one: another thread
     // count, and the fields an earlier build did not record.
     let mut rewrite = None;
@@ -293,10 +340,11 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
                 .find(|((_, a), b)| a != b)
                 .map(|((i, a), b)| (i + 1, a.to_string(), b.to_string()))
                 .unwrap_or_default();
-            anyhow::bail!(
+            return Err(OtherConfig(format!(
                 "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
                 dir.display()
-            );
+            ))
+            .into());
         };
         rewrite = Some((how_differs(&recorded, resolved), added));
     }

@@ -283,7 +283,8 @@ fn agent_ids(cfg: &SocietyConfig) -> Vec<String> {
 /// The society of a sweep's cell in `dir`: resumed from the last complete
 /// round of an incomplete run with the same resolved config there
 /// (`super::resume`), else from round 1 (a run of another config is
-/// cleared: the sweep file defines the cell).
+/// replaced: the sweep file defines the cell). Records that cannot be read
+/// stop the cell with the folder untouched.
 fn cell_society(
     cfg: SocietyConfig,
     dir: &Path,
@@ -297,7 +298,11 @@ fn cell_society(
             rec.provenance(session(backend, &cfg, jobs.as_ref(), r.rounds + 1))?;
             Ok((Society::new(cfg, jobs, rec), Some(r)))
         }
-        Ok(Plan::Fresh) | Err(_) => Ok((recorded_society(cfg, dir, make_jobs, backend)?, None)),
+        Ok(Plan::Fresh) => Ok((recorded_society(cfg, dir, make_jobs, backend)?, None)),
+        Err(e) if e.is::<super::resume::OtherConfig>() => {
+            Ok((recorded_society(cfg, dir, make_jobs, backend)?, None))
+        }
+        Err(e) => Err(e),
     }
 }
 

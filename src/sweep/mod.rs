@@ -96,6 +96,25 @@ pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cel
             });
         }
     }
+    // Two cells in one folder would write into each other's records.
+    for (i, a) in cells.iter().enumerate() {
+        if let Some(b) = cells[..i].iter().find(|b| b.dir == a.dir) {
+            let what = if a.file == b.file {
+                format!("seed {} is listed twice", a.config.seed)
+            } else {
+                format!(
+                    "configs `{}` and `{}` share a file name",
+                    b.file.display(),
+                    a.file.display()
+                )
+            };
+            anyhow::bail!(
+                "{}: {what}, so two cells would share the folder {}; nothing was run. Give each config its own file name and each seed once",
+                file.display(),
+                a.dir.display()
+            );
+        }
+    }
     Ok(cells)
 }
 

@@ -299,6 +299,93 @@ fn an_incomplete_run_of_another_config_is_refused_unless_forced() {
     assert!(dir.join("COMPLETE").exists());
 }
 
+/// What a resume cannot check is refused with the folder as it was: records in
+/// a folder without the config.resolved.toml a run writes first, a damaged
+/// record with complete rounds after it. Starting again (`--force`) replaces
+/// the run's own files and keeps everything else in the folder.
+#[test]
+fn records_a_resume_cannot_check_are_kept_and_other_files_never_removed() {
+    let t = tempfile::tempdir().unwrap();
+    let cfg = config(t.path(), 4, false);
+    let whole = t.path().join("whole");
+    assert!(run(&cfg, &whole).status.success());
+    let events = std::fs::read_to_string(whole.join("events.jsonl")).unwrap();
+    let snapshot = |d: &Path| {
+        let mut all = Vec::new();
+        for e in walk(d) {
+            all.push((e.clone(), std::fs::read(&e).unwrap()));
+        }
+        all
+    };
+    fn walk(d: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    // Another tool's folder with an events.jsonl of its own.
+    let foreign = t.path().join("project");
+    std::fs::create_dir_all(foreign.join("src")).unwrap();
+    std::fs::write(foreign.join("events.jsonl"), "{\"some\":\"log\"}\n").unwrap();
+    std::fs::write(foreign.join("src/main.rs"), "fn main() {}").unwrap();
+    // An interrupted run whose config.resolved.toml went missing.
+    let lost = t.path().join("lost");
+    std::fs::create_dir(&lost).unwrap();
+    let half: String = events
+        .lines()
+        .take(events.lines().count() / 2)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(lost.join("events.jsonl"), &half).unwrap();
+    // An interrupted run with a damaged record in its first round.
+    let damaged = t.path().join("damaged");
+    std::fs::create_dir(&damaged).unwrap();
+    std::fs::copy(
+        whole.join("config.resolved.toml"),
+        damaged.join("config.resolved.toml"),
+    )
+    .unwrap();
+    let mut lines: Vec<String> = half.lines().map(String::from).collect();
+    lines[3] = format!("X{}", lines[3]);
+    std::fs::write(damaged.join("events.jsonl"), lines.join("\n") + "\n").unwrap();
+    for (dir, says) in [
+        (&foreign, "is not a run folder"),
+        (&lost, "not the config.resolved.toml"),
+        (&damaged, "line 4 is not a JSON record"),
+    ] {
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let before = snapshot(dir);
+        let o = run(&cfg, dir);
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{}: {stderr}", dir.display());
+        assert!(stderr.contains(says), "{}: {stderr}", dir.display());
+        assert!(snapshot(dir) == before, "{} changed", dir.display());
+    }
+    // Started again on purpose: the run's files replaced, the notes kept.
+    let o = joule(&[
+        "run",
+        cfg.to_str().unwrap(),
+        "--out",
+        damaged.to_str().unwrap(),
+        "--force",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(damaged.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    std::fs::remove_file(damaged.join("notes.txt")).unwrap();
+    assert_same_files(&whole, &damaged, "started again");
+}
+
 /// The thread count says how a run is computed, not what: a run interrupted
 /// on two threads resumes on one (and again on two) to the records of an
 /// uninterrupted run, its `config.resolved.toml` saying the count each start

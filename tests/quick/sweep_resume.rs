@@ -79,3 +79,83 @@ fn an_interrupted_cell_is_the_only_one_rerun() {
         (0, 4)
     );
 }
+
+/// A sweep file and three-round copies of `names` from configs/energy-society in `dir`
+/// (`sub/NAME` entries are written under `sub/`).
+fn small_sweep(dir: &Path, names: &[&str], seeds: &str) -> std::path::PathBuf {
+    let cfgs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society");
+    for name in names {
+        let base = Path::new(name).file_name().unwrap();
+        let text = std::fs::read_to_string(cfgs.join(base)).unwrap();
+        let to = dir.join(name);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::write(to, text.replace("max_rounds = 30", "max_rounds = 3")).unwrap();
+    }
+    let list: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    let sweep = dir.join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        format!("seeds = {seeds}\nconfigs = [{}]\n", list.join(", ")),
+    )
+    .unwrap();
+    sweep
+}
+
+#[test]
+fn cells_that_would_share_a_folder_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = small_sweep(
+        dir.path(),
+        &["a/baseline-comp.toml", "b/baseline-comp.toml"],
+        "[1]",
+    );
+    let e = cells(&sweep, Some(&dir.path().join("o"))).unwrap_err();
+    let s = format!("{e:#}");
+    assert!(
+        s.contains("a/baseline-comp.toml")
+            && s.contains("b/baseline-comp.toml")
+            && s.contains("share"),
+        "{s}"
+    );
+    assert!(!dir.path().join("o").exists());
+    let sweep = small_sweep(dir.path(), &["baseline-comp.toml"], "[1, 2, 1]");
+    let s = format!(
+        "{:#}",
+        cells(&sweep, Some(&dir.path().join("o"))).unwrap_err()
+    );
+    assert!(s.contains("seed 1 is listed twice"), "{s}");
+}
+
+#[test]
+fn a_cell_whose_records_cannot_be_read_is_reported_not_cleared() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = small_sweep(dir.path(), &["baseline-comp.toml"], "[1]");
+    let out = dir.path().join("o");
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 1, true, &jobs).unwrap(),
+        (1, 0)
+    );
+    let cell = out.join("baseline-comp").join("seed_1");
+    std::fs::remove_file(cell.join("COMPLETE")).unwrap();
+    std::fs::write(cell.join("notes.txt"), "mine").unwrap();
+    // A record in the middle that is not JSON: the rounds after it cannot be checked.
+    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+    let mut lines: Vec<&str> = events.lines().collect();
+    lines[5] = "X{";
+    let damaged = lines.join("\n") + "\n";
+    std::fs::write(cell.join("events.jsonl"), &damaged).unwrap();
+    assert!(run_cells(cells(&sweep, Some(&out)).unwrap(), 1, true, &jobs).is_err());
+    assert_eq!(
+        std::fs::read_to_string(cell.join("events.jsonl")).unwrap(),
+        damaged
+    );
+    assert!(cell.join("notes.txt").is_file());
+    // A config file that is not TOML any more: likewise.
+    std::fs::write(cell.join("events.jsonl"), &events).unwrap();
+    std::fs::write(cell.join("config.resolved.toml"), "name = = 3\n").unwrap();
+    assert!(run_cells(cells(&sweep, Some(&out)).unwrap(), 1, true, &jobs).is_err());
+    assert_eq!(
+        std::fs::read_to_string(cell.join("events.jsonl")).unwrap(),
+        events
+    );
+}
