@@ -87,6 +87,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     check_roster(&cfg, &config_path.display().to_string())?;
     check_out(&out, args.force)?;
     let mut backend = backend_for(&cfg)?;
+    // A server answers: no meter of this machine sees its energy.
+    let cfg_served = cfg.llm.backend == crate::llm::BackendKind::Openai
+        && cfg
+            .roster
+            .iter()
+            .any(|a| !a.model.starts_with(crate::backend::SCRIPTED_PREFIX));
     crate::interrupt::install();
     let max_rounds = cfg.max_rounds;
     let progress =
@@ -123,6 +129,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             crate::outln!("{}", status.summary());
             crate::record::write_json_atomic(out.join("meter.json"), &status)?;
         }
+        None if cfg_served => crate::outln!(
+            "energy: nothing was measured: the agents were answered by a model server, whose energy Joule cannot read"
+        ),
         None => {
             crate::outln!("energy: nothing was measured: every agent is scripted (no model ran)")
         }
