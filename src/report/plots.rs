@@ -58,9 +58,9 @@ fn axis_top(what: &str, max: f64, headroom: f64) -> anyhow::Result<f64> {
     let top = max * headroom;
     if !(top.is_finite() && top <= PLOT_MAX) {
         anyhow::bail!(
-            "{what} up to {} is too large to plot (at most {})",
+            "{what} up to {} is too large to plot (the axes end at {} at most)",
             crate::energy_society::config::num(max),
-            crate::energy_society::config::num(PLOT_MAX / headroom)
+            crate::energy_society::config::num(PLOT_MAX)
         );
     }
     Ok(if top > 0.0 { top } else { 1.0 })
@@ -132,10 +132,15 @@ pub fn write_all(dir: &Path, inputs: &[PlotInput]) -> anyhow::Result<Vec<String>
     for (name, (w, h), fig) in FIGURES {
         let size = (w, h * n);
         let svg: PathBuf = dir.join(format!("{name}.svg"));
-        {
+        let drawn = (|| {
             let root = SVGBackend::new(&svg, size).into_drawing_area();
             draw_figure(&root, inputs, fig).with_context(|| format!("plot {name}.svg"))?;
-            root.present().map_err(err)?;
+            root.present().map_err(err)
+        })();
+        if let Err(e) = drawn {
+            // The backend writes what it drew when dropped: no half figure.
+            let _ = std::fs::remove_file(&svg);
+            return Err(e);
         }
         let png: PathBuf = dir.join(format!("{name}.png"));
         {
