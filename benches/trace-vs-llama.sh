@@ -89,7 +89,7 @@ else
     l=${layers[$m]:-}
     f=$sdir/$m-q4_k_m${l:+-${l}l}.gguf
     if [[ ! -f $f ]]; then
-      args=(models synth "$m" --out "$f.part" --quant q4_k_m -q --vocab "$vdir/${vocab[$m]}")
+      args=(models synth "$m" --out "$f.part" --force --quant q4_k_m -q --vocab "$vdir/${vocab[$m]}")
       [[ $m == nemotron-3-nano-4b ]] &&
         args+=(--chat-template "$repo/../shared/data/chat-templates/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja")
       [[ -n $l ]] && args+=(--layers "$l")

@@ -317,7 +317,7 @@ synth_all() {
       echo timeout >"$work/synth/$m"
       continue
     fi
-    args=(models synth "$m" --out "$mdir/$m.gguf" --quant q4_k_m -q --vocab "$vdir/${vocab[$m]}")
+    args=(models synth "$m" --out "$mdir/$m.gguf" --force --quant q4_k_m -q --vocab "$vdir/${vocab[$m]}")
     [[ -n ${template[$m]:-} ]] && args+=(--chat-template "$tdir/${template[$m]}")
     ((dry)) && args+=(--layers "${small[$m]}")
     t0=$(date +%s)

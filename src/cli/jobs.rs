@@ -66,7 +66,11 @@ pub fn write_rounds(args: &JobsArgs, out: &mut impl Write) -> anyhow::Result<()>
             .next_round()
             .with_context(|| format!("round {round}"))?;
         let ids: Vec<i64> = jobs.iter().map(|j| j.question_id).collect();
-        writeln!(out, "{}", serde_json::to_string(&ids)?).context("writing to stdout")?;
+        match writeln!(out, "{}", serde_json::to_string(&ids)?) {
+            // The reader went away (`joule jobs | head -1`): it has what it wanted.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            r => r.context("writing to stdout")?,
+        }
     }
     Ok(())
 }
@@ -119,6 +123,40 @@ mod tests {
                 assert_eq!(lines[0], first);
             }
         }
+    }
+
+    /// A reader that went away after `left` bytes.
+    struct ClosedPipe {
+        left: usize,
+    }
+
+    impl Write for ClosedPipe {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            let n = buf.len().min(self.left);
+            self.left -= n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_closed_pipe_ends_quietly() {
+        let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/data/mmlu-pro-stratified.json");
+        let a = args(&[
+            "--dataset",
+            data.to_str().unwrap(),
+            "--seed",
+            "1",
+            "--rounds",
+            "5",
+        ]);
+        write_rounds(&a, &mut ClosedPipe { left: 10 }).unwrap();
     }
 
     #[test]

@@ -63,9 +63,12 @@ pub enum ModelsCommand {
 pub struct SynthArgs {
     /// Model name (a manifest with a [synth] table).
     pub name: String,
-    /// The GGUF file to write.
+    /// The GGUF file to write (refused if it exists, unless `--force`).
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
+    /// Replace an existing `--out` file.
+    #[arg(long)]
+    pub force: bool,
     /// q4_k_m, q5_k_m, q6_k, q8_0, f16 or bf16 (llama-quantize's mix for that type).
     #[arg(long, default_value = "q4_k_m")]
     pub quant: String,
@@ -202,9 +205,13 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
             let path = if path.is_file() {
                 path.to_path_buf()
             } else {
-                let m = catalog
-                    .get(&i.file)
-                    .map_err(|e| anyhow::anyhow!("{}: no such file, and {e}", i.file))?;
+                let m = catalog.get(&i.file).map_err(|e| {
+                    if path.is_dir() {
+                        anyhow::anyhow!("{}: a folder, not a GGUF file", i.file)
+                    } else {
+                        anyhow::anyhow!("{}: no such file, and {e}", i.file)
+                    }
+                })?;
                 sources.find_cached(m).map(|l| l.path).ok_or_else(|| {
                     anyhow::anyhow!(
                         "model `{}` is not on this machine; run `joule models fetch {}` first",
@@ -222,6 +229,12 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
 
 fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use crate::inference::files::synth::{recipe::FileType, synthesize, Layout, SynthOptions};
+    if !a.force && std::fs::symlink_metadata(&a.out).is_ok() {
+        anyhow::bail!(
+            "--out {}: the file exists; nothing was written. Give a new file name, or add --force to replace it",
+            a.out.display()
+        );
+    }
     let m = catalog.get(&a.name)?;
     let cfg = m.synth.as_ref().ok_or_else(|| {
         anyhow::anyhow!(
@@ -666,6 +679,13 @@ mod tests {
                 "no-such-thing: no such file, and no model named `no-such-thing`; known models: "
             ),
             "{e}"
+        );
+        let dir = root.path().join("d.gguf");
+        std::fs::create_dir(&dir).unwrap();
+        let e = run_str(&["inspect", dir.to_str().unwrap()], offline(root.path())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{}: a folder, not a GGUF file", dir.display())
         );
         let e = run_str(&["inspect", "qwen3-8b"], offline(root.path())).unwrap_err();
         assert!(e

@@ -55,7 +55,7 @@ pub struct ReportArgs {
     pub html: bool,
     /// Write into a folder that is not empty: the files the report written
     /// there before lists (`.joule-report-files`) are removed first; other
-    /// files are kept.
+    /// files are kept, and the report is refused if it would overwrite one.
     #[arg(long)]
     pub force: bool,
     /// Also report runs without their COMPLETE marker (runs that did not
@@ -227,11 +227,20 @@ pub fn report_pages(args: &ReportArgs) -> anyhow::Result<Vec<PathBuf>> {
             ),
         };
     };
-    let out_dir = report::out_dir::OutDir::prepare(out, args.force, "--out")?;
+    let mut planned =
+        report::planned_files(&reports, args.compare.is_some(), !args.no_plots, args.html);
+    if reproduction.is_some() {
+        planned.extend(report::reproduction::cli::FILES.iter().map(PathBuf::from));
+    }
+    let out_dir = report::out_dir::OutDir::prepare(out, args.force, "--out", &planned)?;
     let pages = write_into(args, &reports, reproduction.as_ref(), out);
-    // What was written is listed even when a later step failed.
-    out_dir.finish()?;
-    pages
+    // What was written is listed even when a later step failed; but the
+    // step's own error comes first (listing fails too when the folder
+    // could not be made).
+    let listed = out_dir.finish();
+    let pages = pages?;
+    listed?;
+    Ok(pages)
 }
 
 /// The runs under `paths`, with the run folders left out named on

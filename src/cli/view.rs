@@ -23,7 +23,8 @@ pub struct ViewArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Write into a `--out` folder that is not empty: the files an earlier
-    /// report or view wrote there are removed first; other files are kept.
+    /// report or view wrote there are removed first; other files are kept,
+    /// and the view is refused if it would overwrite one.
     #[arg(long)]
     pub force: bool,
     /// Open the page in the default browser.
@@ -64,10 +65,14 @@ fn default_out(runs: &[PathBuf]) -> PathBuf {
 pub fn run(args: ViewArgs) -> anyhow::Result<ExitCode> {
     // The default folder is the view's own: its earlier pages are replaced.
     let out = args.out.clone().unwrap_or_else(|| default_out(&args.runs));
-    let out_dir =
-        report::out_dir::OutDir::prepare(&out, args.force || args.out.is_none(), "--out")?;
-    let pages = if args.runs.iter().all(|d| is_race_dir(d)) {
-        vec![report::html::race::write_race(&args.runs, &out)?]
+    let force = args.force || args.out.is_none();
+    let (pages, out_dir) = if args.runs.iter().all(|d| is_race_dir(d)) {
+        let planned = [PathBuf::from("report.html")].into();
+        let out_dir = report::out_dir::OutDir::prepare(&out, force, "--out", &planned)?;
+        (
+            vec![report::html::race::write_race(&args.runs, &out)?],
+            out_dir,
+        )
     } else {
         if let Some(d) = args.runs.iter().find(|d| is_race_dir(d)) {
             anyhow::bail!(
@@ -78,13 +83,18 @@ pub fn run(args: ViewArgs) -> anyhow::Result<ExitCode> {
         let conditions = report::load::discover(&args.runs)?;
         let reports: Vec<report::ConditionReport> =
             conditions.into_iter().map(report::analyse).collect();
+        let planned = report::planned_files(&reports, false, false, true);
+        let out_dir = report::out_dir::OutDir::prepare(&out, force, "--out", &planned)?;
         let written = report::write(&reports, &out, false, false)?;
         let dirs: Vec<PathBuf> = written
             .aggregate_dirs
             .iter()
             .map(|d| d.parent().map_or_else(|| out.clone(), PathBuf::from))
             .collect();
-        report::html::write_society(&reports, &dirs, &out, false)?
+        (
+            report::html::write_society(&reports, &dirs, &out, false)?,
+            out_dir,
+        )
     };
     out_dir.finish()?;
     for p in &pages {

@@ -62,6 +62,25 @@ pub struct RosterEntry {
     pub init_energy: f64,
 }
 
+/// The largest `init_energy`: far above any experiment's (the paper's is
+/// 1500), and small enough that energies stay finite and plottable.
+pub const MAX_INIT_ENERGY: f64 = 1e12;
+
+// The most rounds of a run, and of jobs of one difficulty per round: the
+// bounds a run folder is read with (the paper's 30 rounds, 4 jobs each).
+use super::layout::{MAX_JOBS_PER_DIFFICULTY, MAX_ROUNDS};
+
+/// A number for a message: in full when that is short, else in scientific
+/// notation (`1e-300`, not 300 digits).
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
 fn default_init_energy() -> f64 {
     1500.0
 }
@@ -299,13 +318,23 @@ impl SocietyConfig {
             if !(a.size > 0.0 && a.size.is_finite()) {
                 return Err(err(
                     format!("roster[{i}].size"),
-                    format!("expected a positive number, got {}", a.size),
+                    format!("expected a positive number, got {}", num(a.size)),
                 ));
             }
             if !(a.init_energy > 0.0 && a.init_energy.is_finite()) {
                 return Err(err(
                     format!("roster[{i}].init_energy"),
-                    format!("expected a positive number, got {}", a.init_energy),
+                    format!("expected a positive number, got {}", num(a.init_energy)),
+                ));
+            }
+            if a.init_energy > MAX_INIT_ENERGY {
+                return Err(err(
+                    format!("roster[{i}].init_energy"),
+                    format!(
+                        "expected at most {} (the paper's agents start with 1500), got {}",
+                        num(MAX_INIT_ENERGY),
+                        num(a.init_energy)
+                    ),
                 ));
             }
         }
@@ -313,6 +342,12 @@ impl SocietyConfig {
             return Err(err(
                 "max_rounds".into(),
                 "expected at least 1, got 0".into(),
+            ));
+        }
+        if self.max_rounds > MAX_ROUNDS {
+            return Err(err(
+                "max_rounds".into(),
+                format!("expected at most {MAX_ROUNDS}, got {}", self.max_rounds),
             ));
         }
         if self.max_calls == 0 {
@@ -330,6 +365,14 @@ impl SocietyConfig {
             ));
         }
         let d = self.difficulty;
+        for (key, n) in [("easy", d.easy), ("medium", d.medium), ("hard", d.hard)] {
+            if n > MAX_JOBS_PER_DIFFICULTY {
+                return Err(err(
+                    format!("difficulty.{key}"),
+                    format!("expected at most {MAX_JOBS_PER_DIFFICULTY} jobs per round, got {n}"),
+                ));
+            }
+        }
         if d.easy + d.medium + d.hard == 0 {
             return Err(err(
                 "difficulty".into(),
@@ -339,7 +382,7 @@ impl SocietyConfig {
         if !(self.cost.k > 0.0 && self.cost.k.is_finite()) {
             return Err(err(
                 "cost.k".into(),
-                format!("expected a positive number, got {}", self.cost.k),
+                format!("expected a positive number, got {}", num(self.cost.k)),
             ));
         }
         if !(self.cost.alpha >= 0.0 && self.cost.alpha.is_finite()) {
@@ -462,7 +505,7 @@ impl SocietyConfig {
         if k >= min_energy {
             return Err((
                 "cost.k".into(),
-                format!("expected a price per token below every agent's init_energy (the smallest is {min_energy}), got {k}: one token would put an agent out"),
+                format!("expected a price per token below every agent's init_energy (the smallest is {}), got {}: one token would put an agent out", num(min_energy), num(k)),
             ));
         }
         for (i, a) in self.roster.iter().enumerate() {
@@ -505,6 +548,7 @@ impl SocietyConfig {
 
     /// Jobs per round.
     pub fn num_jobs(&self) -> u32 {
+        // `validate` bounds each count, so the sum cannot overflow.
         self.difficulty.easy + self.difficulty.medium + self.difficulty.hard
     }
 
@@ -798,5 +842,41 @@ init_energy = 100
             .unwrap_err()
             .to_string();
         assert_eq!(s, "c.toml: key `max_rounds`: expected at least 1, got 0");
+    }
+
+    fn error_of(text: &str) -> String {
+        SocietyConfig::from_toml_str(text, "c.toml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn sizes_and_energies_too_large_to_run_are_refused_naming_the_key() {
+        // A u32 sum that wraps to 1 (and to 0) once let a run start.
+        for (easy, medium) in [(4294967295u64, 2), (4294967295, 1)] {
+            let s = error_of(&format!(
+                "{GOOD}\n[difficulty]\neasy = {easy}\nmedium = {medium}\nhard = 0\n"
+            ));
+            assert_eq!(
+                s,
+                format!("c.toml: key `difficulty.easy`: expected at most 1000 jobs per round, got {easy}")
+            );
+        }
+        let s = error_of(&GOOD.replace("max_rounds = 3", "max_rounds = 4000000000"));
+        assert_eq!(
+            s,
+            "c.toml: key `max_rounds`: expected at most 100000, got 4000000000"
+        );
+        let s = error_of(&GOOD.replace("init_energy = 100", "init_energy = 1.7e308"));
+        assert_eq!(
+            s,
+            "c.toml: key `roster[1].init_energy`: expected at most 1000000000000 (the paper's agents start with 1500), got 1.7e308"
+        );
+        // Tiny numbers are written compactly, not as 300 digits.
+        let s = error_of(&GOOD.replace("init_energy = 100", "init_energy = 1e-300"));
+        assert!(s.contains("(the smallest is 1e-300), got 0.015"), "{s}");
+        assert_eq!(num(1500.0), "1500");
+        assert_eq!(num(0.015), "0.015");
+        assert_eq!(num(-2e20), "-2e20");
     }
 }

@@ -12,6 +12,14 @@ use std::path::Path;
 use anyhow::Context;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
+/// The most rounds a run folder may say it has (`max_rounds`, any
+/// `round_num`): far more than any experiment's (the paper's 30), and few
+/// enough that a table per round fits in memory.
+pub const MAX_ROUNDS: u32 = 100_000;
+
+/// The most jobs of one difficulty per round (the paper's 4).
+pub const MAX_JOBS_PER_DIFFICULTY: u32 = 1_000;
+
 /// `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
@@ -195,15 +203,81 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
 }
 
 impl RunFolder {
-    /// Read a run folder in the reference layout.
+    /// Read a run folder in the reference layout; its numbers that size
+    /// tables (rounds, jobs per round) are checked against [`MAX_ROUNDS`]
+    /// and [`MAX_JOBS_PER_DIFFICULTY`].
     pub fn read(dir: impl AsRef<Path>) -> anyhow::Result<Self> {
         let dir = dir.as_ref();
-        Ok(Self {
+        let run = Self {
             config: read_json(&dir.join("config.json"))?,
             agents: read_json(&dir.join("agents.json"))?,
             token_usage: read_json(&dir.join("token_usage.json"))?,
             transcript: read_json(&dir.join("transcript.json"))?,
-        })
+        };
+        run.check_sizes()
+            .map_err(|(file, msg)| anyhow::anyhow!("{}: {msg}", dir.join(file).display()))?;
+        Ok(run)
+    }
+
+    /// The first number that is too large to size a table by: the file
+    /// and what is wrong (naming the field).
+    fn check_sizes(&self) -> Result<(), (&'static str, String)> {
+        let too_many = |field: String, v: u32, max: u32| {
+            format!("field `{field}`: expected at most {max}, got {v}")
+        };
+        let c = &self.config;
+        if c.max_rounds > MAX_ROUNDS {
+            return Err((
+                "config.json",
+                too_many("max_rounds".into(), c.max_rounds, MAX_ROUNDS),
+            ));
+        }
+        let d = c.difficulty_distribution;
+        for (key, n) in [("easy", d.easy), ("medium", d.medium), ("hard", d.hard)] {
+            if n > MAX_JOBS_PER_DIFFICULTY {
+                let field = format!("difficulty_distribution.{key}");
+                return Err(("config.json", too_many(field, n, MAX_JOBS_PER_DIFFICULTY)));
+            }
+        }
+        for (i, a) in self.agents.iter().enumerate() {
+            let rounds = a
+                .memory
+                .iter()
+                .enumerate()
+                .map(|(j, m)| (format!("[{i}].memory[{j}].round_num"), m.round_num))
+                .chain(
+                    a.errors
+                        .iter()
+                        .enumerate()
+                        .map(|(j, e)| (format!("[{i}].errors[{j}].round_num"), e.round_num)),
+                )
+                .chain(std::iter::once((
+                    format!("[{i}].rounds_active"),
+                    a.rounds_active,
+                )))
+                .chain(
+                    a.deactivated_at_round
+                        .map(|r| (format!("[{i}].deactivated_at_round"), r)),
+                );
+            for (field, r) in rounds {
+                if r > MAX_ROUNDS {
+                    return Err(("agents.json", too_many(field, r, MAX_ROUNDS)));
+                }
+            }
+        }
+        for (i, t) in self.token_usage.iter().enumerate() {
+            if t.round_num > MAX_ROUNDS {
+                let field = format!("[{i}].round_num");
+                return Err(("token_usage.json", too_many(field, t.round_num, MAX_ROUNDS)));
+            }
+        }
+        for (i, t) in self.transcript.iter().enumerate() {
+            if t.round_num > MAX_ROUNDS {
+                let field = format!("[{i}].round_num");
+                return Err(("transcript.json", too_many(field, t.round_num, MAX_ROUNDS)));
+            }
+        }
+        Ok(())
     }
 
     /// Write the four files into `dir` (created if needed).

@@ -98,6 +98,74 @@ fn slug(label: &str) -> String {
         .collect()
 }
 
+/// The folder of each condition's tables: `out/aggregate` for one
+/// condition, `out/<condition>/aggregate` for several.
+fn aggregate_dirs(reports: &[ConditionReport], out: &Path) -> Vec<PathBuf> {
+    let mut used: Vec<String> = Vec::new();
+    reports
+        .iter()
+        .map(|r| {
+            if reports.len() == 1 {
+                return out.join("aggregate");
+            }
+            let mut s = slug(&r.condition.label);
+            while used.contains(&s) {
+                s.push('_');
+            }
+            used.push(s.clone());
+            out.join(s).join("aggregate")
+        })
+        .collect()
+}
+
+/// The files, relative to the output folder, that [`write`] writes for
+/// `reports` (and, with `html`, [`html::write_society`]), so that a forced
+/// report can refuse to overwrite a file it did not write before.
+pub fn planned_files(
+    reports: &[ConditionReport],
+    compare: bool,
+    with_plots: bool,
+    html: bool,
+) -> std::collections::BTreeSet<PathBuf> {
+    let dirs = aggregate_dirs(reports, Path::new(""));
+    let mut files: std::collections::BTreeSet<PathBuf> = reports
+        .iter()
+        .zip(&dirs)
+        .flat_map(|(r, d)| {
+            r.tables
+                .iter()
+                .map(move |(n, _)| d.join(format!("{n}.csv")))
+        })
+        .collect();
+    if with_plots {
+        files.extend(
+            plots::file_names()
+                .iter()
+                .map(|f| Path::new("plots").join(f)),
+        );
+    }
+    for f in ["provenance.csv", "report.md", "metrics.json"] {
+        files.insert(PathBuf::from(f));
+    }
+    if compare && reports.len() >= 2 {
+        files.insert(PathBuf::from("compare.md"));
+        files.insert(PathBuf::from("compare.csv"));
+    }
+    if html {
+        let parents: Vec<PathBuf> = dirs
+            .iter()
+            .map(|d| d.parent().map(Path::to_path_buf).unwrap_or_default())
+            .collect();
+        files.extend(html::page_paths(
+            reports.len(),
+            &parents,
+            Path::new(""),
+            compare,
+        ));
+    }
+    files
+}
+
 /// Write the report of `reports` into `out`. With `compare`, the first two
 /// conditions are A and B and the differences B − A are written too.
 pub fn write(
@@ -107,24 +175,12 @@ pub fn write(
     with_plots: bool,
 ) -> anyhow::Result<Written> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut aggregate_dirs = Vec::new();
-    let mut used: Vec<String> = Vec::new();
-    for r in reports {
-        let dir = if reports.len() == 1 {
-            out.join("aggregate")
-        } else {
-            let mut s = slug(&r.condition.label);
-            while used.contains(&s) {
-                s.push('_');
-            }
-            used.push(s.clone());
-            out.join(s).join("aggregate")
-        };
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let aggregate_dirs = aggregate_dirs(reports, out);
+    for (r, dir) in reports.iter().zip(&aggregate_dirs) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for (name, t) in &r.tables {
             t.write_csv(&dir.join(format!("{name}.csv")))?;
         }
-        aggregate_dirs.push(dir);
     }
     let summaries: Vec<Summary> = reports.iter().map(|r| r.summary.clone()).collect();
     let mut warnings = Vec::new();

@@ -2,7 +2,8 @@
 //! a folder that holds files is refused unless forced, so an earlier
 //! report's files never stand beside a new one's; forced, it clears only the
 //! files an earlier report wrote there (listed in its [`MANIFEST`]) and
-//! keeps anything else. After writing, [`OutDir::finish`] lists what this
+//! keeps anything else, refusing when the new report would write over one
+//! of the kept files. After writing, [`OutDir::finish`] lists what this
 //! report wrote, for the next one to clear.
 
 use std::collections::BTreeSet;
@@ -56,11 +57,63 @@ fn remove_empty_dirs(root: &Path, mut dir: &Path) {
     }
 }
 
+/// The files an earlier report listed in `dir`'s manifest (none without one).
+fn listed(dir: &Path) -> BTreeSet<PathBuf> {
+    match std::fs::read_to_string(dir.join(MANIFEST)) {
+        Ok(text) => text
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from)
+            // Only plain relative paths inside the folder.
+            .filter(|p| {
+                p.components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)))
+            })
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Refuse when a file the report will write (`planned`, relative to `dir`)
+/// is already there and no earlier report listed it: forcing would
+/// overwrite a file that is not a report's own.
+fn refuse_overwrites(
+    dir: &Path,
+    flag: &str,
+    before: &BTreeSet<PathBuf>,
+    ours: &BTreeSet<PathBuf>,
+    planned: &BTreeSet<PathBuf>,
+) -> anyhow::Result<()> {
+    let clash: Vec<String> = planned
+        .iter()
+        .filter(|p| before.contains(*p) && !ours.contains(*p))
+        .map(|p| dir.join(p).display().to_string())
+        .collect();
+    let Some(first) = clash.first() else {
+        return Ok(());
+    };
+    let more = match clash.len() {
+        1 => String::new(),
+        n => format!(" (and {} more: {})", n - 1, clash[1..].join(", ")),
+    };
+    anyhow::bail!(
+        "{flag} {}: the report would overwrite {first}{more}, which no earlier report wrote there (it is not listed in {MANIFEST}); nothing was written or removed. Move the file away, or give a new or empty folder",
+        dir.display()
+    )
+}
+
 impl OutDir {
-    /// Make `dir` ready for a report. A folder with files in it is refused
-    /// unless `force`; forced, the files of the earlier report its manifest
-    /// lists are removed and every other file is kept (and said so).
-    pub fn prepare(dir: &Path, force: bool, flag: &str) -> anyhow::Result<OutDir> {
+    /// Make `dir` ready for a report that writes `planned` (files relative
+    /// to `dir`). A folder with files in it is refused unless `force`;
+    /// forced, it is refused when a planned file is there and is not the
+    /// earlier report's own; otherwise the files of the earlier report its
+    /// manifest lists are removed and every other file is kept (and said so).
+    pub fn prepare(
+        dir: &Path,
+        force: bool,
+        flag: &str,
+        planned: &BTreeSet<PathBuf>,
+    ) -> anyhow::Result<OutDir> {
         if dir.exists() && !dir.is_dir() {
             anyhow::bail!("{flag} {}: not a folder", dir.display());
         }
@@ -79,19 +132,8 @@ impl OutDir {
             );
         }
         let manifest = dir.join(MANIFEST);
-        let ours: BTreeSet<PathBuf> = match std::fs::read_to_string(&manifest) {
-            Ok(text) => text
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(PathBuf::from)
-                // Only plain relative paths inside the folder.
-                .filter(|p| {
-                    p.components()
-                        .all(|c| matches!(c, std::path::Component::Normal(_)))
-                })
-                .collect(),
-            Err(_) => BTreeSet::new(),
-        };
+        let ours = listed(dir);
+        refuse_overwrites(dir, flag, &before, &ours, planned)?;
         for rel in &ours {
             let path = dir.join(rel);
             if path.is_file() {
@@ -136,23 +178,27 @@ impl OutDir {
 mod tests {
     use super::*;
 
+    fn set(files: &[&str]) -> BTreeSet<PathBuf> {
+        files.iter().map(PathBuf::from).collect()
+    }
+
     #[test]
     fn a_folder_with_files_is_refused_and_forced_loses_only_the_reports_own_files() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("out");
         // A new folder, and an empty one, take a report.
-        let first = OutDir::prepare(&dir, false, "--out").unwrap();
+        let first = OutDir::prepare(&dir, false, "--out", &set(&["reproduction.md"])).unwrap();
         std::fs::create_dir_all(dir.join("old-condition/aggregate")).unwrap();
         std::fs::write(dir.join("old-condition/aggregate/a.csv"), "x").unwrap();
         std::fs::write(dir.join("reproduction.md"), "old").unwrap();
         first.finish().unwrap();
         std::fs::write(dir.join("notes.txt"), "mine").unwrap();
-        let e = OutDir::prepare(&dir, false, "--out")
+        let e = OutDir::prepare(&dir, false, "--out", &set(&["report.md"]))
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("not empty") && e.contains("--force"), "{e}");
-        let second = OutDir::prepare(&dir, true, "--out").unwrap();
+        let second = OutDir::prepare(&dir, true, "--out", &set(&["report.md"])).unwrap();
         assert!(!dir.join("reproduction.md").exists());
         assert!(!dir.join("old-condition").exists());
         assert!(dir.join("notes.txt").is_file());
@@ -160,5 +206,37 @@ mod tests {
         second.finish().unwrap();
         let listed = std::fs::read_to_string(dir.join(MANIFEST)).unwrap();
         assert_eq!(listed, "report.md\n");
+    }
+
+    #[test]
+    fn forced_it_refuses_to_overwrite_a_file_no_report_wrote() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("out");
+        std::fs::create_dir_all(dir.join("aggregate")).unwrap();
+        std::fs::write(dir.join("report.md"), "my notes").unwrap();
+        std::fs::write(dir.join("aggregate/runs.csv"), "reference").unwrap();
+        std::fs::write(dir.join("old.csv"), "old report").unwrap();
+        std::fs::write(dir.join(MANIFEST), "old.csv\n").unwrap();
+        let planned = set(&["report.md", "aggregate/runs.csv", "metrics.json"]);
+        let e = OutDir::prepare(&dir, true, "--out", &planned)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains(&dir.join("aggregate/runs.csv").display().to_string())
+                && e.contains(&dir.join("report.md").display().to_string())
+                && e.contains("nothing was written"),
+            "{e}"
+        );
+        // Nothing was removed or changed.
+        assert_eq!(
+            std::fs::read_to_string(dir.join("report.md")).unwrap(),
+            "my notes"
+        );
+        assert!(dir.join("old.csv").is_file() && dir.join(MANIFEST).is_file());
+        // A file the earlier report listed is its own, and is replaced.
+        let ok = OutDir::prepare(&dir, true, "--out", &set(&["old.csv", "metrics.json"])).unwrap();
+        assert!(!dir.join("old.csv").exists());
+        ok.finish().unwrap();
     }
 }

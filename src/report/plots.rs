@@ -47,6 +47,25 @@ const BAND_ALPHA: f64 = 0.12;
 
 pub use crate::figure::GRID;
 
+/// The highest value axis drawn: plotters' tick search does not end on an
+/// infinite range (and loses its way on huge ones), so a figure whose
+/// values reach past this is not drawn, and the report says why.
+const PLOT_MAX: f64 = 1e15;
+
+/// The top of a value axis reaching `max`, with `headroom` (a factor);
+/// an error naming `what` when that is past [`PLOT_MAX`] or not finite.
+fn axis_top(what: &str, max: f64, headroom: f64) -> anyhow::Result<f64> {
+    let top = max * headroom;
+    if !(top.is_finite() && top <= PLOT_MAX) {
+        anyhow::bail!(
+            "{what} up to {} is too large to plot (the axes end at {} at most)",
+            crate::energy_society::config::num(max),
+            crate::energy_society::config::num(PLOT_MAX)
+        );
+    }
+    Ok(if top > 0.0 { top } else { 1.0 })
+}
+
 /// A tick label with no more decimals than the value needs: `3`, `2.5`, `0.25`
 /// (a whole-number axis reads as whole numbers).
 fn tick(v: &f64) -> String {
@@ -89,23 +108,39 @@ enum Figure {
     Donations,
 }
 
+/// Each figure's name, width and height of one panel, and what it draws.
+const FIGURES: [(&str, (u32, u32), Figure); 4] = [
+    ("energy_over_time", (1000, 520), Figure::EnergyOverTime),
+    ("action_frequency", (1100, 480), Figure::ActionFrequency),
+    ("difficulty", (1600, 480), Figure::Difficulty),
+    ("donations", (1000, 480), Figure::Donations),
+];
+
+/// The files [`write_all`] writes, in its order.
+pub fn file_names() -> Vec<String> {
+    FIGURES
+        .iter()
+        .flat_map(|(name, ..)| [format!("{name}.svg"), format!("{name}.png")])
+        .collect()
+}
+
 /// Write every figure as `<dir>/<name>.svg` and `.png`; returns the file names.
 pub fn write_all(dir: &Path, inputs: &[PlotInput]) -> anyhow::Result<Vec<String>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let n = inputs.len().max(1) as u32;
-    let figures = [
-        ("energy_over_time", (1000, 520 * n), Figure::EnergyOverTime),
-        ("action_frequency", (1100, 480 * n), Figure::ActionFrequency),
-        ("difficulty", (1600, 480 * n), Figure::Difficulty),
-        ("donations", (1000, 480 * n), Figure::Donations),
-    ];
     let mut files = Vec::new();
-    for (name, size, fig) in figures {
+    for (name, (w, h), fig) in FIGURES {
+        let size = (w, h * n);
         let svg: PathBuf = dir.join(format!("{name}.svg"));
-        {
+        let drawn = (|| {
             let root = SVGBackend::new(&svg, size).into_drawing_area();
             draw_figure(&root, inputs, fig).with_context(|| format!("plot {name}.svg"))?;
-            root.present().map_err(err)?;
+            root.present().map_err(err)
+        })();
+        if let Err(e) = drawn {
+            // The backend writes what it drew when dropped: no half figure.
+            let _ = std::fs::remove_file(&svg);
+            return Err(e);
         }
         let png: PathBuf = dir.join(format!("{name}.png"));
         {
@@ -195,7 +230,7 @@ fn energy_over_time<DB: DrawingBackend>(
         .y_label_area_size(70)
         // Headroom above the highest band for the legend (five rows take about a
         // quarter of the panel).
-        .build_cartesian_2d(1.0..x_max, 0.0..(y_max * 1.3).max(1.0))
+        .build_cartesian_2d(1.0..x_max, 0.0..axis_top("energy", y_max, 1.3)?)
         .map_err(err)?;
     // Rounds are whole numbers: labels only at integers, at most 15 of them.
     let n_labels = ((x_max - 1.0).max(1.0) as usize).min(15);
@@ -289,15 +324,17 @@ fn grouped_bars<DB: DrawingBackend>(
     percent: bool,
 ) -> DrawResult {
     let n = groups.len().max(1);
-    let top = y_max.unwrap_or_else(|| {
-        series
-            .iter()
-            .flat_map(|s| s.1.iter().copied())
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max)
-            * 1.15
-    });
-    let top = if top > 0.0 { top } else { 1.0 };
+    let top = match y_max {
+        Some(top) => top,
+        None => {
+            let max = series
+                .iter()
+                .flat_map(|s| s.1.iter().copied())
+                .filter(|v| v.is_finite())
+                .fold(0.0, f64::max);
+            axis_top(y_desc, max, 1.15)?
+        }
+    };
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 22))
         .margin(12)

@@ -383,3 +383,221 @@ fn runs_record_their_provenance_and_the_report_warns_when_one_conditions_files_d
         "{err}"
     );
 }
+
+/// Copy the folder `from` to `to` (files and folders only).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn refused(args: &[&str]) -> String {
+    let o = joule(args);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    // An error, not a panic (101) or an abort (no code).
+    assert!(
+        o.status.code().is_some_and(|c| c != 0 && c != 101),
+        "joule {args:?}: {:?} {err}",
+        o.status
+    );
+    err
+}
+
+#[test]
+fn force_refuses_to_overwrite_a_file_that_no_report_wrote() {
+    let t = tempfile::tempdir().unwrap();
+    let run_dir = t.path().join("run");
+    run("baseline-comp", 2, 1, &run_dir);
+    // A user's own report.md (report) and report.html (view).
+    let rep = t.path().join("rep");
+    std::fs::create_dir_all(&rep).unwrap();
+    std::fs::write(rep.join("report.md"), "MY OWN NOTES").unwrap();
+    let err = refused(&[
+        "report",
+        p(&run_dir),
+        "--out",
+        p(&rep),
+        "--no-plots",
+        "--force",
+    ]);
+    assert!(
+        err.contains(&rep.join("report.md").display().to_string())
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rep.join("report.md")).unwrap(),
+        "MY OWN NOTES"
+    );
+    assert!(!rep.join("metrics.json").exists());
+    std::fs::remove_file(rep.join("report.md")).unwrap();
+    std::fs::write(rep.join("report.html"), "MY PAGE").unwrap();
+    let err = refused(&["view", p(&run_dir), "--out", p(&rep), "--force"]);
+    assert!(
+        err.contains(&rep.join("report.html").display().to_string()),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rep.join("report.html")).unwrap(),
+        "MY PAGE"
+    );
+    // A reference condition reported into itself: its own aggregate/*.csv stay.
+    let reference = root().join("../shared/data/reference-runs/energy-society/coop/exponent_0.5");
+    let cond = t.path().join("exponent_0.5");
+    copy_dir(&reference, &cond);
+    let runs_csv = std::fs::read(cond.join("aggregate/runs.csv")).unwrap();
+    let err = refused(&[
+        "report",
+        p(&cond),
+        "--out",
+        p(&cond),
+        "--no-plots",
+        "--force",
+    ]);
+    assert!(err.contains("aggregate"), "{err}");
+    assert_eq!(
+        std::fs::read(cond.join("aggregate/runs.csv")).unwrap(),
+        runs_csv
+    );
+    // A report forced over its own earlier report replaces it.
+    for _ in 0..2 {
+        ok(&[
+            "report",
+            p(&run_dir),
+            "--out",
+            p(&run_dir),
+            "--no-plots",
+            "--html",
+            "--force",
+        ]);
+    }
+    assert!(run_dir.join("aggregate").is_dir() && run_dir.join("events.jsonl").is_file());
+}
+
+#[test]
+fn the_files_a_report_plans_are_the_files_it_writes() {
+    let t = tempfile::tempdir().unwrap();
+    let run_dir = t.path().join("a/seed_1");
+    run("baseline-comp", 2, 1, &run_dir);
+    let rep = t.path().join("rep");
+    ok(&["report", p(&run_dir), "--out", p(&rep), "--html"]);
+    let written: std::collections::BTreeSet<PathBuf> =
+        std::fs::read_to_string(rep.join(".joule-report-files"))
+            .unwrap()
+            .lines()
+            .map(PathBuf::from)
+            .collect();
+    let reports: Vec<_> = joule::report::load::discover(&[run_dir])
+        .unwrap()
+        .into_iter()
+        .map(joule::report::analyse)
+        .collect();
+    let planned = joule::report::planned_files(&reports, false, true, true);
+    // Every file written was planned (plots may be missing without a font).
+    assert!(written.is_subset(&planned), "{written:?}\n{planned:?}");
+    let not_plots: Vec<_> = planned.iter().filter(|f| !f.starts_with("plots")).collect();
+    assert!(
+        not_plots.iter().all(|f| written.contains(*f)),
+        "{written:?}"
+    );
+    assert!(planned.contains(Path::new("report.html")));
+}
+
+/// A copy of the shared reference run `coop/exponent_0.5/run_1` in `dir`,
+/// its `file` changed by `edit`.
+fn edited_reference(dir: &Path, file: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    let reference =
+        root().join("../shared/data/reference-runs/energy-society/coop/exponent_0.5/run_1");
+    let run = dir.join("run_1");
+    copy_dir(&reference, &run);
+    let path = run.join(file);
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    run
+}
+
+#[test]
+fn numbers_in_a_run_folder_too_large_to_size_tables_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let a = edited_reference(&t.path().join("a"), "config.json", |c| {
+        c["max_rounds"] = 4_000_000_000u64.into()
+    });
+    let b = edited_reference(&t.path().join("b"), "agents.json", |a| {
+        a[0]["memory"][0]["round_num"] = 4_000_000_000u64.into()
+    });
+    let rep = t.path().join("rep");
+    for (args, says) in [
+        (
+            vec!["report", p(&a), "--out", p(&rep), "--no-plots"],
+            "config.json: field `max_rounds`: expected at most 100000, got 4000000000",
+        ),
+        (
+            vec!["view", p(&a), "--out", p(&rep)],
+            "config.json: field `max_rounds`",
+        ),
+        (vec!["replay", p(&a)], "config.json: field `max_rounds`"),
+        (
+            vec!["replay", p(&b)],
+            "agents.json: field `[0].memory[0].round_num`: expected at most 100000, got 4000000000",
+        ),
+    ] {
+        let err = refused(&args);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn energies_too_large_to_plot_leave_the_plots_out_with_a_warning() {
+    let t = tempfile::tempdir().unwrap();
+    let run_dir = edited_reference(t.path(), "agents.json", |agents| {
+        for a in agents.as_array_mut().unwrap() {
+            for m in a["memory"].as_array_mut().unwrap() {
+                m["energy_at_start_of_round"] = 1.7e308.into();
+            }
+        }
+    });
+    let rep = t.path().join("rep");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args(["report", p(&run_dir), "--out", p(&rep)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed().as_secs() > 120 {
+            child.kill().unwrap();
+            panic!("joule report did not end in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("plots not written"), "{err}");
+    assert!(rep.join("report.md").is_file());
+}
+
+#[test]
+fn an_out_folder_that_cannot_be_made_is_the_error() {
+    let t = tempfile::tempdir().unwrap();
+    let run_dir = t.path().join("run");
+    run("baseline-comp", 2, 1, &run_dir);
+    let file = t.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = file.join("rep");
+    let err = refused(&["report", p(&run_dir), "--out", p(&out), "--no-plots"]);
+    assert!(
+        err.contains(&format!("creating {}", out.display())),
+        "{err}"
+    );
+}

@@ -258,3 +258,43 @@ fn the_cli_refuses_what_ollama_does_not_write() {
         assert!(!out.exists());
     }
 }
+
+#[test]
+fn the_cli_refuses_an_existing_out_file_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("precious.gguf");
+    std::fs::write(&out, "not a model: precious data").unwrap();
+    let synth = |force: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_joule"));
+        c.args([
+            "models",
+            "synth",
+            "smollm2-135m-instruct",
+            "--layers",
+            "1",
+            "-q",
+        ])
+        .arg("--out")
+        .arg(&out);
+        if force {
+            c.arg("--force");
+        }
+        c.output().unwrap()
+    };
+    let o = synth(false);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains(&out.display().to_string())
+            && err.contains("exists")
+            && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "not a model: precious data"
+    );
+    let o = synth(true);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(&std::fs::read(&out).unwrap()[..4], b"GGUF");
+}

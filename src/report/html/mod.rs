@@ -383,21 +383,26 @@ pub fn write_society(
     out: &Path,
     compare: bool,
 ) -> anyhow::Result<Vec<PathBuf>> {
-    let mut written = Vec::new();
+    let paths = page_paths(reports.len(), dirs, out, compare);
     if compare && reports.len() >= 2 {
-        let path = out.join("report.html");
         let html = society_page(&[&reports[0], &reports[1]], true)?;
-        write_page(&path, &html)?;
-        written.push(path);
-        return Ok(written);
+        write_page(&paths[0], &html)?;
+        return Ok(paths);
     }
-    for (r, dir) in reports.iter().zip(dirs) {
-        let path = dir.join("report.html");
+    for (r, path) in reports.iter().zip(&paths) {
         let html = society_page(&[r], false)?;
-        write_page(&path, &html)?;
-        written.push(path);
+        write_page(path, &html)?;
     }
-    Ok(written)
+    Ok(paths)
+}
+
+/// The pages [`write_society`] writes for `n` conditions: `out/report.html`
+/// for a comparison, else `report.html` in each condition's folder `dirs[i]`.
+pub fn page_paths(n: usize, dirs: &[PathBuf], out: &Path, compare: bool) -> Vec<PathBuf> {
+    if compare && n >= 2 {
+        return vec![out.join("report.html")];
+    }
+    dirs.iter().take(n).map(|d| d.join("report.html")).collect()
 }
 
 /// Write a page (the folder created if needed).

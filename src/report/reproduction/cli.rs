@@ -29,15 +29,16 @@ pub fn compare(
     }
 }
 
+/// The files [`write`] writes into its folder.
+pub const FILES: [&str; 3] = ["reproduction.md", "reproduction.csv", "reproduction.json"];
+
 /// Write `reproduction.md`, `.csv` and `.json` into `out`; returns the paths.
 pub fn write(r: &Reproduction, out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let md = out.join("reproduction.md");
+    let [md, csv, json] = FILES.map(|f| out.join(f));
     std::fs::write(&md, render::markdown(r))
         .with_context(|| format!("writing {}", md.display()))?;
-    let csv = out.join("reproduction.csv");
     std::fs::write(&csv, render::csv(r)).with_context(|| format!("writing {}", csv.display()))?;
-    let json = out.join("reproduction.json");
     crate::record::write_json_atomic(&json, r)?;
     Ok(vec![md, csv, json])
 }
