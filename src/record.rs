@@ -91,6 +91,46 @@ pub fn read_jsonl(path: impl AsRef<Path>) -> anyhow::Result<Vec<serde_json::Valu
     Ok(out)
 }
 
+/// Make a JSONL file end after its last complete line before appending to
+/// it: a torn last line (which [`read_jsonl`] leaves out) is cut off, and a
+/// last line that is whole but lost its newline gets it back. Otherwise the
+/// next line appended would be fused to it. A missing file is left alone.
+pub fn mend_tail(path: impl AsRef<Path>) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    // The last non-empty line: where it starts and whether it is whole.
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    let start = bytes[..end]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let whole = std::str::from_utf8(&bytes[start..end])
+        .ok()
+        .is_some_and(|t| serde_json::from_str::<serde_json::Value>(t).is_ok());
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if start == end || !whole {
+        file.set_len(start as u64)
+            .and_then(|_| file.sync_all())
+            .with_context(|| format!("cutting the torn last line of {}", path.display()))?;
+    } else if !bytes[end..].contains(&b'\n') {
+        file.set_len(end as u64)
+            .and_then(|_| OpenOptions::new().append(true).open(path))
+            .and_then(|mut f| f.write_all(b"\n").and_then(|_| f.sync_all()))
+            .with_context(|| format!("ending the last line of {}", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Write `value` as pretty JSON to `path` atomically (temp file + rename), so
 /// a reader never sees half a file.
 pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> anyhow::Result<()> {
@@ -123,5 +163,31 @@ mod tests {
         let v = read_jsonl(&p).unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[1]["a"], 2);
+    }
+
+    /// After `mend_tail` a line appended stands on its own: a torn tail is
+    /// cut, a whole last line without its newline gets one.
+    #[test]
+    fn mend_tail_cuts_a_torn_line_and_ends_a_whole_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("races.jsonl");
+        mend_tail(&p).unwrap();
+        assert!(!p.exists());
+        for (text, want) in [
+            ("{\"a\":1}\n{\"a\":2}", "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"),
+            ("{\"a\":1}\n{\"a\"", "{\"a\":1}\n{\"a\":3}\n"),
+            ("{\"a\":1}\n", "{\"a\":1}\n{\"a\":3}\n"),
+            ("{\"a\"", "{\"a\":3}\n"),
+            ("", "{\"a\":3}\n"),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            mend_tail(&p).unwrap();
+            EventLog::append(&p)
+                .unwrap()
+                .write(&serde_json::json!({"a": 3}))
+                .unwrap();
+            assert_eq!(std::fs::read_to_string(&p).unwrap(), want, "{text:?}");
+            assert_eq!(read_jsonl(&p).unwrap().last().unwrap()["a"], 3);
+        }
     }
 }

@@ -26,7 +26,8 @@ pub struct RaceArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RaceCommand {
-    /// Run every race of a config into a fresh folder.
+    /// Run every race of a config into a fresh folder (a new or empty one, or
+    /// this config's race folder to resume).
     #[command(
         after_help = "Examples:\n  joule race run configs/ai-race/baseline-scripted.toml\n  joule race run configs/ai-race/smollm2-vs-cs.toml --threads 2 --out runs/race/smollm2\n\nThe output folder's path is the last line on standard output."
     )]
@@ -68,8 +69,8 @@ pub enum RaceCommand {
         /// or a scripted answerer (`scripted:oracle`, `scripted:sloppy`).
         #[arg(long, default_value = "scripted:oracle")]
         model: String,
-        /// Times each probe is asked, per condition.
-        #[arg(long, default_value_t = 5)]
+        /// Times each probe is asked, per condition (1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
         reps: u32,
         /// Ask only the first N probes of each category (all conditions); default all 41.
         #[arg(long)]
@@ -124,8 +125,9 @@ pub enum RaceCommand {
         /// The scripted answerer replayed (this build replays scripted models only).
         #[arg(long, default_value = "scripted:random")]
         model: String,
-        /// States selected per p_max.
-        #[arg(long, default_value_t = 32)]
+        /// States selected per p_max (1 to 10000).
+        #[arg(long, default_value_t = 32,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000))]
         k: usize,
         /// Folder for replay.jsonl (created; an existing replay.jsonl is refused).
         #[arg(long)]
@@ -146,10 +148,15 @@ pub enum RaceCommand {
         /// pooled into one report.
         #[arg(required = true, value_name = "DIRS")]
         dirs: Vec<PathBuf>,
-        /// Folder the report is written into (created if need be; files of the same
-        /// name in it are replaced, others kept).
+        /// Folder the report is written into (created if need be; a folder that is not
+        /// empty is refused unless --force).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
+        /// Write into a folder that is not empty: the files the report written
+        /// there before lists (`.joule-report-files`) are removed first; other
+        /// files are kept.
+        #[arg(long)]
+        force: bool,
         /// Also write a self-contained `report.html` (rates with intervals, every race's trajectory).
         #[arg(long)]
         html: bool,
@@ -205,13 +212,14 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             out,
             human,
             html,
+            force,
         } => {
-            let md = crate::race::report::write_report_with(&dirs, &out, human.as_deref())?;
+            let md =
+                crate::race::report::write_report_out(&dirs, &out, human.as_deref(), html, force)?;
             crate::outln!("{md}");
             crate::errln!("report written to {}", out.display());
             if html {
-                let page = crate::report::html::race::write_race(&dirs, &out)?;
-                crate::errln!("wrote {}", page.display());
+                crate::errln!("wrote {}", out.join("report.html").display());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -360,6 +368,7 @@ fn egt(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let params = PopulationParams { z, beta, mu };
+    params.check()?;
     let mut per_p = serde_json::Map::new();
     let mut payoffs = serde_json::Map::new();
     let mut text = format!("Evolutionary benchmark: Z={z}, beta={beta}, mu={mu}\n");
@@ -485,4 +494,33 @@ fn replay(model: String, k: usize, out: PathBuf) -> anyhow::Result<ExitCode> {
         path.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        race: super::RaceCommand,
+    }
+
+    /// Counts used as sizes are bounded on the command line, the error
+    /// naming the flag.
+    #[test]
+    fn audit_reps_and_replay_k_are_bounded() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["race"], args].concat());
+        assert!(parse(&["audit", "--reps", "5"]).is_ok());
+        assert!(parse(&["replay", "--k", "32", "--out", "x"]).is_ok());
+        for args in [
+            &["audit", "--reps", "4000000000"][..],
+            &["audit", "--reps", "0"],
+            &["replay", "--k", "4000000000", "--out", "x"],
+            &["replay", "--k", "0", "--out", "x"],
+        ] {
+            let e = parse(args).err().unwrap().to_string();
+            assert!(e.contains(args[1]), "{args:?}: {e}");
+        }
+    }
 }

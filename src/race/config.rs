@@ -67,6 +67,35 @@ fn default_personas() -> Vec<PersonaCondition> {
     }]
 }
 
+/// The most repetitions of one cell.
+pub const MAX_REPETITIONS: u32 = 10_000;
+/// The most races of one experiment (every pending race is held at once).
+pub const MAX_RACES: usize = 200_000;
+
+/// `name` names the default output folder `runs/race/<name>`: a plain file
+/// name, not a path.
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let plain =
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+    anyhow::ensure!(
+        plain,
+        "`name` must be a plain file name (not empty, no `/`, `\\` or `..`): it names the default output folder runs/race/<name>; got {name:?}"
+    );
+    Ok(())
+}
+
+/// The `field` of every `list` entry is different (game ids are built from them).
+fn unique(list: &str, field: &str, values: impl Iterator<Item = String>) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for v in values {
+        anyhow::ensure!(
+            seen.insert(v.clone()),
+            "`{list}` lists {field} `{v}` twice; each must be different (it is part of every race's game id)"
+        );
+    }
+    Ok(())
+}
+
 /// A race experiment.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,14 +157,47 @@ impl ExperimentConfig {
     }
 
     pub fn validate(&self) -> anyhow::Result<()> {
+        check_name(&self.name)?;
         anyhow::ensure!(
             !self.lineups.is_empty(),
             "`lineups` must list at least one lineup"
         );
         for l in &self.lineups {
+            anyhow::ensure!(!l.name.is_empty(), "a lineup has an empty `name`");
             anyhow::ensure!(!l.seats.is_empty(), "lineup `{}` has no seats", l.name);
         }
+        unique(
+            "lineups",
+            "name",
+            self.lineups.iter().map(|l| l.name.clone()),
+        )?;
+        anyhow::ensure!(
+            !self.personas.is_empty(),
+            "`personas` must list at least one persona condition (leave it out for none)"
+        );
+        for pc in &self.personas {
+            anyhow::ensure!(
+                !pc.name.is_empty(),
+                "a persona condition has an empty `name`"
+            );
+        }
+        unique(
+            "personas",
+            "name",
+            self.personas.iter().map(|p| p.name.clone()),
+        )?;
         anyhow::ensure!(!self.p_max.is_empty(), "`p_max` must not be empty");
+        unique(
+            "p_max",
+            "value",
+            self.p_max.iter().map(|&p| super::rules::fmt_num(p)),
+        )?;
+        anyhow::ensure!(!self.n_players.is_empty(), "`n_players` must not be empty");
+        unique(
+            "n_players",
+            "value",
+            self.n_players.iter().map(|n| n.to_string()),
+        )?;
         crate::llm::validate(&self.llm).map_err(|(key, msg)| anyhow::anyhow!("`{key}` {msg}"))?;
         for &p in &self.p_max {
             anyhow::ensure!(
@@ -149,7 +211,25 @@ impl ExperimentConfig {
                 "`n_players` values must be 2..5, got {n}"
             );
         }
-        anyhow::ensure!(self.repetitions > 0, "`repetitions` must be at least 1");
+        anyhow::ensure!(
+            (1..=MAX_REPETITIONS).contains(&self.repetitions),
+            "`repetitions` must be 1..={MAX_REPETITIONS}, got {}",
+            self.repetitions
+        );
+        let races = [
+            self.lineups.len(),
+            self.personas.len(),
+            self.n_players.len(),
+            self.p_max.len(),
+            self.repetitions as usize,
+        ]
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .unwrap_or(usize::MAX);
+        anyhow::ensure!(
+            races <= MAX_RACES,
+            "the experiment has {races} races (lineups × personas × n_players × p_max × repetitions); at most {MAX_RACES} fit one run: split it into several configs"
+        );
         anyhow::ensure!(
             self.temperature >= 0.0 && self.temperature.is_finite(),
             "`temperature` must be a number >= 0, got {}",

@@ -159,6 +159,37 @@ pub struct PopulationParams {
     pub mu: f64,
 }
 
+/// The largest population the full chain is solved for: it holds
+/// (Z+1)(Z+2)(Z+3)/6 states (Z = 200: 1.4 million, about 3 GB and a
+/// minute); the spec's Z is 100.
+pub const MAX_Z: usize = 200;
+/// The largest selection intensity: far past the point where the Fermi
+/// rule is a step (the spec's β is 2).
+pub const MAX_BETA: f64 = 1000.0;
+
+impl PopulationParams {
+    /// Parameters the solve can finish with, the error naming the flag
+    /// (`joule race egt --z/--beta/--mu`).
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            (2..=MAX_Z).contains(&self.z),
+            "--z must be 2..={MAX_Z} (the full chain has (Z+1)(Z+2)(Z+3)/6 states; Z = {MAX_Z} needs about 3 GB), got {}",
+            self.z
+        );
+        anyhow::ensure!(
+            self.beta.is_finite() && (0.0..=MAX_BETA).contains(&self.beta),
+            "--beta must be a number in [0, {MAX_BETA}] (0: neutral drift; the spec uses 2), got {}",
+            self.beta
+        );
+        anyhow::ensure!(
+            self.mu > 0.0 && self.mu < 1.0,
+            "--mu must be a mutation rate in (0, 1), got {}",
+            self.mu
+        );
+        Ok(())
+    }
+}
+
 /// The stationary result at one p_max.
 #[derive(Debug, Clone, Serialize)]
 pub struct StationaryResult {

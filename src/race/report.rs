@@ -549,6 +549,35 @@ impl Drop for Staging {
     }
 }
 
+/// `joule race report`: the report (with `html`, its `report.html` too)
+/// into `out` as `joule report --out` writes ([`crate::report::out_dir`]):
+/// a folder that holds files is refused unless `force`, and forced, only the
+/// files an earlier report listed there are removed. Nothing reaches `out`
+/// before every file was written.
+pub fn write_report_out(
+    dirs: &[PathBuf],
+    out: &Path,
+    human: Option<&Path>,
+    html: bool,
+    force: bool,
+) -> anyhow::Result<String> {
+    use crate::report::out_dir::OutDir;
+    if !force {
+        // Refused before the work, not only after it.
+        OutDir::prepare(out, false, "--out")?;
+    }
+    let data = load(dirs)?;
+    let stage = Staging::new(out)?;
+    let md = write_files(dirs, &data, stage.dir.as_path(), human)?;
+    if html {
+        crate::report::html::race::write_race(dirs, &stage.dir)?;
+    }
+    let out_dir = OutDir::prepare(out, force, "--out")?;
+    stage.commit(out)?;
+    out_dir.finish()?;
+    Ok(md)
+}
+
 /// Write the report into `out` and return the Markdown text.
 pub fn write_report(dirs: &[PathBuf], out: &Path) -> anyhow::Result<String> {
     write_report_with(dirs, out, None)

@@ -6,7 +6,9 @@
 //! `turns.jsonl` (one TurnRecord per seat per round), `races.jsonl` (one
 //! record per race), and after the run `races.csv`, `players.csv` and
 //! `run_manifest.json`. A sweep is resumable: races already in
-//! `races.jsonl` are skipped and turns of unfinished races are dropped.
+//! `races.jsonl` are skipped (each record checked first), a torn last race
+//! is cut off and turns of unfinished races are dropped. A folder that is
+//! not empty is taken only when its `config.json` holds this same config.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -18,7 +20,7 @@ use serde::Serialize;
 
 use super::agents::register_race_policies;
 use super::config::ExperimentConfig;
-use super::scenario::{play_race, RaceRecord, RaceSink};
+use super::scenario::{play_race, RaceRecord, RaceSink, TurnRecord};
 use crate::agency::Driver;
 use crate::backend::Backend;
 use crate::backend::SCRIPTED_PREFIX;
@@ -102,16 +104,57 @@ pub fn race_kernels(
     backend.kernels(&models.into_iter().collect::<Vec<_>>())
 }
 
-/// Ids of races already finished in `dir`.
+/// Every race record of a `races.jsonl` (a torn last line left out), each
+/// checked ([`RaceRecord::check`]); an error names the file, the record and
+/// its game, and the field.
+pub fn read_races(path: &Path) -> anyhow::Result<Vec<RaceRecord>> {
+    read_jsonl(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let game = v.get("game_id").and_then(|g| g.as_str()).unwrap_or("?");
+            let at = format!("{}: record {} (game `{game}`)", path.display(), i + 1);
+            let r: RaceRecord = serde_json::from_value(v).with_context(|| at.clone())?;
+            r.check().with_context(|| at)?;
+            Ok(r)
+        })
+        .collect()
+}
+
+/// Every turn record of a `turns.jsonl`, each checked
+/// ([`TurnRecord::check`]); errors as [`read_races`].
+pub fn read_turns(path: &Path) -> anyhow::Result<Vec<TurnRecord>> {
+    read_jsonl(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let game = v.get("game_id").and_then(|g| g.as_str()).unwrap_or("?");
+            let at = format!("{}: record {} (game `{game}`)", path.display(), i + 1);
+            let t: TurnRecord = serde_json::from_value(v).with_context(|| at.clone())?;
+            t.check().with_context(|| at)?;
+            Ok(t)
+        })
+        .collect()
+}
+
+/// Ids of races already finished in `dir`, every record checked
+/// ([`read_races`]); a game id recorded twice is refused.
 pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
     let path = dir.join("races.jsonl");
     if !path.exists() {
         return Ok(BTreeSet::new());
     }
-    Ok(read_jsonl(&path)?
-        .iter()
-        .filter_map(|v| v.get("game_id").and_then(|g| g.as_str()).map(String::from))
-        .collect())
+    let mut done = BTreeSet::new();
+    for r in read_races(&path)? {
+        anyhow::ensure!(
+            !done.contains(&r.game_id),
+            "{}: game `{}` is recorded twice",
+            path.display(),
+            r.game_id
+        );
+        done.insert(r.game_id);
+    }
+    Ok(done)
 }
 
 /// Keep only the turns of finished races (drops a torn or partial race).
@@ -139,6 +182,69 @@ fn prune_turns(dir: &Path, done: &BTreeSet<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernels an earlier start recorded in `dir`'s `config.json`, once
+/// `dir` is shown to take `cfg`'s races: a new or empty folder, or a race
+/// folder whose `config.json` holds this same config (the thread count
+/// aside). Anything else is refused before anything is written: a folder of
+/// other files (an Energy Society run), another config's races, or finished
+/// races without a `config.json` to match them to.
+fn check_folder(cfg: &ExperimentConfig, dir: &Path) -> anyhow::Result<Option<serde_json::Value>> {
+    let cfg_path = dir.join("config.json");
+    if !cfg_path.exists() {
+        let races = dir.join("races.jsonl");
+        if races.exists() {
+            let kept = read_jsonl(&races)?.len();
+            anyhow::ensure!(
+                kept == 0,
+                "{} holds {kept} finished races but {} is missing: they cannot be matched to a config; use a new output folder",
+                races.display(),
+                cfg_path.display()
+            );
+        }
+        let empty = match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+        };
+        anyhow::ensure!(
+            empty,
+            "{} is not empty and is not a race run folder (it has no config.json); nothing was written. Give a new or empty folder with --out",
+            dir.display()
+        );
+        return Ok(None);
+    }
+    let not_race = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!(
+            "{} is not a race run's config ({e}); nothing was written. Give a new or empty folder with --out",
+            cfg_path.display()
+        )
+    };
+    let text = std::fs::read_to_string(&cfg_path)
+        .with_context(|| format!("reading {}", cfg_path.display()))?;
+    let mut old: serde_json::Value = serde_json::from_str(&text).map_err(|e| not_race(&e))?;
+    // The kernels of the earlier start are a record, not part of the config.
+    let earlier_kernels = old.as_object_mut().and_then(|o| o.remove(KERNELS_KEY));
+    let mut old: ExperimentConfig = serde_json::from_value(old).map_err(|e| not_race(&e))?;
+    // The thread count says how the races are computed, not what they
+    // record (`energy_society::resume::HOW_KEYS`): config.json now
+    // records this start's.
+    if old.llm.threads != cfg.llm.threads {
+        crate::errln!(
+            "note: {}: resumed with llm.threads = {} (the finished races ran with {}); the records do not depend on it, latencies do",
+            cfg_path.display(),
+            cfg.llm.threads.map_or("-".to_string(), |n| n.to_string()),
+            old.llm.threads.map_or("-".to_string(), |n| n.to_string()),
+        );
+        old.llm.threads = cfg.llm.threads;
+    }
+    anyhow::ensure!(
+        &old == cfg,
+        "{} was written by a different config; nothing was written. Use a new output folder",
+        cfg_path.display()
+    );
+    Ok(earlier_kernels)
+}
+
 /// Run (or resume) every race of `cfg` into `dir` on `backend`.
 pub fn run_experiment(
     cfg: &ExperimentConfig,
@@ -146,7 +252,7 @@ pub fn run_experiment(
     resume: bool,
     backend: &mut dyn Backend,
 ) -> anyhow::Result<RunSummary> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let earlier_kernels = check_folder(cfg, dir)?;
     let done = completed_games(dir)?;
     if !done.is_empty() && !resume {
         anyhow::bail!(
@@ -155,38 +261,8 @@ pub fn run_experiment(
             done.len()
         );
     }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let cfg_path = dir.join("config.json");
-    let mut earlier_kernels = None;
-    if cfg_path.exists() && resume {
-        let mut old: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(&cfg_path)
-                .with_context(|| format!("reading {}", cfg_path.display()))?,
-        )
-        .with_context(|| format!("parsing {}", cfg_path.display()))?;
-        // The kernels of the earlier start are a record, not part of the config.
-        if let Some(o) = old.as_object_mut() {
-            earlier_kernels = o.remove(KERNELS_KEY);
-        }
-        let mut old: ExperimentConfig = serde_json::from_value(old)
-            .with_context(|| format!("parsing {}", cfg_path.display()))?;
-        // The thread count says how the races are computed, not what they
-        // record (`energy_society::resume::HOW_KEYS`): config.json now
-        // records this start's.
-        if old.llm.threads != cfg.llm.threads {
-            crate::errln!(
-                "note: {}: resumed with llm.threads = {} (the finished races ran with {}); the records do not depend on it, latencies do",
-                cfg_path.display(),
-                cfg.llm.threads.map_or("-".to_string(), |n| n.to_string()),
-                old.llm.threads.map_or("-".to_string(), |n| n.to_string()),
-            );
-            old.llm.threads = cfg.llm.threads;
-        }
-        anyhow::ensure!(
-            &old == cfg,
-            "{} was written by a different config; use a new output folder",
-            cfg_path.display()
-        );
-    }
     write_json_atomic(&cfg_path, cfg)?;
     prune_turns(dir, &done)?;
     let games = cfg.games()?;
@@ -244,6 +320,8 @@ pub fn run_experiment(
             crate::provenance::Provenance::append(dir, session)?;
         }
     }
+    // A torn last race (an interrupted write) is cut off, not appended to.
+    crate::record::mend_tail(dir.join("races.jsonl"))?;
     let sink = Rc::new(RefCell::new(RaceSink {
         turns: EventLog::append(dir.join("turns.jsonl"))?,
         races: EventLog::append(dir.join("races.jsonl"))?,
@@ -305,11 +383,7 @@ pub fn run_experiment(
 /// Write `races.csv` (one row per race, per-seat columns) and `players.csv`
 /// (one row per seat) from `races.jsonl` (§3.4).
 pub fn write_tables(dir: &Path) -> anyhow::Result<()> {
-    let races: Vec<RaceRecord> = read_jsonl(dir.join("races.jsonl"))?
-        .into_iter()
-        .map(serde_json::from_value)
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading race records in {}", dir.display()))?;
+    let races = read_races(&dir.join("races.jsonl"))?;
     let max_n = races.iter().map(|r| r.n_players).max().unwrap_or(2);
     let mut head = vec![
         "game_id",

@@ -160,6 +160,58 @@ pub struct RaceRecord {
     pub exclusion_reasons: Vec<String>,
 }
 
+/// The seat counts a race supports (§1.1).
+pub const PLAYERS: std::ops::RangeInclusive<usize> = 2..=5;
+
+impl RaceRecord {
+    /// A record read back from `races.jsonl` is whole: 2 to 5 seats, one
+    /// model, persona and result per seat, and a winner among them. The
+    /// error names the field and what it should hold.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let n = self.n_players;
+        anyhow::ensure!(!self.game_id.is_empty(), "`game_id` is empty");
+        anyhow::ensure!(
+            PLAYERS.contains(&n),
+            "`n_players` is {n}; a race has 2 to 5 seats"
+        );
+        for (field, len) in [
+            ("models", self.models.len()),
+            ("personas", self.personas.len()),
+            ("result.seats", self.result.seats.len()),
+        ] {
+            anyhow::ensure!(
+                len == n,
+                "`{field}` has {len} entries for {n} seats (`n_players`); expected one per seat"
+            );
+        }
+        if let Some(w) = self.result.winner {
+            anyhow::ensure!(
+                w < n,
+                "`result.winner` is seat {w}; expected a seat index below {n} (`n_players`)"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl TurnRecord {
+    /// A record read back from `turns.jsonl` names a seat of its race:
+    /// 2 to 5 seats and `player_index` below `n_players`.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let n = self.n_players;
+        anyhow::ensure!(
+            PLAYERS.contains(&n),
+            "`n_players` is {n}; a race has 2 to 5 seats"
+        );
+        anyhow::ensure!(
+            self.player_index < n,
+            "`player_index` is {}; expected a seat index below {n} (`n_players`)",
+            self.player_index
+        );
+        Ok(())
+    }
+}
+
 /// Where a race writes its records.
 pub struct RaceSink {
     pub turns: EventLog,

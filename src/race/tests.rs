@@ -430,3 +430,335 @@ seats = ["R1", "R6"]
         "{row}"
     );
 }
+
+/// A small scripted experiment (8 races of 2 seats), run into `out`.
+fn small_run(out: &std::path::Path) -> ExperimentConfig {
+    let cfg = ExperimentConfig::from_toml_str(
+        r#"
+name = "small"
+repetitions = 2
+p_max = [0.1, 0.9]
+[[lineups]]
+name = "AU-CS"
+seats = ["scripted:AU", "scripted:CS"]
+[[lineups]]
+name = "AS"
+seats = ["scripted:AS"]
+"#,
+        "small.toml",
+    )
+    .unwrap();
+    let s = run_experiment(&cfg, out, false, &mut scripted_backend(None)).unwrap();
+    assert_eq!(s.played_races, 8);
+    cfg
+}
+
+/// Rewrite the first record of a JSONL file with `edit`.
+fn edit_first(path: &std::path::Path, edit: impl Fn(&mut serde_json::Value)) {
+    let mut lines = read_jsonl(path).unwrap();
+    edit(&mut lines[0]);
+    let text: String = lines.iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A kept race whose lists do not match its seats (or whose seat count is
+/// out of range) is refused on resume, naming races.jsonl, the game and the
+/// field, before any race is played or appended.
+#[test]
+fn a_kept_race_that_does_not_match_its_seats_is_refused_before_any_race() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let cfg = small_run(&out);
+    let races = out.join("races.jsonl");
+    let lines = read_jsonl(&races).unwrap();
+    // Leave some races to play, so a resume would append.
+    let kept: String = lines[..5].iter().map(|v| format!("{v}\n")).collect();
+    std::fs::write(&races, &kept).unwrap();
+    let game = lines[0]["game_id"].as_str().unwrap().to_string();
+    for (field, value, want) in [
+        (
+            "models",
+            serde_json::json!([]),
+            "`models` has 0 entries for 2 seats",
+        ),
+        (
+            "personas",
+            serde_json::json!([]),
+            "`personas` has 0 entries for 2 seats",
+        ),
+        (
+            "n_players",
+            serde_json::json!(4_000_000_000u64),
+            "`n_players` is 4000000000",
+        ),
+    ] {
+        std::fs::write(&races, &kept).unwrap();
+        edit_first(&races, |r| r[field] = value.clone());
+        let before = std::fs::read(&races).unwrap();
+        let e = run_experiment(&cfg, &out, true, &mut scripted_backend(None)).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("races.jsonl: record 1") && e.contains(&game) && e.contains(want),
+            "{field}: {e}"
+        );
+        assert_eq!(
+            std::fs::read(&races).unwrap(),
+            before,
+            "{field}: races.jsonl changed"
+        );
+        // The report refuses it the same way.
+        let e = super::report::write_report(&[out.clone()], &dir.path().join("rep")).unwrap_err();
+        assert!(format!("{e:#}").contains(want), "{field}: {e:#}");
+    }
+}
+
+/// A turn naming a seat its race does not have is refused by the report
+/// (and `joule view`), naming turns.jsonl and `player_index`.
+#[test]
+fn a_turn_of_a_seat_past_the_race_is_refused_by_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    small_run(&out);
+    edit_first(&out.join("turns.jsonl"), |t| {
+        t["player_index"] = serde_json::json!(4_000_000_000u64)
+    });
+    let e = super::analysis::runs::load(&[out.clone()]).err().unwrap();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("turns.jsonl: record 1") && e.contains("`player_index` is 4000000000"),
+        "{e}"
+    );
+}
+
+/// A torn last race (an interrupted write) is cut before the resume appends:
+/// every race is then readable, once.
+#[test]
+fn a_torn_last_race_is_cut_before_the_resume_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let cfg = small_run(&out);
+    let races = out.join("races.jsonl");
+    let text = std::fs::read_to_string(&races).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(
+        &races,
+        format!("{}\n{}", lines[..3].join("\n"), &lines[3][..50]),
+    )
+    .unwrap();
+    let s = run_experiment(&cfg, &out, true, &mut scripted_backend(None)).unwrap();
+    assert_eq!((s.skipped_races, s.played_races), (3, 5));
+    let all = read_jsonl(&races).unwrap();
+    assert_eq!(all.len(), 8);
+    let ids: std::collections::BTreeSet<String> =
+        all.iter().map(|r| r["game_id"].to_string()).collect();
+    assert_eq!(ids.len(), 8);
+    assert_eq!(std::fs::read_to_string(&races).unwrap().lines().count(), 8);
+}
+
+/// `race run` writes only into a new or empty folder, or a race folder of
+/// the same config: another program's folder, another config's folder and
+/// kept races without a config.json are refused, and nothing is written.
+#[test]
+fn race_run_refuses_a_folder_it_cannot_match_to_its_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let cfg = small_run(&out);
+    let mut b = scripted_backend(None);
+    // An Energy Society run folder.
+    let society = dir.path().join("society");
+    std::fs::create_dir(&society).unwrap();
+    std::fs::write(
+        society.join("config.json"),
+        r#"{"name": "baseline", "rounds": 3}"#,
+    )
+    .unwrap();
+    std::fs::write(society.join("provenance.json"), "{}").unwrap();
+    let e = format!(
+        "{:#}",
+        run_experiment(&cfg, &society, false, &mut b).unwrap_err()
+    );
+    assert!(e.contains("not a race run's config"), "{e}");
+    assert_eq!(
+        std::fs::read_to_string(society.join("config.json")).unwrap(),
+        r#"{"name": "baseline", "rounds": 3}"#
+    );
+    assert_eq!(
+        std::fs::read_to_string(society.join("provenance.json")).unwrap(),
+        "{}"
+    );
+    // A folder of other files.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "mine").unwrap();
+    let e = format!(
+        "{:#}",
+        run_experiment(&cfg, &other, false, &mut b).unwrap_err()
+    );
+    assert!(e.contains("not a race run folder"), "{e}");
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
+    // Another config's folder whose races were all unfinished.
+    let mut changed = cfg.clone();
+    changed.temperature = 0.1;
+    std::fs::remove_file(out.join("races.jsonl")).unwrap();
+    let e = format!(
+        "{:#}",
+        run_experiment(&changed, &out, false, &mut b).unwrap_err()
+    );
+    assert!(e.contains("different config"), "{e}");
+    // Kept races without config.json cannot be matched to a config.
+    let races = dir.path().join("races");
+    small_run(&races);
+    std::fs::remove_file(races.join("config.json")).unwrap();
+    let before = std::fs::read(races.join("races.jsonl")).unwrap();
+    let e = format!(
+        "{:#}",
+        run_experiment(&changed, &races, true, &mut b).unwrap_err()
+    );
+    assert!(
+        e.contains("holds 8 finished races") && e.contains("config.json"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(races.join("races.jsonl")).unwrap(), before);
+    assert!(!races.join("config.json").exists());
+    // An empty folder takes a run.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    run_experiment(&cfg, &empty, false, &mut b).unwrap();
+}
+
+/// Config values that would give clashing game ids, no races, a path for a
+/// name or more races than fit are refused, naming the key.
+#[test]
+fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
+    let base =
+        "repetitions = 2\n[[lineups]]\nname = \"a\"\nseats = [\"scripted:AU\", \"scripted:CS\"]\n";
+    let ok = format!("name = \"x\"\n{base}");
+    ExperimentConfig::from_toml_str(&ok, "ok.toml").unwrap();
+    for (text, want) in [
+        (
+            format!("name = \"../x\"\n{base}"),
+            "`name` must be a plain file name",
+        ),
+        (
+            format!("name = \"/tmp/x\"\n{base}"),
+            "`name` must be a plain file name",
+        ),
+        (
+            format!("name = \"\"\n{base}"),
+            "`name` must be a plain file name",
+        ),
+        (
+            format!("name = \"..\"\n{base}"),
+            "`name` must be a plain file name",
+        ),
+        (
+            format!("{ok}[[lineups]]\nname = \"a\"\nseats = [\"scripted:AS\"]\n"),
+            "`lineups` lists name `a` twice",
+        ),
+        (
+            format!("p_max = [0.1, 0.10]\n{ok}"),
+            "`p_max` lists value `0.1` twice",
+        ),
+        (
+            format!("n_players = [2, 2]\n{ok}"),
+            "`n_players` lists value `2` twice",
+        ),
+        (
+            format!("n_players = []\n{ok}"),
+            "`n_players` must not be empty",
+        ),
+        (
+            format!("personas = []\n{ok}"),
+            "`personas` must list at least one",
+        ),
+        (
+            format!("{ok}[[personas]]\nname = \"p\"\n[[personas]]\nname = \"p\"\n"),
+            "`personas` lists name `p` twice",
+        ),
+        (
+            ok.replace("repetitions = 2", "repetitions = 4000000000"),
+            "`repetitions` must be 1..=10000",
+        ),
+        (
+            format!(
+                "p_max = [{}]\n{}",
+                (0..21)
+                    .map(|i| format!("{}", i as f64 / 20.0))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                ok.replace("repetitions = 2", "repetitions = 10000")
+            ),
+            "at most 200000 fit one run",
+        ),
+    ] {
+        let e = format!(
+            "{:#}",
+            ExperimentConfig::from_toml_str(&text, "bad.toml").unwrap_err()
+        );
+        assert!(e.contains("bad.toml") && e.contains(want), "{text}\n{e}");
+    }
+}
+
+/// `race egt` refuses a selection intensity or population the solve cannot
+/// finish with, naming the flag.
+#[test]
+fn egt_parameters_the_solve_cannot_finish_with_are_refused() {
+    use super::egt::PopulationParams;
+    let ok = PopulationParams {
+        z: 100,
+        beta: 2.0,
+        mu: 0.02,
+    };
+    ok.check().unwrap();
+    for (p, want) in [
+        (
+            PopulationParams {
+                beta: f64::NAN,
+                ..ok
+            },
+            "--beta",
+        ),
+        (PopulationParams { beta: 1e308, ..ok }, "--beta"),
+        (PopulationParams { beta: -5.0, ..ok }, "--beta"),
+        (PopulationParams { z: 2000, ..ok }, "--z must be 2..=200"),
+        (PopulationParams { z: 1, ..ok }, "--z"),
+        (PopulationParams { mu: f64::NAN, ..ok }, "--mu"),
+    ] {
+        let e = p.check().unwrap_err().to_string();
+        assert!(e.contains(want), "{p:?}: {e}");
+    }
+}
+
+/// `race report --out` refuses a folder that holds files unless forced, as
+/// `joule report --out` does; forced, it removes only its own earlier files.
+#[test]
+fn race_report_refuses_a_folder_with_files_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    small_run(&out);
+    let rep = dir.path().join("rep");
+    std::fs::create_dir(&rep).unwrap();
+    std::fs::write(rep.join("report.md"), "# Energy Society report\n").unwrap();
+    let e = super::report::write_report_out(&[out.clone()], &rep, None, false, false).unwrap_err();
+    assert!(
+        e.to_string().contains("not empty") && e.to_string().contains("--force"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(rep.join("report.md")).unwrap(),
+        "# Energy Society report\n"
+    );
+    let fresh = dir.path().join("fresh");
+    super::report::write_report_out(&[out.clone()], &fresh, None, true, false).unwrap();
+    assert!(fresh.join("report.html").is_file() && fresh.join("unsafe_rates.csv").is_file());
+    assert!(super::report::write_report_out(&[out.clone()], &fresh, None, false, false).is_err());
+    std::fs::write(fresh.join("notes.txt"), "mine").unwrap();
+    let md = super::report::write_report_out(&[out.clone()], &fresh, None, false, true).unwrap();
+    assert!(md.starts_with("# AI race report"));
+    assert!(fresh.join("notes.txt").is_file() && !fresh.join("report.html").exists());
+    let listed = std::fs::read_to_string(fresh.join(crate::report::out_dir::MANIFEST)).unwrap();
+    assert!(
+        listed.contains("report.md") && !listed.contains("notes.txt"),
+        "{listed}"
+    );
+}

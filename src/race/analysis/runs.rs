@@ -5,10 +5,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use anyhow::Context;
-
+use crate::race::run::{read_races, read_turns};
 use crate::race::scenario::{RaceRecord, TurnRecord};
-use crate::record::read_jsonl;
 
 /// z for a two-sided 95% interval.
 pub const Z95: f64 = 1.959964;
@@ -59,16 +57,10 @@ pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
                 d.display()
             );
         }
-        let rs: Vec<RaceRecord> = read_jsonl(&rp)?
-            .into_iter()
-            .map(serde_json::from_value)
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("reading {}", rp.display()))?;
+        let rs = read_races(&rp)?;
         let done: BTreeSet<String> = rs.iter().map(|r| r.game_id.clone()).collect();
         let tp = d.join("turns.jsonl");
-        for v in read_jsonl(&tp)? {
-            let t: TurnRecord = serde_json::from_value(v)
-                .with_context(|| format!("reading a turn in {}", tp.display()))?;
+        for t in read_turns(&tp)? {
             if done.contains(&t.game_id) {
                 turns.push(t);
                 turn_sources.push(src);
