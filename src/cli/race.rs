@@ -214,8 +214,13 @@ pub fn run(args: RaceArgs) -> anyhow::Result<ExitCode> {
             html,
             force,
         } => {
-            let md =
-                crate::race::report::write_report_out(&dirs, &out, human.as_deref(), html, force)?;
+            let md = crate::report::race_out::write_report_out(
+                &dirs,
+                &out,
+                human.as_deref(),
+                html,
+                force,
+            )?;
             crate::outln!("{md}");
             crate::errln!("report written to {}", out.display());
             if html {

@@ -549,33 +549,36 @@ impl Drop for Staging {
     }
 }
 
-/// `joule race report`: the report (with `html`, its `report.html` too)
-/// into `out` as `joule report --out` writes ([`crate::report::out_dir`]):
-/// a folder that holds files is refused unless `force`, and forced, only the
-/// files an earlier report listed there are removed. Nothing reaches `out`
-/// before every file was written.
-pub fn write_report_out(
-    dirs: &[PathBuf],
-    out: &Path,
-    human: Option<&Path>,
-    html: bool,
-    force: bool,
-) -> anyhow::Result<String> {
-    use crate::report::out_dir::OutDir;
-    if !force {
-        // Refused before the work, not only after it.
-        OutDir::prepare(out, false, "--out")?;
+/// A race report written into a staging folder beside its destination, not
+/// yet moved there: so a caller can add files (the HTML page) and check the
+/// destination against the whole list before anything reaches it
+/// (`crate::report::race_out`). Dropped uncommitted, the staging folder goes.
+pub struct StagedReport {
+    stage: Staging,
+    /// The report's Markdown text.
+    pub md: String,
+}
+
+impl StagedReport {
+    /// Write the report of `dirs` (with the humans-versus-models section when
+    /// `human` names the human data set) into a staging folder for `out`.
+    pub fn write(dirs: &[PathBuf], out: &Path, human: Option<&Path>) -> anyhow::Result<Self> {
+        let data = load(dirs)?;
+        let stage = Staging::new(out)?;
+        let md = write_files(dirs, &data, stage.dir.as_path(), human)?;
+        Ok(StagedReport { stage, md })
     }
-    let data = load(dirs)?;
-    let stage = Staging::new(out)?;
-    let md = write_files(dirs, &data, stage.dir.as_path(), human)?;
-    if html {
-        crate::report::html::race::write_race(dirs, &stage.dir)?;
+
+    /// The staging folder (files added here are moved with the report).
+    pub fn dir(&self) -> &Path {
+        &self.stage.dir
     }
-    let out_dir = OutDir::prepare(out, force, "--out")?;
-    stage.commit(out)?;
-    out_dir.finish()?;
-    Ok(md)
+
+    /// Move every staged file into `out`; returns the Markdown text.
+    pub fn commit(self, out: &Path) -> anyhow::Result<String> {
+        self.stage.commit(out)?;
+        Ok(self.md)
+    }
 }
 
 /// Write the report into `out` and return the Markdown text.

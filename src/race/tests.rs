@@ -728,37 +728,3 @@ fn egt_parameters_the_solve_cannot_finish_with_are_refused() {
         assert!(e.contains(want), "{p:?}: {e}");
     }
 }
-
-/// `race report --out` refuses a folder that holds files unless forced, as
-/// `joule report --out` does; forced, it removes only its own earlier files.
-#[test]
-fn race_report_refuses_a_folder_with_files_unless_forced() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("run");
-    small_run(&out);
-    let rep = dir.path().join("rep");
-    std::fs::create_dir(&rep).unwrap();
-    std::fs::write(rep.join("report.md"), "# Energy Society report\n").unwrap();
-    let e = super::report::write_report_out(&[out.clone()], &rep, None, false, false).unwrap_err();
-    assert!(
-        e.to_string().contains("not empty") && e.to_string().contains("--force"),
-        "{e}"
-    );
-    assert_eq!(
-        std::fs::read_to_string(rep.join("report.md")).unwrap(),
-        "# Energy Society report\n"
-    );
-    let fresh = dir.path().join("fresh");
-    super::report::write_report_out(&[out.clone()], &fresh, None, true, false).unwrap();
-    assert!(fresh.join("report.html").is_file() && fresh.join("unsafe_rates.csv").is_file());
-    assert!(super::report::write_report_out(&[out.clone()], &fresh, None, false, false).is_err());
-    std::fs::write(fresh.join("notes.txt"), "mine").unwrap();
-    let md = super::report::write_report_out(&[out.clone()], &fresh, None, false, true).unwrap();
-    assert!(md.starts_with("# AI race report"));
-    assert!(fresh.join("notes.txt").is_file() && !fresh.join("report.html").exists());
-    let listed = std::fs::read_to_string(fresh.join(crate::report::out_dir::MANIFEST)).unwrap();
-    assert!(
-        listed.contains("report.md") && !listed.contains("notes.txt"),
-        "{listed}"
-    );
-}

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod out_dir;
 pub(crate) mod plots;
 pub mod provenance;
+pub mod race_out;
 pub mod reproduction;
 pub(crate) mod stats;
 pub mod summary;

@@ -22,7 +22,7 @@ pub struct OutDir {
 }
 
 /// Every file under `dir`, relative to it (none when `dir` does not exist).
-fn files(dir: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+pub fn files(dir: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<PathBuf>) -> anyhow::Result<()> {
         let entries =
             std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
