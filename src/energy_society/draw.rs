@@ -37,6 +37,22 @@ impl StratifiedDraw {
         }
     }
 
+    /// Refuse, before any round, a data set with fewer questions of a tier
+    /// than one round draws of it (each round draws without replacement).
+    pub fn check(&self) -> anyhow::Result<()> {
+        for (t, tier) in Difficulty::ALL.into_iter().enumerate() {
+            let (have, need) = (self.pools[t].len(), self.count(tier) as usize);
+            if have < need {
+                anyhow::bail!(
+                    "key `difficulty.{0}`: {1} holds {have} {0} question(s), fewer than the {need} a round draws",
+                    tier.as_str(),
+                    self.dataset.source
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn count(&self, tier: Difficulty) -> u32 {
         match tier {
             Difficulty::Easy => self.counts.easy,
@@ -112,6 +128,28 @@ mod tests {
             medium: n,
             hard: n,
         }
+    }
+
+    #[test]
+    fn a_data_set_too_small_for_one_round_is_refused_before_any_round() {
+        let ds = dataset();
+        let easy = ds.pool(Difficulty::Easy).len() as u32;
+        assert!(StratifiedDraw::new(ds.clone(), 1, counts(4))
+            .check()
+            .is_ok());
+        let too_many = DifficultyCounts {
+            easy: easy + 1,
+            medium: 4,
+            hard: 4,
+        };
+        let e = StratifiedDraw::new(ds, 1, too_many)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("key `difficulty.easy`") && e.contains(&format!("holds {easy} easy")),
+            "{e}"
+        );
     }
 
     #[test]

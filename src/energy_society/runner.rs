@@ -29,15 +29,18 @@ pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
         ))),
         JobsConfig::Mmlu { path } => {
             let dataset = if path == "hub" {
-                super::dataset::Dataset::from_hub(super::dataset::HUB_REPO, None)?
+                super::dataset::Dataset::from_hub(super::dataset::HUB_REPO, None)
             } else {
-                super::dataset::Dataset::load(path)?
-            };
-            Ok(Box::new(super::draw::StratifiedDraw::new(
+                super::dataset::Dataset::load(path)
+            }
+            .context("key `jobs.path`")?;
+            let draw = super::draw::StratifiedDraw::new(
                 std::sync::Arc::new(dataset),
                 cfg.seed,
                 cfg.difficulty,
-            )))
+            );
+            draw.check()?;
+            Ok(Box::new(draw))
         }
     }
 }
