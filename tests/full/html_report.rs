@@ -735,6 +735,8 @@ fn compare_page_shows_every_row() {
 fn race_page_draws_rates_and_trajectories() {
     let dir = artefacts("race");
     let runs = dir.join("runs");
+    // The report in a folder of its own (`race report --out` refuses one holding the runs).
+    let report = dir.join("report");
     let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/ai-race/baseline-scripted.toml");
     joule(&[
         "race",
@@ -748,10 +750,10 @@ fn race_page_draws_rates_and_trajectories() {
         "report",
         runs.to_str().unwrap(),
         "--out",
-        dir.to_str().unwrap(),
+        report.to_str().unwrap(),
         "--html",
     ]);
-    let page = dir.join("report.html");
+    let page = report.join("report.html");
     let html = std::fs::read_to_string(&page).unwrap();
     assert_self_contained(&html);
     // The experiment's provenance closes the page (its width is checked at 390 px below).
@@ -761,7 +763,7 @@ fn race_page_draws_rates_and_trajectories() {
         "no provenance section"
     );
     // The first p_max row of unsafe_rates.csv, as the table shows it.
-    let csv = std::fs::read_to_string(dir.join("unsafe_rates.csv")).unwrap();
+    let csv = std::fs::read_to_string(report.join("unsafe_rates.csv")).unwrap();
     let row: Vec<&str> = csv
         .lines()
         .find(|l| l.starts_with("by_pmax,"))
