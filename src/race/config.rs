@@ -207,7 +207,7 @@ impl ExperimentConfig {
         }
         for &n in &self.n_players {
             anyhow::ensure!(
-                (2..=5).contains(&n),
+                super::scenario::PLAYERS.contains(&n),
                 "`n_players` values must be 2..5, got {n}"
             );
         }

@@ -108,31 +108,30 @@ pub fn race_kernels(
 /// checked ([`RaceRecord::check`]); an error names the file, the record and
 /// its game, and the field.
 pub fn read_races(path: &Path) -> anyhow::Result<Vec<RaceRecord>> {
-    read_jsonl(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let game = v.get("game_id").and_then(|g| g.as_str()).unwrap_or("?");
-            let at = format!("{}: record {} (game `{game}`)", path.display(), i + 1);
-            let r: RaceRecord = serde_json::from_value(v).with_context(|| at.clone())?;
-            r.check().with_context(|| at)?;
-            Ok(r)
-        })
-        .collect()
+    read_checked(path, RaceRecord::check)
 }
 
 /// Every turn record of a `turns.jsonl`, each checked
 /// ([`TurnRecord::check`]); errors as [`read_races`].
 pub fn read_turns(path: &Path) -> anyhow::Result<Vec<TurnRecord>> {
+    read_checked(path, TurnRecord::check)
+}
+
+/// The records of the JSONL file `path` as `T`, each passed through `check`;
+/// an error names the file, the record and its game.
+fn read_checked<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    check: impl Fn(&T) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<T>> {
     read_jsonl(path)?
         .into_iter()
         .enumerate()
         .map(|(i, v)| {
             let game = v.get("game_id").and_then(|g| g.as_str()).unwrap_or("?");
             let at = format!("{}: record {} (game `{game}`)", path.display(), i + 1);
-            let t: TurnRecord = serde_json::from_value(v).with_context(|| at.clone())?;
-            t.check().with_context(|| at)?;
-            Ok(t)
+            let r: T = serde_json::from_value(v).with_context(|| at.clone())?;
+            check(&r).with_context(|| at)?;
+            Ok(r)
         })
         .collect()
 }

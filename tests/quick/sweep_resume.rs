@@ -35,21 +35,11 @@ fn jobs(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
 #[test]
 fn an_interrupted_cell_is_the_only_one_rerun() {
     let dir = tempfile::tempdir().unwrap();
-    let cfgs = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/energy-society");
-    for name in ["baseline-comp.toml", "scarcity-coop.toml"] {
-        let text = std::fs::read_to_string(cfgs.join(name)).unwrap();
-        std::fs::write(
-            dir.path().join(name),
-            text.replace("max_rounds = 30", "max_rounds = 3"),
-        )
-        .unwrap();
-    }
-    let sweep = dir.path().join("sweep.toml");
-    std::fs::write(
-        &sweep,
-        "seeds = [1, 2]\nconfigs = [\"baseline-comp.toml\", \"scarcity-coop.toml\"]\nout = \"out\"\n",
-    )
-    .unwrap();
+    let sweep = small_sweep(
+        dir.path(),
+        &["baseline-comp.toml", "scarcity-coop.toml"],
+        "[1, 2]",
+    );
     let out = dir.path().join("o");
     let c = cells(&sweep, Some(&out)).unwrap();
     assert_eq!(c.len(), 4);
