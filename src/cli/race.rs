@@ -466,6 +466,18 @@ fn replay(model: String, k: usize, out: PathBuf) -> anyhow::Result<ExitCode> {
         model.starts_with(SCRIPTED_PREFIX),
         "model `{model}` is not scripted; this build serves scripted models"
     );
+    // Everything that can refuse the replay is checked before it is computed.
+    let path = out.join("replay.jsonl");
+    anyhow::ensure!(
+        !path.exists(),
+        "{} exists; choose a new folder",
+        path.display()
+    );
+    check_race_models(
+        "command line",
+        &[ModelRef::new("--model", &model)],
+        &Default::default(),
+    )?;
     let mut states = Vec::new();
     for (i, p) in [0.1, 0.6, 0.9].into_iter().enumerate() {
         states.extend(select_states(crate::race::rng::BASE_SEED, i, p, k)?);
@@ -480,10 +492,9 @@ fn replay(model: String, k: usize, out: PathBuf) -> anyhow::Result<ExitCode> {
         replay_cells(agency, model.clone(), states, skins, 3)
     })?;
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let path = out.join("replay.jsonl");
     anyhow::ensure!(
         !path.exists(),
-        "{} exists; choose a new folder",
+        "{} appeared while the replay ran; choose a new folder",
         path.display()
     );
     let mut log = EventLog::append(&path)?;

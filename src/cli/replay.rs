@@ -157,8 +157,11 @@ impl ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<ExitCode> {
     if let Some(a) = args.alpha {
-        if !a.is_finite() {
-            anyhow::bail!("--alpha: expected a finite number, got {a}");
+        if !(a.is_finite() && a >= 0.0) {
+            anyhow::bail!(
+                "--alpha: expected a number >= 0 (0: no size penalty; the paper's 0.5), got {a}: \
+                 a negative α makes bigger models cheaper"
+            );
         }
     }
     let flags = args.overrides();

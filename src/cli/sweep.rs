@@ -28,7 +28,7 @@ pub struct SweepArgs {
     pub file: PathBuf,
     /// Cells run at once: scripted cells on this many threads, cells with
     /// model-backed agents batched on one driver.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub jobs: usize,
     /// Output folder (overrides the file's `out`).
     #[arg(long)]

@@ -315,6 +315,14 @@ impl SocietyConfig {
                     "expected a model key such as `scripted:greedy` or a manifest name".into(),
                 ));
             }
+            if a.model_name.trim().is_empty() {
+                return Err(err(
+                    format!("roster[{i}].model_name"),
+                    "expected the name prompts and reports show for the agent's model, such as \
+                     `qwen3:8b`, got an empty name"
+                        .into(),
+                ));
+            }
             if !(a.size > 0.0 && a.size.is_finite()) {
                 return Err(err(
                     format!("roster[{i}].size"),
@@ -826,6 +834,7 @@ init_energy = 100
             ("alpha = 0.0", "alpha = -2.0", "cost.alpha", "expected a number >= 0"),
             ("alpha = 0.0", "alpha = 50.0", "cost.alpha", "expected α in [0, 4.01) for this roster and k = 0.015, got 50: one generated token would cost roster[0] (`a`, size 4)"),
             ("k = 0.015", "k = 0.0", "cost.k", "expected a positive number"),
+            ("model_name = \"m\"\nsize = 9", "model_name = \" \"\nsize = 9", "roster[1].model_name", "expected the name prompts and reports show"),
             ("k = 0.015", "k = 100.0", "cost.k", "expected a price per token below every agent's init_energy (the smallest is 100)"),
         ] {
             let bad = GOOD.replace(from, to);

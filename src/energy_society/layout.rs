@@ -202,6 +202,40 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_str(&text).with_context(|| format!("{}: unexpected content", path.display()))
 }
 
+/// Each agent of a roster listed once, with a positive size and a finite
+/// positive initial energy; `list` names the array in `file` (empty: the file
+/// is the array).
+fn check_roster<'a>(
+    file: &'static str,
+    list: &str,
+    agents: impl Iterator<Item = (&'a String, f64, f64)>,
+) -> Result<(), (&'static str, String)> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, (id, size, energy)) in agents.enumerate() {
+        if !seen.insert(id) {
+            return Err((
+                file,
+                format!("field `{list}[{i}].agent_id`: `{id}` is listed twice"),
+            ));
+        }
+        if !(size > 0.0 && size.is_finite()) {
+            return Err((
+                file,
+                format!("field `{list}[{i}].model_size`: expected a positive number, got {size}"),
+            ));
+        }
+        if !(energy > 0.0 && energy.is_finite()) {
+            return Err((
+                file,
+                format!(
+                    "field `{list}[{i}].init_energy`: expected a positive number, got {energy}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl RunFolder {
     /// Read a run folder in the reference layout; its numbers that size
     /// tables (rounds, jobs per round) are checked against [`MAX_ROUNDS`]
@@ -219,13 +253,39 @@ impl RunFolder {
         Ok(run)
     }
 
-    /// The first number that is too large to size a table by: the file
-    /// and what is wrong (naming the field).
+    /// The first value no run can hold (no rounds, an agent listed twice, a
+    /// size that is not a positive number) or that is too large to size a
+    /// table by: the file and what is wrong (naming the field).
     fn check_sizes(&self) -> Result<(), (&'static str, String)> {
         let too_many = |field: String, v: u32, max: u32| {
             format!("field `{field}`: expected at most {max}, got {v}")
         };
         let c = &self.config;
+        if c.max_rounds == 0 {
+            return Err((
+                "config.json",
+                "field `max_rounds`: expected at least 1, got 0".into(),
+            ));
+        }
+        if !(c.model_size_exponent >= 0.0 && c.model_size_exponent.is_finite()) {
+            return Err((
+                "config.json",
+                format!(
+                    "field `model_size_exponent`: expected a number >= 0, got {}",
+                    c.model_size_exponent
+                ),
+            ));
+        }
+        let roster = c
+            .agents
+            .iter()
+            .map(|a| (&a.agent_id, a.model_size, a.init_energy));
+        check_roster("config.json", "agents", roster)?;
+        let agents = self
+            .agents
+            .iter()
+            .map(|a| (&a.agent_id, a.model_size, a.init_energy));
+        check_roster("agents.json", "", agents)?;
         if c.max_rounds > MAX_ROUNDS {
             return Err((
                 "config.json",

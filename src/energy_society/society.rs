@@ -257,7 +257,9 @@ impl Society {
                 // Its round is not kept when the run resumes (`super::resume`).
                 self.rec
                     .event("stopped", json!({"round": round, "reason": why}))?;
-                anyhow::bail!("stopped after round {round}: {why}");
+                anyhow::bail!(
+                    "stopped during round {round}, which is not kept (a resume plays it again): {why}"
+                );
             }
             let played = round;
             if let Some(f) = &mut self.on_round {

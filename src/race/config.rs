@@ -216,6 +216,15 @@ impl ExperimentConfig {
             "`repetitions` must be 1..={MAX_REPETITIONS}, got {}",
             self.repetitions
         );
+        anyhow::ensure!(
+            self.base_seed
+                .checked_add(i64::from(self.repetitions) - 1)
+                .is_some(),
+            "`base_seed` must leave room for its {} repetitions (game_seed = base_seed + rep), \
+             got {}: the last game_seed would overflow a 64-bit integer",
+            self.repetitions,
+            self.base_seed
+        );
         let races = [
             self.lineups.len(),
             self.personas.len(),

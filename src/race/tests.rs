@@ -634,6 +634,9 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
         "repetitions = 2\n[[lineups]]\nname = \"a\"\nseats = [\"scripted:AU\", \"scripted:CS\"]\n";
     let ok = format!("name = \"x\"\n{base}");
     ExperimentConfig::from_toml_str(&ok, "ok.toml").unwrap();
+    // The last repetition's game_seed is exactly i64::MAX.
+    ExperimentConfig::from_toml_str(&format!("base_seed = 9223372036854775806\n{ok}"), "ok.toml")
+        .unwrap();
     for (text, want) in [
         (
             format!("name = \"../x\"\n{base}"),
@@ -678,6 +681,10 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
         (
             ok.replace("repetitions = 2", "repetitions = 4000000000"),
             "`repetitions` must be 1..=10000",
+        ),
+        (
+            format!("base_seed = 9223372036854775807\n{ok}"),
+            "`base_seed` must leave room for its 2 repetitions",
         ),
         (
             format!(

@@ -184,15 +184,17 @@ pub struct Answer {
 pub enum BadResponse {
     /// Not the JSON of a chat completion (retried: a proxy or a dying server).
     Malformed(String),
-    /// A well-formed completion without exact counts (not retried: the
-    /// server never reports them, and a count is never guessed).
-    NoUsage(String),
+    /// A well-formed completion without exact counts, or with counts that
+    /// cannot be true (more tokens than the request allowed, more thinking
+    /// tokens than generated ones). Not retried: the server never reports them,
+    /// and a count is never guessed.
+    BadCounts(String),
 }
 
 impl std::fmt::Display for BadResponse {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            BadResponse::Malformed(m) | BadResponse::NoUsage(m) => f.write_str(m),
+            BadResponse::Malformed(m) | BadResponse::BadCounts(m) => f.write_str(m),
         }
     }
 }
@@ -206,8 +208,13 @@ fn count(v: &Value, path: &[&str]) -> Option<u32> {
 }
 
 /// Read a chat-completion response body. `counted_by` names the server in
-/// the recorded [`CountSource`].
-pub fn parse_response(body: &str, counted_by: &str) -> Result<Answer, BadResponse> {
+/// the recorded [`CountSource`]; `max_tokens` is the request's limit, which a
+/// true count never exceeds.
+pub fn parse_response(
+    body: &str,
+    counted_by: &str,
+    max_tokens: Option<u32>,
+) -> Result<Answer, BadResponse> {
     let v: Value = serde_json::from_str(body).map_err(|e| {
         BadResponse::Malformed(format!("the response is not JSON ({e}): {}", excerpt(body)))
     })?;
@@ -256,25 +263,49 @@ pub fn parse_response(body: &str, counted_by: &str) -> Result<Answer, BadRespons
         None => (String::new(), content),
     };
     let usage = v.get("usage").filter(|u| u.is_object()).ok_or_else(|| {
-        BadResponse::NoUsage(
+        BadResponse::BadCounts(
             "the response has no `usage` object, so the generated tokens cannot be counted \
              exactly (the charge is never guessed)"
                 .into(),
         )
     })?;
     let completion = count(usage, &["completion_tokens"]).ok_or_else(|| {
-        BadResponse::NoUsage(format!(
+        BadResponse::BadCounts(format!(
             "the response's usage has no `completion_tokens` count: {}",
             excerpt(&usage.to_string())
         ))
     })?;
     let prompt = count(usage, &["prompt_tokens"]).ok_or_else(|| {
-        BadResponse::NoUsage(format!(
+        BadResponse::BadCounts(format!(
             "the response's usage has no `prompt_tokens` count: {}",
             excerpt(&usage.to_string())
         ))
     })?;
     let reasoning_tokens = count(usage, &["completion_tokens_details", "reasoning_tokens"]);
+    let reported = usage
+        .get("completion_tokens_details")
+        .and_then(|d| d.get("reasoning_tokens"))
+        .filter(|r| !r.is_null());
+    if let (None, Some(r)) = (reasoning_tokens, reported) {
+        return Err(BadResponse::BadCounts(format!(
+            "the response's `usage.completion_tokens_details.reasoning_tokens` is not a count \
+             of tokens: {}",
+            excerpt(&r.to_string())
+        )));
+    }
+    if let Some(max) = max_tokens.filter(|&m| completion > m) {
+        return Err(BadResponse::BadCounts(format!(
+            "the response's `usage.completion_tokens` is {completion}, more than the {max} the \
+             request allowed (`max_tokens`): a count that cannot be true is not charged"
+        )));
+    }
+    if let Some(r) = reasoning_tokens.filter(|&r| r > completion) {
+        return Err(BadResponse::BadCounts(format!(
+            "the response's `usage.completion_tokens_details.reasoning_tokens` is {r}, more than \
+             its `usage.completion_tokens` ({completion}): a count that cannot be true is not \
+             charged"
+        )));
+    }
     let finish = match choice.get("finish_reason").and_then(Value::as_str) {
         Some("length") => FinishReason::Length,
         _ => FinishReason::Stop,
@@ -285,7 +316,7 @@ pub fn parse_response(body: &str, counted_by: &str) -> Result<Answer, BadRespons
         usage: TokenUsage {
             prompt_tokens: prompt,
             generated_tokens: completion,
-            thinking_tokens: reasoning_tokens.unwrap_or(0).min(completion),
+            thinking_tokens: reasoning_tokens.unwrap_or(0),
             charged_tokens: completion,
             eos_counted: false,
         },
@@ -543,7 +574,7 @@ mod tests {
         let body = r#"{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant",
             "content":"{\"a\":1}","reasoning_content":"let me see"}}],
             "usage":{"completion_tokens":17,"prompt_tokens":40,"total_tokens":57}}"#;
-        let a = parse_response(body, "server http://127.0.0.1:8080/v1").unwrap();
+        let a = parse_response(body, "server http://127.0.0.1:8080/v1", Some(100)).unwrap();
         assert_eq!(a.text, "{\"a\":1}");
         assert_eq!(a.thinking, "let me see");
         assert_eq!(a.usage.charged_tokens, 17);
@@ -555,24 +586,62 @@ mod tests {
 
         let no_usage = r#"{"choices":[{"message":{"content":"x"}}]}"#;
         assert!(matches!(
-            parse_response(no_usage, "s"),
-            Err(BadResponse::NoUsage(_))
+            parse_response(no_usage, "s", None),
+            Err(BadResponse::BadCounts(_))
         ));
         let no_count = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":3}}"#;
         assert!(matches!(
-            parse_response(no_count, "s"),
-            Err(BadResponse::NoUsage(_))
+            parse_response(no_count, "s", None),
+            Err(BadResponse::BadCounts(_))
         ));
         assert!(matches!(
-            parse_response("<html>", "s"),
+            parse_response("<html>", "s", None),
             Err(BadResponse::Malformed(_))
         ));
         assert!(matches!(
-            parse_response("{\"usage\":{}}", "s"),
+            parse_response("{\"usage\":{}}", "s", None),
             Err(BadResponse::Malformed(_))
         ));
-        let err = parse_response(r#"{"error":{"message":"model not loaded"}}"#, "s").unwrap_err();
+        let err =
+            parse_response(r#"{"error":{"message":"model not loaded"}}"#, "s", None).unwrap_err();
         assert!(err.to_string().contains("model not loaded"));
+    }
+
+    #[test]
+    fn counts_that_cannot_be_true_are_refused_naming_the_field() {
+        let with = |usage: &str| {
+            format!(r#"{{"choices":[{{"message":{{"content":"x"}}}}],"usage":{usage}}}"#)
+        };
+        let at_limit = with(r#"{"completion_tokens":100,"prompt_tokens":3}"#);
+        assert_eq!(
+            parse_response(&at_limit, "s", Some(100))
+                .unwrap()
+                .usage
+                .charged_tokens,
+            100
+        );
+        let above = with(r#"{"completion_tokens":4000000000,"prompt_tokens":3}"#);
+        let Err(BadResponse::BadCounts(m)) = parse_response(&above, "s", Some(8000)) else {
+            panic!("a count above max_tokens is refused")
+        };
+        assert!(
+            m.contains("`usage.completion_tokens` is 4000000000") && m.contains("8000"),
+            "{m}"
+        );
+        let thinking = with(
+            r#"{"completion_tokens":9,"prompt_tokens":3,"completion_tokens_details":{"reasoning_tokens":10}}"#,
+        );
+        let Err(BadResponse::BadCounts(m)) = parse_response(&thinking, "s", Some(100)) else {
+            panic!("more thinking than generated tokens is refused")
+        };
+        assert!(m.contains("reasoning_tokens` is 10"), "{m}");
+        let huge = with(
+            r#"{"completion_tokens":9,"prompt_tokens":3,"completion_tokens_details":{"reasoning_tokens":1000000000000}}"#,
+        );
+        let Err(BadResponse::BadCounts(m)) = parse_response(&huge, "s", Some(100)) else {
+            panic!("a thinking count beyond any u32 is refused")
+        };
+        assert!(m.contains("not a count"), "{m}");
     }
 
     #[test]
@@ -583,7 +652,8 @@ mod tests {
             )
         };
         let u = r#"{"completion_tokens":9,"prompt_tokens":1,"completion_tokens_details":{"reasoning_tokens":4}}"#;
-        let a = parse_response(&with(r#"{"content":"ok","reasoning":"hm"}"#, u), "s").unwrap();
+        let a =
+            parse_response(&with(r#"{"content":"ok","reasoning":"hm"}"#, u), "s", None).unwrap();
         assert_eq!((a.thinking.as_str(), a.text.as_str()), ("hm", "ok"));
         assert_eq!(a.usage.thinking_tokens, 4);
         assert_eq!(a.finish, FinishReason::Length);
@@ -591,11 +661,16 @@ mod tests {
             a.count_source.thinking.as_deref(),
             Some("usage.completion_tokens_details.reasoning_tokens")
         );
-        let a = parse_response(&with(r#"{"content":"<think>a b</think>\n{}"}"#, u), "s").unwrap();
+        let a = parse_response(
+            &with(r#"{"content":"<think>a b</think>\n{}"}"#, u),
+            "s",
+            None,
+        )
+        .unwrap();
         assert_eq!((a.thinking.as_str(), a.text.as_str()), ("a b", "{}"));
-        let a = parse_response(&with(r#"{"content":"a b</think>{}"}"#, u), "s").unwrap();
+        let a = parse_response(&with(r#"{"content":"a b</think>{}"}"#, u), "s", None).unwrap();
         assert_eq!((a.thinking.as_str(), a.text.as_str()), ("a b", "{}"));
-        let a = parse_response(&with(r#"{"content":null}"#, u), "s").unwrap();
+        let a = parse_response(&with(r#"{"content":null}"#, u), "s", None).unwrap();
         assert_eq!(a.text, "");
     }
 

@@ -3,8 +3,9 @@
 //! timeouts, HTTP 5xx (and 408/429) and malformed JSON are retried with
 //! exponential backoff up to `retries` times; other HTTP errors (a 4xx such
 //! as an unknown model) and responses without exact counts are final at once.
-//! A failure carries the server's own message, and whether the server itself
-//! is unreachable (the backend then stops the run, see `Backend::unavailable`).
+//! A failure carries the server's own message, whether the server itself is
+//! unreachable, and whether it answered with an HTTP server error on every
+//! try (either way the backend then stops the run, see `Backend::unavailable`).
 
 use std::time::Duration;
 
@@ -20,6 +21,10 @@ pub struct Failure {
     pub retry: bool,
     /// The server could not be reached at all (connection refused or reset, timeout).
     pub unreachable: bool,
+    /// The server answered with a retryable HTTP status (5xx, 408, 429): an
+    /// overloaded server or a proxy whose backend died. When it is still so
+    /// after every retry, the server is taken to have stopped answering.
+    pub server_error: bool,
 }
 
 impl Failure {
@@ -28,6 +33,7 @@ impl Failure {
             message,
             retry: false,
             unreachable: false,
+            server_error: false,
         }
     }
 }
@@ -97,6 +103,7 @@ impl Client {
                 message: format!("{method} {url}: reading the response failed: {e}"),
                 retry: true,
                 unreachable: true,
+                server_error: false,
             }),
             Err(ureq::Error::Status(code, r)) => {
                 let text = r.into_string().unwrap_or_default();
@@ -108,12 +115,14 @@ impl Client {
                     ),
                     retry,
                     unreachable: false,
+                    server_error: retry,
                 })
             }
             Err(ureq::Error::Transport(t)) => Err(Failure {
                 message: format!("{method} {url}: {t}"),
                 retry: true,
                 unreachable: true,
+                server_error: false,
             }),
         }
     }
@@ -159,6 +168,7 @@ impl Client {
                 message: format!("GET {}: {m}", self.url("models")),
                 retry: true,
                 unreachable: false,
+                server_error: false,
             })?;
             Ok(ModelList {
                 names,
@@ -180,15 +190,20 @@ impl Client {
     /// One chat completion, read into an [`Answer`].
     pub fn chat(&self, body: &Value, counted_by: &str) -> Result<Answer, Failure> {
         let text = body.to_string();
+        let max_tokens = body
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .and_then(|m| u32::try_from(m).ok());
         self.with_retries(|| {
             let resp = self.exchange("POST", "chat/completions", Some(&text))?;
-            api::parse_response(&resp, counted_by).map_err(|e| match e {
+            api::parse_response(&resp, counted_by, max_tokens).map_err(|e| match e {
                 BadResponse::Malformed(m) => Failure {
                     message: m,
                     retry: true,
                     unreachable: false,
+                    server_error: false,
                 },
-                BadResponse::NoUsage(m) => Failure::final_(m),
+                BadResponse::BadCounts(m) => Failure::final_(m),
             })
         })
     }
@@ -297,6 +312,7 @@ mod tests {
         );
         assert!(f.message.contains("after 2 tries"), "{}", f.message);
         assert!(!f.unreachable);
+        assert!(f.server_error, "a 500 on every try is a server error");
         assert_eq!(h.join().unwrap(), 2);
     }
 
@@ -320,6 +336,7 @@ mod tests {
             .chat(&serde_json::json!({}), "s")
             .unwrap_err();
         assert!(f.message.contains("no `usage`"), "{}", f.message);
+        assert!(!f.server_error);
         assert_eq!(h.join().unwrap(), 1);
     }
 

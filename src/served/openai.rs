@@ -8,9 +8,11 @@
 //! concurrent requests, at most `max_concurrency` in flight, and the server's
 //! own continuous batching fills its GPU. Answers come back in request order.
 //! A request that fails for good is an INVOKE_ERROR carrying the server's
-//! message; when the server itself is unreachable the backend reports
-//! [`Backend::unavailable`], and the driver stops the runs (left incomplete,
-//! so a resumed sweep reruns them) instead of playing them out on errors.
+//! message; when the server itself is unreachable, or still answers a request
+//! with an HTTP server error (5xx, 408, 429) after every retry, the backend
+//! reports [`Backend::unavailable`], and the driver stops the runs (left
+//! incomplete, so running the command again resumes them) instead of playing
+//! them out on errors.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -191,7 +193,7 @@ impl OpenAiBackend {
                 count_source: Some(a.count_source),
             }),
             Err(f) => {
-                if f.unreachable {
+                if f.unreachable || f.server_error {
                     let mut d = self.down.lock().unwrap_or_else(|e| e.into_inner());
                     d.get_or_insert_with(|| {
                         format!(
@@ -519,6 +521,63 @@ mod tests {
             .unwrap_err()
             .message
             .contains("not sent"));
+    }
+
+    /// Answers every request with HTTP `code` and `body`, one connection at a time.
+    fn status_server(code: u16, body: &'static str) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(s) = s else { return };
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut sent = vec![0; len];
+                let _ = r.read_exact(&mut sent);
+                let mut s = s;
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        url
+    }
+
+    #[test]
+    fn a_server_error_on_every_try_stops_a_run_and_a_client_error_does_not() {
+        // An overloaded server (or a proxy whose backend died): 503 after every retry.
+        let url = status_server(503, r#"{"error":"upstream unavailable"}"#);
+        let mut opts = llm(&url);
+        opts.retries = 1;
+        opts.retry_backoff_s = 0.01;
+        let client = client_for(&opts).unwrap();
+        let mut b = OpenAiBackend::with_client(&opts, client, names(&[("k", "m")]));
+        let out = b.generate(&[req("k"), req("k")]);
+        assert!(out.iter().all(|r| r.is_err()));
+        let why = b.unavailable().expect("the server is marked unavailable");
+        assert!(
+            why.contains("stopped answering") && why.contains("HTTP 503"),
+            "{why}"
+        );
+
+        // A request the server refuses (an unknown model): that call's error only.
+        let url = status_server(404, r#"{"error":"model not found"}"#);
+        let client = client_for(&llm(&url)).unwrap();
+        let mut b = OpenAiBackend::with_client(&llm(&url), client, names(&[("k", "m")]));
+        let out = b.generate(&[req("k")]);
+        assert!(out[0].as_ref().unwrap_err().message.contains("HTTP 404"));
+        assert!(b.unavailable().is_none());
     }
 
     #[test]

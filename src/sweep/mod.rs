@@ -77,6 +77,17 @@ pub fn out_dir(file: &Path, out_override: Option<&Path>) -> anyhow::Result<PathB
 /// Expand a sweep file into its cells (config order, then seed order).
 pub fn cells(file: &Path, out_override: Option<&Path>) -> anyhow::Result<Vec<Cell>> {
     let sweep = read_sweep(file)?;
+    for (key, empty) in [
+        ("configs", sweep.configs.is_empty()),
+        ("seeds", sweep.seeds.is_empty()),
+    ] {
+        anyhow::ensure!(
+            !empty,
+            "{}: key {key}: expected at least one entry, got an empty list (the sweep would \
+             have no cells)",
+            file.display()
+        );
+    }
     let base = file.parent().unwrap_or(Path::new("."));
     let out = sweep_out(file, &sweep, out_override);
     let mut cells = Vec::new();

@@ -239,27 +239,36 @@ pub fn sbatch_script(job: &ArrayJob) -> anyhow::Result<String> {
         quote(&job.sweep_file.display().to_string())?,
         quote(&job.out.display().to_string())?
     );
-    let mut sb = |line: String| {
-        s.push_str("#SBATCH ");
-        s.push_str(&line);
-        s.push('\n');
-    };
-    sb(format!("--job-name={}", job.name));
-    sb(format!("--array={array}"));
-    sb(format!("--output={}", logs.join("%A_%a.out").display()));
-    sb(format!("--chdir={}", job.workdir.display()));
-    sb("--ntasks=1".into());
+    // Each `#SBATCH` line with the flag or path it came from: a value is one
+    // word on one line (a line break would start a shell command of its own).
+    let mut lines: Vec<(&str, String)> = vec![
+        ("the sweep's name", format!("--job-name={}", job.name)),
+        ("the array", format!("--array={array}")),
+        (
+            "--out",
+            format!("--output={}", logs.join("%A_%a.out").display()),
+        ),
+        (
+            "the working folder",
+            format!("--chdir={}", job.workdir.display()),
+        ),
+        ("", "--ntasks=1".into()),
+    ];
     if let Some(p) = &job.options.partition {
-        sb(format!("--partition={p}"));
+        anyhow::ensure!(
+            !p.is_empty() && !p.chars().any(|c| c.is_whitespace() || c.is_control()),
+            "--partition: expected a partition name without spaces or line breaks, got {p:?}"
+        );
+        lines.push(("--partition", format!("--partition={p}")));
     }
     if let Some(t) = &job.options.time {
-        sb(format!("--time={t}"));
+        lines.push(("--time", format!("--time={t}")));
     }
     if let Some(g) = job.options.gpus_per_task {
-        sb(format!("--gpus-per-task={g}"));
+        lines.push(("--gpus-per-task", format!("--gpus-per-task={g}")));
     }
     if let Some(c) = job.options.cpus_per_task {
-        sb(format!("--cpus-per-task={c}"));
+        lines.push(("--cpus-per-task", format!("--cpus-per-task={c}")));
     }
     if let Some(extra) = &job.options.extra {
         let args = shlex::split(extra).ok_or_else(|| {
@@ -271,9 +280,18 @@ pub fn sbatch_script(job: &ArrayJob) -> anyhow::Result<String> {
                 "--extra: expected sbatch options such as `--mem=32G`, got `{a}` (write \
                  options with their value joined by `=`)"
             );
-            anyhow::ensure!(!a.contains('\n'), "--extra: an argument holds a line break");
-            sb(a);
+            lines.push(("--extra", a));
         }
+    }
+    for (from, line) in lines {
+        anyhow::ensure!(
+            !line.chars().any(|c| c.is_control()),
+            "{from}: an sbatch option cannot hold a line break or other control character: \
+             {line:?}"
+        );
+        s += "#SBATCH ";
+        s += &line;
+        s.push('\n');
     }
     s += "set -euo pipefail\n";
     s += &format!(
@@ -452,6 +470,23 @@ mod tests {
         assert!(with("--mem=1G").is_ok());
         assert!(format!("{:#}", with("--qos 'x").unwrap_err()).contains("unbalanced"));
         assert!(format!("{:#}", with("--mem 32G").unwrap_err()).contains("`32G`"));
+        assert!(format!("{:#}", with("'--mem=1G\necho x'").unwrap_err()).contains("line break"));
+        let opts = |partition: &str, time: &str| {
+            sbatch_script(&job(SbatchOptions {
+                partition: Some(partition.into()),
+                time: Some(time.into()),
+                ..Default::default()
+            }))
+        };
+        assert!(opts("gpu", "04:00:00").is_ok());
+        let e = format!("{:#}", opts("gpu\necho INJECTED", "1:00").unwrap_err());
+        assert!(
+            e.contains("--partition") && e.contains("line breaks"),
+            "{e}"
+        );
+        assert!(opts("", "1:00").is_err());
+        let e = format!("{:#}", opts("gpu", "1:00\necho INJECTED").unwrap_err());
+        assert!(e.starts_with("--time"), "{e}");
         let e = sbatch_script(&ArrayJob {
             indices: vec![],
             ..job(SbatchOptions::default())

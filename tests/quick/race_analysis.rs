@@ -711,3 +711,42 @@ fn race_report_help_describes_dirs_and_out() {
     let out_arg = para("\n      --out <DIR>\n");
     assert!(out_arg.contains("report is written"), "--out: {out_arg}");
 }
+
+/// `race replay` refuses an existing output or an unknown policy before it
+/// computes anything, and leaves no folder behind for the unknown policy.
+#[test]
+fn race_replay_refuses_before_it_computes() {
+    let t = tempfile::tempdir().unwrap();
+    let joule = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = t.path().join("k1");
+    let out_s = out.to_str().unwrap();
+    let first = joule(&["race", "replay", "--k", "1", "--out", out_s]);
+    assert!(first.status.success(), "{first:?}");
+    let kept = std::fs::read(out.join("replay.jsonl")).unwrap();
+    let again = joule(&["race", "replay", "--k", "1", "--out", out_s]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(2), "{err}");
+    assert!(err.contains("replay.jsonl exists"), "{err}");
+    assert_eq!(std::fs::read(out.join("replay.jsonl")).unwrap(), kept);
+    let other = t.path().join("k2");
+    let bad = joule(&[
+        "race",
+        "replay",
+        "--model",
+        "scripted:nope",
+        "--out",
+        other.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(bad.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("`--model`") && err.contains("unknown scripted policy `nope`"),
+        "{err}"
+    );
+    assert!(!other.exists());
+}

@@ -410,6 +410,25 @@ fn refused(args: &[&str]) -> String {
 }
 
 #[test]
+fn a_complete_run_whose_log_was_cut_is_refused_by_view() {
+    let t = tempfile::tempdir().unwrap();
+    let run_dir = t.path().join("run");
+    run("baseline-comp", 2, 1, &run_dir);
+    ok(&["view", p(&run_dir), "--out", p(&t.path().join("whole"))]);
+    // The first half of the log's lines, as a copy cut short leaves it.
+    let log = run_dir.join("events.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::write(&log, lines[..lines.len() / 2].join("\n") + "\n").unwrap();
+    let err = refused(&["view", p(&run_dir), "--out", p(&t.path().join("cut"))]);
+    assert!(
+        err.contains("events.jsonl does not end with the run's `run_end` event"),
+        "{err}"
+    );
+    assert!(!t.path().join("cut").join("report.html").exists());
+}
+
+#[test]
 fn force_refuses_to_overwrite_a_file_that_no_report_wrote() {
     let t = tempfile::tempdir().unwrap();
     let run_dir = t.path().join("run");
@@ -525,7 +544,7 @@ fn edited_reference(dir: &Path, file: &str, edit: impl Fn(&mut serde_json::Value
 }
 
 #[test]
-fn numbers_in_a_run_folder_too_large_to_size_tables_are_refused() {
+fn numbers_in_a_run_folder_no_run_can_hold_are_refused() {
     let t = tempfile::tempdir().unwrap();
     let a = edited_reference(&t.path().join("a"), "config.json", |c| {
         c["max_rounds"] = 4_000_000_000u64.into()
@@ -551,6 +570,32 @@ fn numbers_in_a_run_folder_too_large_to_size_tables_are_refused() {
     ] {
         let err = refused(&args);
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Values no run can hold: no rounds, an agent listed twice, a size of 0.
+    let edits: [(&str, &str, fn(&mut serde_json::Value), &str); 3] = [
+        (
+            "c",
+            "config.json",
+            |c| c["max_rounds"] = 0.into(),
+            "config.json: field `max_rounds`: expected at least 1, got 0",
+        ),
+        (
+            "d",
+            "agents.json",
+            |a| a[1]["agent_id"] = a[0]["agent_id"].clone(),
+            "agents.json: field `[1].agent_id`: `agent_1` is listed twice",
+        ),
+        (
+            "e",
+            "config.json",
+            |c| c["agents"][2]["model_size"] = 0.into(),
+            "config.json: field `agents[2].model_size`: expected a positive number, got 0",
+        ),
+    ];
+    for (name, file, edit, says) in edits {
+        let run = edited_reference(&t.path().join(name), file, edit);
+        let err = refused(&["report", p(&run), "--out", p(&rep), "--no-plots"]);
+        assert!(err.contains(says), "{name}: {err}");
     }
 }
 

@@ -92,7 +92,7 @@ fn small_sweep(dir: &Path, names: &[&str], seeds: &str) -> std::path::PathBuf {
 }
 
 #[test]
-fn cells_that_would_share_a_folder_are_refused() {
+fn sweeps_whose_cells_would_share_a_folder_or_that_have_none_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let sweep = small_sweep(
         dir.path(),
@@ -114,6 +114,17 @@ fn cells_that_would_share_a_folder_are_refused() {
         cells(&sweep, Some(&dir.path().join("o"))).unwrap_err()
     );
     assert!(s.contains("seed 1 is listed twice"), "{s}");
+    for (configs, seeds, key) in [
+        (&[][..], "[1]", "key configs"),
+        (&["baseline-comp.toml"][..], "[]", "key seeds"),
+    ] {
+        let sweep = small_sweep(dir.path(), configs, seeds);
+        let s = format!(
+            "{:#}",
+            cells(&sweep, Some(&dir.path().join("o"))).unwrap_err()
+        );
+        assert!(s.contains(key) && s.contains("no cells"), "{s}");
+    }
 }
 
 #[test]

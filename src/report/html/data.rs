@@ -422,8 +422,19 @@ fn int(v: &Value, k: &str) -> Option<u64> {
 }
 
 /// The calls of a Joule run: every call of every `invocation` event.
+/// A folder marked COMPLETE whose log does not end with the run's `run_end`
+/// was cut (copied in part, truncated): it is refused, not shown with calls missing.
 fn event_calls(path: &Path, lines: &mut LineTable) -> anyhow::Result<Vec<Call>> {
     let events = read_events(path)?;
+    let complete = path.with_file_name(crate::energy_society::recorder::COMPLETE_MARKER);
+    if complete.is_file() && events.last().is_none_or(|e| e["event"] != "run_end") {
+        anyhow::bail!(
+            "{} does not end with the run's `run_end` event although the folder is marked \
+             COMPLETE: the record was cut, so its calls cannot all be shown (copy the whole \
+             file again, or play the run again)",
+            path.display()
+        );
+    }
     let mut out = Vec::new();
     for e in events.iter().filter(|e| e["event"] == "invocation") {
         let status = e
