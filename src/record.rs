@@ -1,6 +1,7 @@
 //! Append-only run records: `events.jsonl` (one JSON object per line, flushed
 //! as it is written) and the resolved config beside it. A run folder can be
-//! audited, resumed and re-analysed from these files alone.
+//! audited, resumed and re-analysed from these files alone. A process that
+//! writes a folder holds it ([`FolderLock`]), so two never interleave records.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -131,6 +132,37 @@ pub fn mend_tail(path: impl AsRef<Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A hold on a record folder for as long as it lives: a second process that
+/// tries to write the same folder (another `joule run --out` on it, a Slurm
+/// task given a cell that is already running, a second `race run`) is refused
+/// before it reads or writes anything there, instead of interleaving its
+/// records with the first's. The operating system releases the hold when the
+/// process ends, however it ends, so a killed run leaves nothing to clear up.
+/// On a file system without locks (some network mounts) the folder is not held.
+#[derive(Debug)]
+pub struct FolderLock {
+    _dir: Option<File>,
+}
+
+impl FolderLock {
+    /// Hold `dir` (created if missing), or say that another process holds it.
+    pub fn acquire(dir: &Path) -> anyhow::Result<FolderLock> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let handle = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+        match handle.try_lock() {
+            Ok(()) => Ok(FolderLock { _dir: Some(handle) }),
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "{} is being written by another joule process (a run, a sweep cell or a race on \
+                 the same folder); nothing was done here. Wait for it to end, or give another \
+                 folder",
+                dir.display()
+            ),
+            // Locks unsupported here: go on unheld, as before locks existed.
+            Err(std::fs::TryLockError::Error(_)) => Ok(FolderLock { _dir: None }),
+        }
+    }
+}
+
 /// Write `value` as pretty JSON to `path` atomically (temp file + rename), so
 /// a reader never sees half a file.
 pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> anyhow::Result<()> {
@@ -145,6 +177,18 @@ pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> any
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_folder_is_refused_until_its_holder_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        let held = FolderLock::acquire(&run).unwrap();
+        assert!(run.is_dir());
+        let e = FolderLock::acquire(&run).unwrap_err().to_string();
+        assert!(e.contains("being written by another joule process"), "{e}");
+        drop(held);
+        FolderLock::acquire(&run).unwrap();
+    }
 
     #[test]
     fn appends_and_ignores_a_torn_last_line() {

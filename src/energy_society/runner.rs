@@ -243,6 +243,13 @@ pub fn run_or_resume(
     check_memory(backend, &[&cfg])?;
     let cfg = with_kernels(cfg, backend);
     let ids = agent_ids(&cfg);
+    // Held until the run ends; what the folder holds is read under the hold.
+    let _held = crate::record::FolderLock::acquire(out)?;
+    anyhow::ensure!(
+        force || !Recorder::is_complete(out),
+        "{} already holds a complete run (another process finished it); nothing was run",
+        out.display()
+    );
     let result = match super::resume::plan(out, &cfg.to_toml()?, force)? {
         Plan::Fresh => {
             if !force && !Recorder::is_complete(out) && out.join("events.jsonl").is_file() {
@@ -329,12 +336,21 @@ pub fn run_many(
     let mut early: Vec<Option<anyhow::Error>> = Vec::new();
     let mut finish: Vec<(std::path::PathBuf, Vec<String>)> = Vec::new();
     let mut answers = Answers::new();
+    // Each cell's folder is held until every cell has run.
+    let mut held = Vec::new();
     for (cfg, dir) in cells {
         let cfg = with_kernels(cfg, backend);
         finish.push((dir.clone(), agent_ids(&cfg)));
-        match cell_society(cfg, &dir, make_jobs, &*backend)
-            .with_context(|| format!("preparing {}", dir.display()))
-        {
+        let prepared = crate::record::FolderLock::acquire(&dir).and_then(|lock| {
+            held.push(lock);
+            anyhow::ensure!(
+                !Recorder::is_complete(&dir),
+                "{} already holds a complete run (another process finished it); nothing was run",
+                dir.display()
+            );
+            cell_society(cfg, &dir, make_jobs, &*backend)
+        });
+        match prepared.with_context(|| format!("preparing {}", dir.display())) {
             Ok((s, resumed)) => {
                 driver.spawn(move |agency| s.run(agency));
                 if let Some(mut r) = resumed {

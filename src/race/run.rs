@@ -251,6 +251,8 @@ pub fn run_experiment(
     resume: bool,
     backend: &mut dyn Backend,
 ) -> anyhow::Result<RunSummary> {
+    // Held until the races end; what the folder holds is read under the hold.
+    let _held = crate::record::FolderLock::acquire(dir)?;
     let earlier_kernels = check_folder(cfg, dir)?;
     let done = completed_games(dir)?;
     if !done.is_empty() && !resume {

@@ -512,6 +512,24 @@ fn a_kept_race_that_does_not_match_its_seats_is_refused_before_any_race() {
     }
 }
 
+/// A race folder another process is writing is refused, the folder as it was.
+#[test]
+fn a_race_folder_another_process_is_writing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let cfg = small_run(&out);
+    let before = std::fs::read(out.join("races.jsonl")).unwrap();
+    let held = crate::record::FolderLock::acquire(&out).unwrap();
+    let e = run_experiment(&cfg, &out, true, &mut scripted_backend(None)).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("being written by another joule process"),
+        "{e:#}"
+    );
+    assert_eq!(std::fs::read(out.join("races.jsonl")).unwrap(), before);
+    drop(held);
+    run_experiment(&cfg, &out, true, &mut scripted_backend(None)).unwrap();
+}
+
 /// A turn naming a seat its race does not have is refused by the report
 /// (and `joule view`), naming turns.jsonl and `player_index`.
 #[test]

