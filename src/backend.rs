@@ -362,6 +362,26 @@ pub trait MemoryReport: std::fmt::Debug {
     fn check(&self) -> anyhow::Result<Option<String>>;
 }
 
+/// The most seconds a `--time-limit` can give (a year): far past any
+/// measurement, and an instant the clock can hold.
+pub const MAX_TIME_LIMIT_S: f64 = 365.0 * 24.0 * 3600.0;
+
+/// The instant a benchmark's `--time-limit` of `seconds` (counted from now)
+/// ends, or an error naming the flag for a value that is not a number of
+/// seconds in (0, [`MAX_TIME_LIMIT_S`]].
+pub fn time_limit_deadline(seconds: Option<f64>) -> anyhow::Result<Option<std::time::Instant>> {
+    match seconds {
+        None => Ok(None),
+        Some(s) if s > 0.0 && s <= MAX_TIME_LIMIT_S => Ok(Some(
+            std::time::Instant::now() + std::time::Duration::from_secs_f64(s),
+        )),
+        Some(s) => anyhow::bail!(
+            "--time-limit {s}: expected a number of seconds above 0 and at most {MAX_TIME_LIMIT_S} \
+             (a year)"
+        ),
+    }
+}
+
 /// Why a benchmark's backend is unavailable once its `--time-limit` passed:
 /// `Some` from `deadline` on (`Backend::unavailable`, which stops the driver).
 pub fn time_limit_passed(deadline: Option<std::time::Instant>) -> Option<String> {

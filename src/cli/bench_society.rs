@@ -356,9 +356,7 @@ pub(crate) fn roster_models(
 }
 
 fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench> {
-    let deadline = args
-        .time_limit
-        .map(|s| Instant::now() + std::time::Duration::from_secs_f64(s.max(0.0)));
+    let deadline = crate::backend::time_limit_deadline(args.time_limit)?;
     let seed0 = args.seed.unwrap_or(12345);
     let cfgs: Vec<SocietyConfig> = (0..sims)
         .map(|i| config(args, seed0 + i as u64))
@@ -618,6 +616,23 @@ mod tests {
         meter.deadline = Some(std::time::Instant::now());
         let why = meter.unavailable().expect("past the deadline");
         assert!(why.contains("--time-limit"), "{why}");
+    }
+
+    /// A `--time-limit` that is not a number of seconds a clock can hold is
+    /// refused naming the flag (NaN, 0 and negatives measured nothing; 1e300
+    /// panicked).
+    #[test]
+    fn time_limits_no_clock_can_hold_are_refused() {
+        use crate::backend::time_limit_deadline;
+        assert!(time_limit_deadline(None).unwrap().is_none());
+        assert!(time_limit_deadline(Some(30.0)).unwrap().is_some());
+        for bad in [f64::NAN, 0.0, -5.0, 1e300, f64::INFINITY] {
+            let e = time_limit_deadline(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!("--time-limit {bad}: expected")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

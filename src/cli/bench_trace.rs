@@ -379,6 +379,44 @@ fn synthesized(args: &TraceBenchArgs, keys: &[String]) -> anyhow::Result<BTreeMa
 }
 
 /// Recorded calls and generated tokens of one whole run (tokens > 0).
+/// Every `token_usage.json` entry with tokens names a call of `transcript.json`
+/// (as in every reference run): the trace replays the transcript's calls and
+/// the grid estimate sums the entries, so an entry without a call would count
+/// tokens no call generated.
+fn check_counts_have_calls(replay: &Replay) -> anyhow::Result<()> {
+    let calls: std::collections::BTreeSet<(u32, &str, &str)> = replay
+        .run
+        .transcript
+        .iter()
+        .map(|t| (t.round_num, t.phase.as_str(), t.agent_id.as_str()))
+        .collect();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, u) in replay.run.token_usage.iter().enumerate() {
+        let key = (u.round_num, u.phase.as_str(), u.agent_id.as_str());
+        let at = || {
+            format!(
+                "{}: entry {i} (round {}, {}, {})",
+                replay.dir.join("token_usage.json").display(),
+                u.round_num,
+                u.phase,
+                u.agent_id
+            )
+        };
+        anyhow::ensure!(
+            seen.insert(key),
+            "{}: listed twice, so its tokens would be counted twice",
+            at()
+        );
+        anyhow::ensure!(
+            u.output_tokens == 0 || calls.contains(&key),
+            "{}: {} tokens but no call in transcript.json, so the trace cannot generate them",
+            at(),
+            u.output_tokens
+        );
+    }
+    Ok(())
+}
+
 fn recorded_totals(replay: &Replay) -> (u64, u64) {
     let calls = replay
         .run
@@ -402,13 +440,7 @@ fn trace_config(replay: &Replay, last: u32) -> anyhow::Result<SocietyConfig> {
 }
 
 fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
-    let deadline = match args.time_limit {
-        Some(s) if !(s.is_finite() && s > 0.0) => {
-            anyhow::bail!("--time-limit {s}: expected a number of seconds above 0")
-        }
-        Some(s) => Some(Instant::now() + std::time::Duration::from_secs_f64(s)),
-        None => None,
-    };
+    let deadline = crate::backend::time_limit_deadline(args.time_limit)?;
     if !(args.token_scale > 0.0 && args.token_scale <= 1.0) {
         anyhow::bail!(
             "--token-scale {}: expected a factor in (0, 1]",
@@ -425,7 +457,9 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
     // Read every run first: a bad folder stops here, before any model loads.
     let mut prepared = Vec::new();
     for d in &dirs {
-        prepared.push(Replay::prepare(d, &Overrides::default())?);
+        let (replay, backend) = Replay::prepare(d, &Overrides::default())?;
+        check_counts_have_calls(&replay)?;
+        prepared.push((replay, backend));
     }
     let max_rounds = prepared
         .iter()
@@ -436,6 +470,12 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
         Some(s) => parse_rounds(s)?,
         None => (1, max_rounds),
     };
+    if first > max_rounds {
+        anyhow::bail!(
+            "--rounds {}: the runs have at most {max_rounds} rounds, so nothing would be traced",
+            args.rounds.as_deref().unwrap_or_default()
+        );
+    }
     let keys: Vec<String> = prepared[0]
         .0
         .config

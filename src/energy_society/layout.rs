@@ -20,6 +20,12 @@ pub const MAX_ROUNDS: u32 = 100_000;
 /// The most jobs of one difficulty per round (the paper's 4).
 pub const MAX_JOBS_PER_DIFFICULTY: u32 = 1_000;
 
+/// The most generated tokens one `token_usage.json` entry (one agent's calls
+/// in one phase of a round) can hold: far above the paper's (at most 10,181,
+/// under a `max_tokens` of 8,000 a call), and small enough that matching a
+/// count to its calls (`replay`) ends in moments.
+pub const MAX_TOKENS_PER_ENTRY: u64 = 1_000_000;
+
 /// `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
@@ -329,6 +335,16 @@ impl RunFolder {
             if t.round_num > MAX_ROUNDS {
                 let field = format!("[{i}].round_num");
                 return Err(("token_usage.json", too_many(field, t.round_num, MAX_ROUNDS)));
+            }
+            if t.output_tokens > MAX_TOKENS_PER_ENTRY {
+                return Err((
+                    "token_usage.json",
+                    format!(
+                        "field `[{i}].output_tokens`: expected at most {MAX_TOKENS_PER_ENTRY} \
+                         (the tokens of one agent's calls in one phase), got {}",
+                        t.output_tokens
+                    ),
+                ));
             }
         }
         for (i, t) in self.transcript.iter().enumerate() {

@@ -265,6 +265,10 @@ pub fn build_backend(
 }
 
 /// Check the fields of `[llm]` (the served ones against the backend chosen). The error is (key, what was expected).
+/// The longest `timeout_s` a call can wait for (a week): far past any model
+/// call, and a wait the HTTP client's clock can hold.
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+
 pub fn validate(llm: &LlmConfig) -> Result<(), (String, String)> {
     let err = |key: &str, msg: String| Err((format!("llm.{key}"), msg));
     if llm.threads == Some(0) {
@@ -352,11 +356,11 @@ pub fn validate(llm: &LlmConfig) -> Result<(), (String, String)> {
     if llm.max_concurrency == 0 {
         return err("max_concurrency", "expected at least 1, got 0".into());
     }
-    if !(llm.timeout_s > 0.0 && llm.timeout_s.is_finite()) {
+    if !(llm.timeout_s > 0.0 && llm.timeout_s <= MAX_TIMEOUT_S) {
         return err(
             "timeout_s",
             format!(
-                "expected a positive number of seconds, got {}",
+                "expected a positive number of seconds, at most {MAX_TIMEOUT_S} (a week), got {}",
                 llm.timeout_s
             ),
         );
@@ -452,6 +456,8 @@ mod tests {
         assert_eq!(validate(&c).unwrap_err().0, "llm.max_concurrency");
         let mut c = openai();
         c.timeout_s = f64::NAN;
+        assert_eq!(validate(&c).unwrap_err().0, "llm.timeout_s");
+        c.timeout_s = 1e300;
         assert_eq!(validate(&c).unwrap_err().0, "llm.timeout_s");
         let c = LlmConfig {
             model: Some("qwen3:8b".into()),

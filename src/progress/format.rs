@@ -81,7 +81,7 @@ pub fn eta(done: u64, total: u64, elapsed: Duration) -> Option<Duration> {
         return None;
     }
     let per_unit = elapsed.as_secs_f64() / done as f64;
-    Some(Duration::from_secs_f64(per_unit * (total - done) as f64))
+    Duration::try_from_secs_f64(per_unit * (total - done) as f64).ok()
 }
 
 /// [`eta`] as the words of a line: `eta 4m10s`, `eta <1s` (never a bogus
@@ -110,7 +110,8 @@ pub fn eta_at_pace(worked: f64, remaining: f64, elapsed: Duration) -> Option<Dur
         return None;
     }
     let secs = elapsed.as_secs_f64() / worked * remaining.max(0.0);
-    secs.is_finite().then(|| Duration::from_secs_f64(secs))
+    // Past what a Duration holds (a pace of almost nothing): unknown.
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// Model calls, generated tokens and the time they took, in one scope
@@ -260,6 +261,8 @@ mod tests {
             Some(Duration::from_secs(150))
         );
         assert_eq!(eta_at_pace(0.0, 3.0, Duration::from_secs(5)), None);
+        // A pace too slow for any clock: unknown, not a panic.
+        assert_eq!(eta_at_pace(1e-300, 3.0, Duration::from_secs(5)), None);
     }
 
     #[test]

@@ -62,9 +62,19 @@ pub fn client_for(llm: &ServedOptions) -> anyhow::Result<Client> {
     Ok(Client::new(ClientOptions {
         base_url,
         api_key,
-        timeout: Duration::from_secs_f64(llm.timeout_s),
+        timeout: Duration::try_from_secs_f64(llm.timeout_s).map_err(|_| {
+            anyhow::anyhow!(
+                "llm.timeout_s: expected a positive number of seconds, got {}",
+                llm.timeout_s
+            )
+        })?,
         retries: llm.retries,
-        backoff: Duration::from_secs_f64(llm.retry_backoff_s),
+        backoff: Duration::try_from_secs_f64(llm.retry_backoff_s).map_err(|_| {
+            anyhow::anyhow!(
+                "llm.retry_backoff_s: expected a number of seconds >= 0, got {}",
+                llm.retry_backoff_s
+            )
+        })?,
         pool: llm.max_concurrency,
     }))
 }

@@ -611,3 +611,44 @@ fn without_models_the_roster_is_synthesized_with_its_vocabularies() {
     let per_model = r["per_model"].as_object().unwrap();
     assert_eq!(per_model.len(), 5, "every roster model answered: {r}");
 }
+
+/// Inputs that would trace nothing or count tokens no call generates are
+/// refused before any model loads (no model is given: none is needed to refuse).
+#[test]
+fn a_trace_of_nothing_or_of_counts_without_calls_is_refused() {
+    let refused = |args: &[&str]| {
+        let out = std::process::Command::new(JOULE)
+            .args(args)
+            .env("JOULE_PROGRESS", "off")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let run = run_dir().display().to_string();
+    let e = refused(&["bench", "trace", &run, "--rounds", "40..50"]);
+    assert!(e.contains("the runs have at most 30 rounds"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("run_1");
+    std::fs::create_dir(&copy).unwrap();
+    for f in std::fs::read_dir(run_dir()).unwrap() {
+        let f = f.unwrap();
+        if f.path().is_file() {
+            std::fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+        }
+    }
+    let usage = copy.join("token_usage.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&usage).unwrap()).unwrap();
+    let mut ghost = v[0].clone();
+    ghost["agent_id"] = "agent_9".into();
+    ghost["output_tokens"] = 999_999.into();
+    v.as_array_mut().unwrap().push(ghost);
+    std::fs::write(&usage, v.to_string()).unwrap();
+    let e = refused(&["bench", "trace", copy.to_str().unwrap(), "--rounds", "1"]);
+    assert!(
+        e.contains("agent_9") && e.contains("no call in transcript.json"),
+        "{e}"
+    );
+}

@@ -552,6 +552,9 @@ fn numbers_in_a_run_folder_no_run_can_hold_are_refused() {
     let b = edited_reference(&t.path().join("b"), "agents.json", |a| {
         a[0]["memory"][0]["round_num"] = 4_000_000_000u64.into()
     });
+    let huge_count = edited_reference(&t.path().join("f"), "token_usage.json", |u| {
+        u[0]["output_tokens"] = 1_000_000_000_000u64.into()
+    });
     let rep = t.path().join("rep");
     for (args, says) in [
         (
@@ -563,6 +566,10 @@ fn numbers_in_a_run_folder_no_run_can_hold_are_refused() {
             "config.json: field `max_rounds`",
         ),
         (vec!["replay", p(&a)], "config.json: field `max_rounds`"),
+        (
+            vec!["replay", p(&huge_count)],
+            "token_usage.json: field `[0].output_tokens`: expected at most 1000000",
+        ),
         (
             vec!["replay", p(&b)],
             "agents.json: field `[0].memory[0].round_num`: expected at most 100000, got 4000000000",

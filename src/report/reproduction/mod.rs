@@ -300,7 +300,8 @@ impl Setup {
             match &out {
                 None => out = Some(s),
                 Some(prev) => {
-                    let d = prev.differences(&s);
+                    // The odd run against the runs before it, in that order.
+                    let d = s.differences_from(prev, "the condition's other runs");
                     if !d.is_empty() {
                         return Err(format!(
                             "the runs of {} differ in their set-up ({}: {})",
@@ -318,6 +319,12 @@ impl Setup {
     /// How `self` (the runs) differs from `reference`, in words
     /// (`no memory`, `2 rounds (reference: 30)`); empty when comparable.
     pub fn differences(&self, reference: &Setup) -> Vec<String> {
+        self.differences_from(reference, "reference")
+    }
+
+    /// [`Self::differences`], the other side called `other` in the words
+    /// (`5 rounds (the condition's other runs: 30)`).
+    pub fn differences_from(&self, reference: &Setup, other: &str) -> Vec<String> {
         let mut out = Vec::new();
         let obj = |o: EngineObjective| match o {
             EngineObjective::Competitive => "comp",
@@ -325,7 +332,7 @@ impl Setup {
         };
         if self.objective != reference.objective {
             out.push(format!(
-                "objective {} (reference: {})",
+                "objective {} ({other}: {})",
                 obj(self.objective),
                 obj(reference.objective)
             ));
@@ -345,26 +352,23 @@ impl Setup {
         if self.jobs != reference.jobs {
             let j = |x: (u32, u32, u32)| format!("{}/{}/{}", x.0, x.1, x.2);
             out.push(format!(
-                "jobs {} (reference: {})",
+                "jobs {} ({other}: {})",
                 j(self.jobs),
                 j(reference.jobs)
             ));
         }
         if self.alpha != reference.alpha {
-            out.push(format!(
-                "α = {} (reference: {})",
-                self.alpha, reference.alpha
-            ));
+            out.push(format!("α = {} ({other}: {})", self.alpha, reference.alpha));
         }
         if self.rounds != reference.rounds {
             out.push(format!(
-                "{} rounds (reference: {})",
+                "{} rounds ({other}: {})",
                 self.rounds, reference.rounds
             ));
         }
         if self.agents != reference.agents {
             out.push(format!(
-                "agents {} (reference: {})",
+                "agents {} ({other}: {})",
                 self.agents.join(", "),
                 reference.agents.join(", ")
             ));
@@ -1063,4 +1067,34 @@ pub fn against_runs(
         allow_mismatch,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A condition whose runs differ names the odd run with its own value and
+    /// the other runs' (not the reference's) beside it.
+    #[test]
+    fn a_setup_difference_names_the_odd_runs_value_first() {
+        let thirty = Setup {
+            objective: EngineObjective::Cooperative,
+            use_votes: true,
+            enable_sabotage: false,
+            memory: true,
+            jobs: (4, 4, 4),
+            alpha: 0.5,
+            rounds: 30,
+            agents: vec!["agent_1".into()],
+        };
+        let five = Setup {
+            rounds: 5,
+            ..thirty.clone()
+        };
+        assert_eq!(
+            five.differences_from(&thirty, "the condition's other runs"),
+            ["5 rounds (the condition's other runs: 30)"]
+        );
+        assert_eq!(five.differences(&thirty), ["5 rounds (reference: 30)"]);
+    }
 }

@@ -152,9 +152,12 @@ pub enum RunsForMargin {
     Beyond(usize),
 }
 
-/// The signed distance of `x` from [lo, hi] (0 inside).
+/// The signed distance of `x` from [lo, hi] (0 inside; NaN when `x` is not
+/// a number, so an estimate that could not be made never reads as a match).
 pub fn distance(x: f64, lo: f64, hi: f64) -> f64 {
-    if x > hi {
+    if x.is_nan() {
+        f64::NAN
+    } else if x > hi {
         x - hi
     } else if x < lo {
         x - lo
@@ -378,6 +381,16 @@ pub fn decide(t: &RowTest, p_holm: f64, detectable: f64, margin: f64) -> Verdict
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_estimate_that_is_not_a_number_is_no_distance_of_zero() {
+        assert_eq!(distance(5.0, 1.0, 3.0), 2.0);
+        assert_eq!(distance(2.0, 1.0, 3.0), 0.0);
+        assert!(distance(f64::NAN, 1.0, 3.0).is_nan());
+        assert!(t_row("t".into(), f64::NAN, 1.0, 3.0, &[(1.0, 4.0)], 5)
+            .difference
+            .is_nan());
+    }
 
     #[test]
     fn an_every_run_claim_is_contradicted_by_one_run() {
