@@ -118,8 +118,8 @@ EOF
 
 logit_check() { # FILE → "KL / top-1"
     "$dir/llama-logits" "$1" --ids "$ids" --out "$dir/llama.npy" --threads "$threads" >>"$log" 2>&1 || { echo "llama-logits failed"; return; }
-    "$JOULE" logits --gguf "$1" --ids "$ids" --out "$dir/joule.npy" >>"$log" 2>&1 || { echo "joule logits failed"; return; }
-    "$JOULE" logits --gguf "$1" --ids "$ids" --prefill "$prefill" --out "$dir/joule-decode.npy" >>"$log" 2>&1 || { echo "joule logits --prefill failed"; return; }
+    "$JOULE" logits --gguf "$1" --ids "$ids" --out "$dir/joule.npy" --force >>"$log" 2>&1 || { echo "joule logits failed"; return; }
+    "$JOULE" logits --gguf "$1" --ids "$ids" --prefill "$prefill" --out "$dir/joule-decode.npy" --force >>"$log" 2>&1 || { echo "joule logits --prefill failed"; return; }
     # llama.cpp against itself (its one pass against its own prefill + steps): how far the
     # synthesized model lets two correct engines' rounding drift apart.
     "$dir/llama-logits" "$1" --ids "$ids" --prefill "$prefill" --out "$dir/llama-decode.npy" --threads "$threads" >>"$log" 2>&1 || { echo "llama-logits --prefill failed"; return; }

@@ -140,6 +140,44 @@ impl Default for GenParams {
     }
 }
 
+impl GenParams {
+    /// Checks the length and sampling values against their ranges: at least
+    /// one token, a finite temperature >= 0, `top_k` at least 1, `top_p` in
+    /// (0, 1], `min_p` in [0, 1] and a finite positive `repeat_penalty`.
+    /// The error names the field (`top_p`) and what was expected, for the
+    /// caller to prefix with its own name for it (a config key, a flag).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.max_tokens == 0 {
+            return Err(("max_tokens", "expected at least 1, got 0".into()));
+        }
+        let t = self.temperature;
+        if !(t >= 0.0 && t.is_finite()) {
+            return Err(("temperature", format!("expected a number >= 0, got {t}")));
+        }
+        if self.top_k == Some(0) {
+            return Err(("top_k", "expected at least 1, got 0".into()));
+        }
+        for (key, v, lo_open) in [("top_p", self.top_p, true), ("min_p", self.min_p, false)] {
+            if let Some(v) = v {
+                let ok = if lo_open { v > 0.0 } else { v >= 0.0 } && v <= 1.0;
+                if !ok {
+                    let range = if lo_open { "(0, 1]" } else { "[0, 1]" };
+                    return Err((key, format!("expected a number in {range}, got {v}")));
+                }
+            }
+        }
+        if let Some(v) = self.repeat_penalty {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err((
+                    "repeat_penalty",
+                    format!("expected a positive number, got {v}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Prefix of model keys answered by scripted policies (`scripted:<policy>`).
 pub const SCRIPTED_PREFIX: &str = "scripted:";
 

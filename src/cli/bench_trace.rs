@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::agency::Driver;
 use crate::backend::Backend;
 use crate::energy_society::condition::Overrides;
-use crate::energy_society::config::SocietyConfig;
+use crate::energy_society::config::{num, SocietyConfig};
 use crate::energy_society::replay::Replay;
 use crate::energy_society::trace::{rates_by, Pace, Rates, TraceBackend, TraceCall};
 use crate::inference::llm_backend::{EngineStats, LlmBackend};
@@ -444,15 +444,23 @@ fn measure(args: &TraceBenchArgs) -> anyhow::Result<TraceBench> {
     if !(args.token_scale > 0.0 && args.token_scale <= 1.0) {
         anyhow::bail!(
             "--token-scale {}: expected a factor in (0, 1]",
-            args.token_scale
+            num(args.token_scale)
         );
     }
     if args.runs == 0 {
         anyhow::bail!("--runs: at least 1");
     }
+    for (flag, n) in [
+        ("--max-runs", args.max_runs),
+        ("--max-concurrency", args.max_concurrency),
+    ] {
+        if n == Some(0) {
+            anyhow::bail!("{flag}: expected at least 1, got 0");
+        }
+    }
     let mut dirs = find_runs(&args.dirs)?;
     if let Some(n) = args.max_runs {
-        dirs.truncate(n.max(1));
+        dirs.truncate(n);
     }
     // Read every run first: a bad folder stops here, before any model loads.
     let mut prepared = Vec::new();
@@ -799,7 +807,9 @@ fn grid_estimate(
         format!("{at_once} run(s) at once, as measured"),
         format!(
             "the rates of the slice measured (rounds {}..{}, token scale {}) hold for whole runs",
-            rounds.0, rounds.1, args.token_scale
+            rounds.0,
+            rounds.1,
+            num(args.token_scale)
         ),
     ];
     if split.is_some() {
@@ -900,8 +910,8 @@ fn print_report(r: &TraceBench) {
     if r.token_scale != 1.0 {
         crate::outln!(
             "token scale {}: every call generates its recorded count × {} (at least 1 token)",
-            r.token_scale,
-            r.token_scale
+            num(r.token_scale),
+            num(r.token_scale)
         );
     }
     for (k, f) in &r.models {
@@ -1035,6 +1045,49 @@ mod tests {
         let empty = dir.path().join("cond").join("aggregate");
         let e = find_runs(&[empty]).unwrap_err().to_string();
         assert!(e.contains("no reference run"), "{e}");
+    }
+
+    #[test]
+    fn zero_run_and_concurrency_limits_are_refused_and_tiny_scales_print_short() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: TraceBenchArgs,
+        }
+        let refused = |extra: &[&str]| {
+            let mut argv = vec!["t", "no-such-run-folder"];
+            argv.extend_from_slice(extra);
+            let cli = Cli::try_parse_from(argv).unwrap();
+            measure(&cli.args).err().unwrap().to_string()
+        };
+        let e = refused(&["--max-runs", "0"]);
+        assert_eq!(e, "--max-runs: expected at least 1, got 0");
+        let e = refused(&["--via", "http://127.0.0.1:9/v1", "--max-concurrency", "0"]);
+        assert_eq!(e, "--max-concurrency: expected at least 1, got 0");
+        let e = refused(&["--token-scale", "1e300"]);
+        assert!(e.starts_with("--token-scale 1e300:"), "{e}");
+        let cli = Cli::try_parse_from(["t", "x", "--token-scale", "1e-300"]).unwrap();
+        let g = grid_estimate(
+            50_000.0,
+            100.0,
+            10,
+            1_000,
+            100.0,
+            None,
+            None,
+            &cli.args,
+            1,
+            (1, 2),
+            0,
+        );
+        assert!(
+            g.assumptions
+                .iter()
+                .any(|a| a.contains("token scale 1e-300)")),
+            "{:?}",
+            g.assumptions
+        );
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub struct CalibrateArgs {
     /// Generated tokens per sequence.
     #[arg(short = 'n', long = "n-gen", default_value_t = 32)]
     pub n_gen: u32,
-    /// Measured repetitions per point.
+    /// Measured repetitions per point (at least 1).
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     pub repetitions: usize,
     /// cpu, cuda or metal.
@@ -52,7 +52,7 @@ pub struct CalibrateArgs {
     /// The energy meter (`auto`, `nvml`, `rapl`; `fake-…` test meters print no fit worth using).
     #[arg(long, default_value = "auto")]
     pub meter: MeterChoice,
-    /// α used when all models have one size (k alone is fitted).
+    /// α used when all models have one size (k alone is fitted): a finite number >= 0.
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
     /// Print the results as JSON.
@@ -92,6 +92,15 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
             args.batch
         );
     }
+    if args.repetitions == 0 {
+        bail!("--repetitions: expected at least 1, got 0");
+    }
+    if !(args.alpha >= 0.0 && args.alpha.is_finite()) {
+        bail!(
+            "--alpha: expected a finite number >= 0, got {}",
+            crate::energy_society::config::num(args.alpha)
+        );
+    }
     if args.n_prompt == 0 || args.n_gen < 2 {
         bail!("--n-prompt must be at least 1 and --n-gen at least 2 (one decode step)");
     }
@@ -119,7 +128,7 @@ pub fn run(args: CalibrateArgs) -> Result<ExitCode> {
         let size_b = info.n_params as f64 / 1e9;
         for &b in &args.batch {
             let mut totals = (0u64, 0u64, 0.0f64, 0.0f64);
-            for rep in 0..=args.repetitions.max(1) {
+            for rep in 0..=args.repetitions {
                 let prompts: Vec<Vec<u32>> = (0..b)
                     .map(|_| {
                         (0..args.n_prompt)

@@ -66,6 +66,20 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> Result<ExitCode> {
+    let params = GenParams {
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        seed: args.seed,
+        ..GenParams::default()
+    };
+    // The Energy Society config's `[generation]` rules, before the model loads.
+    if let Err((key, m)) = params.check() {
+        bail!("--{}: {m}", key.replace('_', "-"));
+    }
     crate::threads::setup(args.threads, None)?;
     let device = select_device(&args.device)?;
     // One parse of the header for the weights, the tokenizer and the template.
@@ -90,16 +104,6 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
     let eos_ids = match (&tokenizer, args.eos.is_empty()) {
         (Some(tok), true) => tok.eos_ids(),
         _ => args.eos.clone(),
-    };
-    let params = GenParams {
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        seed: args.seed,
-        ..GenParams::default()
     };
     let options = GenOptions {
         eos_ids,

@@ -36,8 +36,12 @@ pub struct LogitsArgs {
     #[arg(long)]
     pub prefill: Option<usize>,
     /// Output file (`.npy`, float32, `[n_ids, vocab]`); needed unless `--against` is given.
+    /// Refused if it exists, unless `--force`.
     #[arg(long, required_unless_present = "against")]
     pub out: Option<PathBuf>,
+    /// Replace an existing `--out` file.
+    #[arg(long, requires = "out")]
+    pub force: bool,
     /// cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
@@ -181,6 +185,20 @@ struct Report {
 pub fn run(args: LogitsArgs) -> Result<ExitCode> {
     crate::threads::setup(args.threads, None)?;
     let ids = parse_ids(&args.ids)?;
+    if let Some(out) = &args.out {
+        if out.is_dir() {
+            bail!(
+                "--out {}: is a folder, not a .npy file to write",
+                out.display()
+            );
+        }
+        if !args.force && std::fs::symlink_metadata(out).is_ok() {
+            bail!(
+                "--out {}: the file exists; nothing was written. Give a new file name, or add --force to replace it",
+                out.display()
+            );
+        }
+    }
     if let Some(k) = args.prefill.filter(|&k| k > ids.len()) {
         bail!("--prefill {k} is more than the {} ids given", ids.len());
     }

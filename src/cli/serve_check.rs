@@ -28,6 +28,28 @@ pub struct ServeCheckArgs {
     /// The environment variable holding the API key (default: the config's `llm.api_key_env`).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
+    /// Seconds to wait for the server's answer (one try, not the config's
+    /// `llm.timeout_s` and retries): a check answers in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 20.0, value_parser = parse_timeout)]
+    pub timeout: f64,
+}
+
+/// The longest `--timeout`: an hour.
+const MAX_TIMEOUT_S: f64 = 3600.0;
+
+/// `--timeout`: a number of seconds in (0, 3600].
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
+    if !(v > 0.0 && v <= MAX_TIMEOUT_S) {
+        return Err(format!(
+            "expected seconds in (0, {MAX_TIMEOUT_S}], got {}",
+            crate::energy_society::config::num(v)
+        ));
+    }
+    Ok(v)
 }
 
 /// Every society config a file stands for: a sweep file's cells, or the config itself.
@@ -58,6 +80,8 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         llm.api_key_env = args.api_key_env.clone();
     }
     llm.stand_in = None;
+    llm.timeout_s = args.timeout;
+    llm.retries = 0;
     if llm.base_url.is_none() {
         anyhow::bail!("give the server's URL (e.g. http://127.0.0.1:11434/v1) or a --config with `llm.base_url`");
     }
@@ -76,12 +100,25 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
     }
     let client = client_for(&llm.served())?;
+    let asked = std::time::Instant::now();
     let listed = client.models().map_err(|f| {
-        anyhow::anyhow!(
-            "cannot list the models of {}: {}",
-            client.base_url(),
-            f.message
-        )
+        // A port that accepts connections and never answers (a hung server,
+        // another program) ends at the timeout: say so in words.
+        let silent = f.unreachable && asked.elapsed().as_secs_f64() >= 0.9 * args.timeout;
+        if silent {
+            anyhow::anyhow!(
+                "cannot list the models of {}: no HTTP answer within {} s ({})",
+                client.base_url(),
+                crate::energy_society::config::num(args.timeout),
+                f.message
+            )
+        } else {
+            anyhow::anyhow!(
+                "cannot list the models of {}: {}",
+                client.base_url(),
+                f.message
+            )
+        }
     })?;
     writeln!(
         out,

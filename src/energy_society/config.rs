@@ -444,45 +444,9 @@ impl SocietyConfig {
                 ));
             }
         }
-        if self.generation.max_tokens == 0 {
-            return Err(err(
-                "generation.max_tokens".into(),
-                "expected at least 1, got 0".into(),
-            ));
-        }
-        let g = &self.generation;
-        if !(g.temperature >= 0.0 && g.temperature.is_finite()) {
-            return Err(err(
-                "generation.temperature".into(),
-                format!("expected a number >= 0, got {}", g.temperature),
-            ));
-        }
-        if g.top_k == Some(0) {
-            return Err(err(
-                "generation.top_k".into(),
-                "expected at least 1, got 0".into(),
-            ));
-        }
-        for (key, v, lo_open) in [("top_p", g.top_p, true), ("min_p", g.min_p, false)] {
-            if let Some(v) = v {
-                let ok = if lo_open { v > 0.0 } else { v >= 0.0 } && v <= 1.0;
-                if !ok {
-                    let range = if lo_open { "(0, 1]" } else { "[0, 1]" };
-                    return Err(err(
-                        format!("generation.{key}"),
-                        format!("expected a number in {range}, got {v}"),
-                    ));
-                }
-            }
-        }
-        if let Some(v) = g.repeat_penalty {
-            if !(v > 0.0 && v.is_finite()) {
-                return Err(err(
-                    "generation.repeat_penalty".into(),
-                    format!("expected a positive number, got {v}"),
-                ));
-            }
-        }
+        self.generation
+            .check()
+            .map_err(|(key, m)| err(format!("generation.{key}"), m))?;
         crate::llm::validate(&self.llm).map_err(|(k, m)| err(k, m))?;
         if let JobsConfig::Mmlu { path } = &self.jobs {
             if path.trim().is_empty() {

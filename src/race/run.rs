@@ -106,9 +106,24 @@ pub fn race_kernels(
 
 /// Every race record of a `races.jsonl` (a torn last line left out), each
 /// checked ([`RaceRecord::check`]); an error names the file, the record and
-/// its game, and the field.
+/// its game, and the field. A game id recorded twice is refused (counted
+/// twice, it would weigh that race double in every report).
 pub fn read_races(path: &Path) -> anyhow::Result<Vec<RaceRecord>> {
-    read_checked(path, RaceRecord::check)
+    let races: Vec<RaceRecord> = read_checked(path, RaceRecord::check)?;
+    let mut first = std::collections::HashMap::new();
+    for (i, r) in races.iter().enumerate() {
+        if let Some(j) = first.insert(r.game_id.as_str(), i) {
+            anyhow::bail!(
+                "{}: record {} (game `{}`): the game is recorded twice (first as record {}); \
+                 each race must be recorded once",
+                path.display(),
+                i + 1,
+                r.game_id,
+                j + 1
+            );
+        }
+    }
+    Ok(races)
 }
 
 /// Every turn record of a `turns.jsonl`, each checked
@@ -143,17 +158,7 @@ pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
     if !path.exists() {
         return Ok(BTreeSet::new());
     }
-    let mut done = BTreeSet::new();
-    for r in read_races(&path)? {
-        anyhow::ensure!(
-            !done.contains(&r.game_id),
-            "{}: game `{}` is recorded twice",
-            path.display(),
-            r.game_id
-        );
-        done.insert(r.game_id);
-    }
-    Ok(done)
+    Ok(read_races(&path)?.into_iter().map(|r| r.game_id).collect())
 }
 
 /// Keep only the turns of finished races (drops a torn or partial race).

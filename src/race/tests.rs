@@ -548,6 +548,31 @@ fn a_turn_of_a_seat_past_the_race_is_refused_by_the_report() {
     );
 }
 
+/// A race recorded twice in races.jsonl is refused by the report (not
+/// counted twice), naming the file, the record and the game.
+#[test]
+fn a_race_recorded_twice_is_refused_by_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    small_run(&out);
+    let path = out.join("races.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first = text.lines().next().unwrap().to_string();
+    std::fs::write(&path, format!("{text}{first}\n")).unwrap();
+    let game = read_jsonl(&path).unwrap()[0]["game_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let e = super::analysis::runs::load(&[out.clone()]).err().unwrap();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("races.jsonl: record 9")
+            && e.contains(&format!("game `{game}`"))
+            && e.contains("recorded twice (first as record 1)"),
+        "{e}"
+    );
+}
+
 /// A torn last race (an interrupted write) is cut before the resume appends:
 /// every race is then readable, once.
 #[test]

@@ -104,49 +104,110 @@ pub fn state_path(out: &Path, dir: &Path) -> PathBuf {
     p
 }
 
-/// The status of one cell at unix time `now`, from its files.
+/// The status of one cell at unix time `now`, from its files. Text read
+/// from the state file (host, job, error) comes with control characters
+/// escaped; a heartbeat more than `STALE_AFTER` in the future (clock skew)
+/// is aged by the state file's modification time instead; a state file
+/// that cannot be read or parsed is named in the note.
 pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
     if Recorder::is_complete(&cell.dir) {
         return CellStatus::Done;
     }
-    let state: Option<CellState> = std::fs::read_to_string(state_path(out, &cell.dir))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let path = state_path(out, &cell.dir);
+    let (state, bad): (Option<CellState>, Option<String>) = match std::fs::read_to_string(&path) {
+        Ok(t) => match serde_json::from_str(&t) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "{} is not a valid state file ({e})",
+                    path.display()
+                )),
+            ),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, None),
+        Err(e) => (None, Some(format!("cannot read {}: {e}", path.display()))),
+    };
     match state {
         Some(s) if s.state == "failed" => CellStatus::Failed(
             s.error
-                .map(|e| e.lines().next().unwrap_or("").to_string())
+                .map(|e| shown(e.lines().next().unwrap_or("")))
                 .unwrap_or_else(|| "failed".into()),
         ),
         Some(s) if s.state == "running" => {
-            let age = now.saturating_sub(s.heartbeat_unix);
             let who = format!(
                 "{}{} pid {}",
-                s.host,
-                s.slurm_job.map(|j| format!(" job {j}")).unwrap_or_default(),
+                shown(&s.host),
+                s.slurm_job
+                    .map(|j| format!(" job {}", shown(&j)))
+                    .unwrap_or_default(),
                 s.pid
             );
-            if age <= STALE_AFTER.as_secs() {
+            let tolerance = STALE_AFTER.as_secs();
+            let (age, skew) = if s.heartbeat_unix > now.saturating_add(tolerance) {
+                // The writer's clock is ahead (or the file lies): age the
+                // heartbeat by when the file last changed, by this clock.
+                let written = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                let age = if written > now.saturating_add(tolerance) {
+                    u64::MAX
+                } else {
+                    now.saturating_sub(written)
+                };
+                let ahead = age_text(s.heartbeat_unix - now);
+                (
+                    age,
+                    format!(" (heartbeat {ahead} in the future: clock skew?)"),
+                )
+            } else {
+                (now.saturating_sub(s.heartbeat_unix), String::new())
+            };
+            if age <= tolerance {
                 CellStatus::Running(format!(
-                    "{who}, for {}",
+                    "{who}, for {}{skew}",
                     age_text(now.saturating_sub(s.started_unix))
                 ))
-            } else {
+            } else if skew.is_empty() {
                 CellStatus::Failed(format!(
                     "no heartbeat from {who} for {} (killed?)",
                     age_text(age)
+                ))
+            } else {
+                CellStatus::Failed(format!(
+                    "no heartbeat from {who} for over {}{skew}",
+                    age_text(tolerance)
                 ))
             }
         }
         // Queued by a submission, and not started (else the cell would say so).
         Some(s) if s.state == "queued" => CellStatus::Pending(format!(
             "queued in job {}",
-            s.slurm_job.unwrap_or_else(|| "?".into())
+            s.slurm_job.map_or_else(|| "?".into(), |j| shown(&j))
         )),
         // `done` without COMPLETE: the folder was changed since; or no state.
-        _ if cell.dir.exists() => CellStatus::Failed("run folder incomplete (interrupted)".into()),
-        _ => CellStatus::Pending(String::new()),
+        _ if cell.dir.exists() => CellStatus::Failed(match bad {
+            Some(b) => format!("run folder incomplete (interrupted); {b}"),
+            None => "run folder incomplete (interrupted)".into(),
+        }),
+        _ => CellStatus::Pending(bad.unwrap_or_default()),
     }
+}
+
+/// `text` with its control characters (escape sequences, newlines) escaped,
+/// for a terminal: state files are written by other hosts and programs.
+fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A duration in seconds, in words (`45 s`, `12 min`, `3.5 h`).
@@ -575,6 +636,90 @@ mod tests {
         assert_eq!(
             state_path(&out, &running.dir),
             out.join("slurm/state/baseline/seed_3.json")
+        );
+    }
+
+    #[test]
+    fn status_doubts_future_heartbeats_and_escapes_state_text() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let cell = |name: &str| Cell {
+            config: crate::energy_society::config::SocietyConfig::baseline("greedy"),
+            dir: out.join("baseline").join(name),
+            file: "baseline.toml".into(),
+        };
+        let now = now_unix();
+        let write = |c: &Cell, state: &str, beat: u64, host: &str, error: Option<&str>| {
+            let p = state_path(&out, &c.dir);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            write_json_atomic(
+                &p,
+                &CellState {
+                    cell: 0,
+                    dir: c.dir.clone(),
+                    state: state.into(),
+                    host: host.into(),
+                    pid: 7,
+                    slurm_job: None,
+                    started_unix: beat,
+                    heartbeat_unix: beat,
+                    error: error.map(String::from),
+                },
+            )
+            .unwrap();
+            p
+        };
+        // A day ahead, written just now: running, with the skew noted.
+        let skewed = cell("seed_1");
+        let p = write(&skewed, "running", now + 86_400, "n1", None);
+        let s = cell_status(&out, &skewed, now);
+        assert!(
+            matches!(&s, CellStatus::Running(n) if n.contains("clock skew?")),
+            "{s:?}"
+        );
+        // Not written for ten minutes: stale, to run again.
+        let old = SystemTime::now() - Duration::from_secs(600);
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let s = cell_status(&out, &skewed, now);
+        assert!(
+            matches!(&s, CellStatus::Failed(n) if n.contains("clock skew?")),
+            "{s:?}"
+        );
+        assert!(s.to_run());
+
+        let failed = cell("seed_2");
+        write(&failed, "failed", now, "n1", Some("\u{1b}[2JALL GOOD\u{7}"));
+        assert_eq!(
+            cell_status(&out, &failed, now),
+            CellStatus::Failed("\\u{1b}[2JALL GOOD\\u{7}".into())
+        );
+        let host = cell("seed_3");
+        write(&host, "running", now, "n\u{1b}[31m1", None);
+        let s = cell_status(&out, &host, now);
+        assert!(
+            matches!(&s, CellStatus::Running(n) if n.starts_with("n\\u{1b}[31m1 pid 7")),
+            "{s:?}"
+        );
+
+        // A state file that is not JSON is named, not silently pending.
+        let garbled = cell("seed_4");
+        let p = state_path(&out, &garbled.dir);
+        std::fs::write(&p, "{\"cell\":").unwrap();
+        let s = cell_status(&out, &garbled, now);
+        assert!(
+            matches!(&s, CellStatus::Pending(n) if n.contains("seed_4.json is not a valid state file")),
+            "{s:?}"
+        );
+        std::fs::create_dir_all(&garbled.dir).unwrap();
+        let s = cell_status(&out, &garbled, now);
+        assert!(
+            matches!(&s, CellStatus::Failed(n) if n.contains("interrupted") && n.contains("seed_4.json")),
+            "{s:?}"
         );
     }
 }

@@ -12,6 +12,7 @@ mod roster_common;
 mod bad_gguf;
 mod bench_results;
 mod bench_trace;
+mod cli_refusals;
 mod fuzz;
 mod generate;
 mod golden_logits;

@@ -136,6 +136,12 @@ impl Sources {
     /// `user_path` is a file the user named, tried first.
     pub fn fetch(&self, manifest: &Manifest, user_path: Option<&Path>) -> anyhow::Result<Located> {
         if let Some(p) = user_path {
+            if p.is_dir() {
+                bail!(
+                    "{}: is a folder, not a GGUF file (given with --path)",
+                    p.display()
+                );
+            }
             if !p.is_file() {
                 bail!("{}: no such file (given with --path)", p.display());
             }
@@ -1019,6 +1025,11 @@ mod tests {
         assert!(e
             .to_string()
             .ends_with("nope.gguf: no such file (given with --path)"));
+        let e = s.fetch(&m, Some(root.path())).unwrap_err().to_string();
+        assert!(
+            e.ends_with("is a folder, not a GGUF file (given with --path)"),
+            "{e}"
+        );
         std::fs::write(&p, b"GGUF\x03\x00\x00\x00").unwrap();
         let e = s.fetch(&m, Some(&p)).unwrap_err().to_string();
         assert!(e.contains("truncated: the tensor count at byte 8"), "{e}");

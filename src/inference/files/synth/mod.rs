@@ -292,13 +292,21 @@ fn vocab_metadata(path: &Path, vocab: u64, layout: Layout) -> Result<Vec<(String
     Ok(out)
 }
 
-/// Writes the file; returns what was written.
+/// Writes the file; returns what was written. An `out` that is a folder is
+/// refused before anything is written, and the `.partial` file is removed
+/// on any failure.
 pub fn synthesize(
     model: &str,
     arch: &str,
     cfg: &SynthConfig,
     opts: &SynthOptions,
 ) -> Result<SynthSummary> {
+    if opts.out.is_dir() {
+        bail!(
+            "{}: is a folder, not a GGUF file to write; nothing was written",
+            opts.out.display()
+        );
+    }
     let (metadata, entries, inits, plan) = plan_file(model, arch, cfg, opts)?;
     let partial = partial_path(&opts.out);
     let file = std::fs::File::create(&partial)
@@ -311,13 +319,14 @@ pub fn synthesize(
             return Err(e.context(format!("writing {}", opts.out.display())));
         }
     };
-    std::fs::rename(&partial, &opts.out).with_context(|| {
-        format!(
-            "cannot rename {} to {}",
+    if let Err(e) = std::fs::rename(&partial, &opts.out) {
+        let _ = std::fs::remove_file(&partial);
+        bail!(
+            "cannot rename {} to {}: {e}",
             partial.display(),
             opts.out.display()
-        )
-    })?;
+        );
+    }
     Ok(SynthSummary {
         path: opts.out.clone(),
         bytes,
@@ -579,5 +588,21 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert!(err.contains("--vocab"), "{err}");
+    }
+
+    #[test]
+    fn a_folder_as_out_is_refused_and_leaves_no_partial_file() {
+        let catalog = Catalog::embedded().unwrap();
+        let m = catalog.get("smollm2-135m-instruct").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let opts = SynthOptions {
+            out: dir.path().to_path_buf(),
+            ..options(None, None)
+        };
+        let err = synthesize(&m.name, &m.architecture, m.synth.as_ref().unwrap(), &opts)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is a folder"), "{err}");
+        assert!(!partial_path(dir.path()).exists());
     }
 }
