@@ -368,6 +368,10 @@ pub fn sbatch_script(job: &ArrayJob) -> anyhow::Result<String> {
 /// state file at [`state_path`] with a heartbeat every [`HEARTBEAT`]; at the
 /// end the file says `done`, or `failed` with the error.
 pub fn run_tracked(out: &Path, index: usize, cell: Cell) -> anyhow::Result<()> {
+    // A cell another task is running is refused before its state file is
+    // touched, so that task's state stays its own (the run takes the hold
+    // again, for its whole length, in `run_cells`).
+    drop(crate::record::FolderLock::acquire(&cell.dir)?);
     let path = state_path(out, &cell.dir);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)
@@ -553,6 +557,28 @@ mod tests {
             ..job(SbatchOptions::default())
         });
         assert!(e.is_err());
+    }
+
+    /// A task given a cell another task is running leaves that task's state
+    /// file alone and says why it stopped.
+    #[test]
+    fn a_task_for_a_running_cell_is_refused_before_it_touches_the_state() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let mut config = crate::energy_society::config::SocietyConfig::baseline("greedy");
+        config.max_rounds = 1;
+        let cell = Cell {
+            config,
+            dir: out.join("baseline").join("seed_1"),
+            file: "baseline.toml".into(),
+        };
+        let held = crate::record::FolderLock::acquire(&cell.dir).unwrap();
+        let e = run_tracked(&out, 0, cell.clone()).unwrap_err().to_string();
+        assert!(e.contains("being written by another joule process"), "{e}");
+        assert!(!state_path(&out, &cell.dir).exists());
+        drop(held);
+        run_tracked(&out, 0, cell.clone()).unwrap();
+        assert!(cell.dir.join("COMPLETE").is_file());
     }
 
     #[test]
