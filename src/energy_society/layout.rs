@@ -243,9 +243,8 @@ fn check_roster<'a>(
 }
 
 impl RunFolder {
-    /// Read a run folder in the reference layout; its numbers that size
-    /// tables (rounds, jobs per round) are checked against [`MAX_ROUNDS`]
-    /// and [`MAX_JOBS_PER_DIFFICULTY`].
+    /// Read a run folder in the reference layout, refused when it holds a
+    /// value no run can ([`Self::check`]).
     pub fn read(dir: impl AsRef<Path>) -> anyhow::Result<Self> {
         let dir = dir.as_ref();
         let run = Self {
@@ -254,15 +253,16 @@ impl RunFolder {
             token_usage: read_json(&dir.join("token_usage.json"))?,
             transcript: read_json(&dir.join("transcript.json"))?,
         };
-        run.check_sizes()
+        run.check()
             .map_err(|(file, msg)| anyhow::anyhow!("{}: {msg}", dir.join(file).display()))?;
         Ok(run)
     }
 
     /// The first value no run can hold (no rounds, an agent listed twice, a
     /// size that is not a positive number) or that is too large to size a
-    /// table by: the file and what is wrong (naming the field).
-    fn check_sizes(&self) -> Result<(), (&'static str, String)> {
+    /// table by ([`MAX_ROUNDS`], [`MAX_JOBS_PER_DIFFICULTY`],
+    /// [`MAX_TOKENS_PER_ENTRY`]): the file and what is wrong (naming the field).
+    fn check(&self) -> Result<(), (&'static str, String)> {
         let too_many = |field: String, v: u32, max: u32| {
             format!("field `{field}`: expected at most {max}, got {v}")
         };

@@ -244,12 +244,7 @@ pub fn run_or_resume(
     let cfg = with_kernels(cfg, backend);
     let ids = agent_ids(&cfg);
     // Held until the run ends; what the folder holds is read under the hold.
-    let _held = crate::record::FolderLock::acquire(out)?;
-    anyhow::ensure!(
-        force || !Recorder::is_complete(out),
-        "{} already holds a complete run (another process finished it); nothing was run",
-        out.display()
-    );
+    let _held = hold(out, force)?;
     let result = match super::resume::plan(out, &cfg.to_toml()?, force)? {
         Plan::Fresh => {
             if !force && !Recorder::is_complete(out) && out.join("events.jsonl").is_file() {
@@ -284,6 +279,18 @@ pub fn run_or_resume(
     };
     CallErrors::write(out, &ids)?;
     Ok(result)
+}
+
+/// Hold the run folder `dir` for this process ([`crate::record::FolderLock`]);
+/// a run another process completed meanwhile is refused unless `force`.
+fn hold(dir: &Path, force: bool) -> anyhow::Result<crate::record::FolderLock> {
+    let held = crate::record::FolderLock::acquire(dir)?;
+    anyhow::ensure!(
+        force || !Recorder::is_complete(dir),
+        "{} already holds a complete run (another process finished it); nothing was run",
+        dir.display()
+    );
+    Ok(held)
 }
 
 fn agent_ids(cfg: &SocietyConfig) -> Vec<String> {
@@ -341,13 +348,8 @@ pub fn run_many(
     for (cfg, dir) in cells {
         let cfg = with_kernels(cfg, backend);
         finish.push((dir.clone(), agent_ids(&cfg)));
-        let prepared = crate::record::FolderLock::acquire(&dir).and_then(|lock| {
+        let prepared = hold(&dir, false).and_then(|lock| {
             held.push(lock);
-            anyhow::ensure!(
-                !Recorder::is_complete(&dir),
-                "{} already holds a complete run (another process finished it); nothing was run",
-                dir.display()
-            );
             cell_society(cfg, &dir, make_jobs, &*backend)
         });
         match prepared.with_context(|| format!("preparing {}", dir.display())) {

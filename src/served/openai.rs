@@ -425,8 +425,15 @@ mod tests {
         assert!(b.unavailable().is_none());
     }
 
-    /// Answers GET requests by path from `routes` (404 otherwise), one connection at a time.
-    fn route_server(routes: Vec<(&'static str, &'static str)>) -> String {
+    /// What [`route_server`] answers a path it has no route for, by default.
+    const NOT_FOUND: (u16, &str) = (404, "{\"error\":\"no\"}");
+
+    /// Answers each request by its path from `routes` (status 200), else with
+    /// `otherwise` (status and body), one connection at a time.
+    fn route_server(
+        routes: Vec<(&'static str, &'static str)>,
+        otherwise: (u16, &'static str),
+    ) -> String {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
         std::thread::spawn(move || {
@@ -435,21 +442,28 @@ mod tests {
                 let mut r = BufReader::new(s.try_clone().unwrap());
                 let mut first = String::new();
                 r.read_line(&mut first).unwrap_or(0);
+                let mut len = 0;
                 loop {
                     let mut line = String::new();
                     if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                         break;
                     }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
                 }
+                // The request's body is read before answering.
+                let mut sent = vec![0; len];
+                let _ = r.read_exact(&mut sent);
                 let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
-                let (status, body) = match routes.iter().find(|(p, _)| *p == path) {
-                    Some((_, b)) => ("200 OK", b.to_string()),
-                    None => ("404 Not Found", "{\"error\":\"no\"}".to_string()),
+                let (code, body) = match routes.iter().find(|(p, _)| *p == path) {
+                    Some((_, b)) => (200, *b),
+                    None => otherwise,
                 };
                 let mut s = s;
                 let _ = write!(
                     s,
-                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
             }
@@ -460,16 +474,19 @@ mod tests {
     #[test]
     fn a_served_models_origin_holds_the_servers_entry_and_ollamas_digest() {
         // An Ollama-like server: its OpenAI list and its own tags with digests.
-        let url = route_server(vec![
-            (
-                "/v1/models",
-                r#"{"data":[{"id":"qwen3:8b","object":"model","owned_by":"library"}]}"#,
-            ),
-            (
-                "/api/tags",
-                r#"{"models":[{"name":"qwen3:8b","digest":"500a1f067a9f","details":{"quantization_level":"Q4_K_M"}}]}"#,
-            ),
-        ]);
+        let url = route_server(
+            vec![
+                (
+                    "/v1/models",
+                    r#"{"data":[{"id":"qwen3:8b","object":"model","owned_by":"library"}]}"#,
+                ),
+                (
+                    "/api/tags",
+                    r#"{"models":[{"name":"qwen3:8b","digest":"500a1f067a9f","details":{"quantization_level":"Q4_K_M"}}]}"#,
+                ),
+            ],
+            NOT_FOUND,
+        );
         let b = OpenAiBackend::connect(&llm(&url), names(&[("qwen3-8b", "qwen3:8b")])).unwrap();
         let o = b.model_origins(&["qwen3-8b", "scripted:random"]);
         assert_eq!(o.len(), 1, "{o:?}");
@@ -487,10 +504,13 @@ mod tests {
             .as_deref()
             .is_some_and(|d| d.contains("Q4_K_M")));
         // A llama-server-like one: its entry's meta, no tags; an alias names the model.
-        let url = route_server(vec![(
-            "/v1/models",
-            r#"{"data":[{"id":"m.gguf","aliases":["smol"],"meta":{"n_params":134515008}}]}"#,
-        )]);
+        let url = route_server(
+            vec![(
+                "/v1/models",
+                r#"{"data":[{"id":"m.gguf","aliases":["smol"],"meta":{"n_params":134515008}}]}"#,
+            )],
+            NOT_FOUND,
+        );
         let b = OpenAiBackend::connect(&llm(&url), names(&[("k", "smol")])).unwrap();
         let o = b.model_origins(&["k"]);
         assert!(
@@ -533,41 +553,10 @@ mod tests {
             .contains("not sent"));
     }
 
-    /// Answers every request with HTTP `code` and `body`, one connection at a time.
-    fn status_server(code: u16, body: &'static str) -> String {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/v1", listener.local_addr().unwrap());
-        std::thread::spawn(move || {
-            for s in listener.incoming() {
-                let Ok(s) = s else { return };
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut len = 0;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-                let mut sent = vec![0; len];
-                let _ = r.read_exact(&mut sent);
-                let mut s = s;
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        url
-    }
-
     #[test]
     fn a_server_error_on_every_try_stops_a_run_and_a_client_error_does_not() {
         // An overloaded server (or a proxy whose backend died): 503 after every retry.
-        let url = status_server(503, r#"{"error":"upstream unavailable"}"#);
+        let url = route_server(vec![], (503, r#"{"error":"upstream unavailable"}"#));
         let mut opts = llm(&url);
         opts.retries = 1;
         opts.retry_backoff_s = 0.01;
@@ -582,7 +571,7 @@ mod tests {
         );
 
         // A request the server refuses (an unknown model): that call's error only.
-        let url = status_server(404, r#"{"error":"model not found"}"#);
+        let url = route_server(vec![], (404, r#"{"error":"model not found"}"#));
         let client = client_for(&llm(&url)).unwrap();
         let mut b = OpenAiBackend::with_client(&llm(&url), client, names(&[("k", "m")]));
         let out = b.generate(&[req("k")]);

@@ -581,6 +581,33 @@ mod tests {
         assert!(cell.dir.join("COMPLETE").is_file());
     }
 
+    /// Write `c`'s state file in `out` as a task does (host n01, pid 7, job
+    /// 12_3, heartbeat `beat`), after `edit`; its path.
+    fn write_state(
+        out: &Path,
+        c: &Cell,
+        state: &str,
+        beat: u64,
+        edit: impl FnOnce(&mut CellState),
+    ) -> PathBuf {
+        let p = state_path(out, &c.dir);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let mut s = CellState {
+            cell: 0,
+            dir: c.dir.clone(),
+            state: state.into(),
+            host: "n01".into(),
+            pid: 7,
+            slurm_job: Some("12_3".into()),
+            started_unix: beat,
+            heartbeat_unix: beat,
+            error: None,
+        };
+        edit(&mut s);
+        write_json_atomic(&p, &s).unwrap();
+        p
+    }
+
     #[test]
     fn status_reads_markers_and_heartbeats() {
         let tmp = tempfile::tempdir().unwrap();
@@ -592,23 +619,7 @@ mod tests {
         };
         let now = 1_000_000;
         let write = |c: &Cell, state: &str, beat: u64, error: Option<&str>| {
-            let p = state_path(&out, &c.dir);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            write_json_atomic(
-                &p,
-                &CellState {
-                    cell: 0,
-                    dir: c.dir.clone(),
-                    state: state.into(),
-                    host: "n01".into(),
-                    pid: 7,
-                    slurm_job: Some("12_3".into()),
-                    started_unix: beat,
-                    heartbeat_unix: beat,
-                    error: error.map(String::from),
-                },
-            )
-            .unwrap();
+            write_state(&out, c, state, beat, |s| s.error = error.map(String::from));
         };
         let pending = cell("seed_1");
         assert_eq!(
@@ -676,24 +687,11 @@ mod tests {
         };
         let now = now_unix();
         let write = |c: &Cell, state: &str, beat: u64, host: &str, error: Option<&str>| {
-            let p = state_path(&out, &c.dir);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            write_json_atomic(
-                &p,
-                &CellState {
-                    cell: 0,
-                    dir: c.dir.clone(),
-                    state: state.into(),
-                    host: host.into(),
-                    pid: 7,
-                    slurm_job: None,
-                    started_unix: beat,
-                    heartbeat_unix: beat,
-                    error: error.map(String::from),
-                },
-            )
-            .unwrap();
-            p
+            write_state(&out, c, state, beat, |s| {
+                s.host = host.into();
+                s.slurm_job = None;
+                s.error = error.map(String::from);
+            })
         };
         // A day ahead, written just now: running, with the skew noted.
         let skewed = cell("seed_1");
