@@ -186,18 +186,7 @@ pub fn run(args: LogitsArgs) -> Result<ExitCode> {
     crate::threads::setup(args.threads, None)?;
     let ids = parse_ids(&args.ids)?;
     if let Some(out) = &args.out {
-        if out.is_dir() {
-            bail!(
-                "--out {}: is a folder, not a .npy file to write",
-                out.display()
-            );
-        }
-        if !args.force && std::fs::symlink_metadata(out).is_ok() {
-            bail!(
-                "--out {}: the file exists; nothing was written. Give a new file name, or add --force to replace it",
-                out.display()
-            );
-        }
+        super::check_out_file(out, args.force, "a .npy file")?;
     }
     if let Some(k) = args.prefill.filter(|&k| k > ids.len()) {
         bail!("--prefill {k} is more than the {} ids given", ids.len());

@@ -107,6 +107,25 @@ pub enum Command {
     Calibrate(calibrate::CalibrateArgs),
 }
 
+/// Check a command's `--out` file before anything is computed: a folder is
+/// refused, and so is an existing file unless `force`. `kind` says what the
+/// file is (`a GGUF file`).
+pub(crate) fn check_out_file(out: &std::path::Path, force: bool, kind: &str) -> anyhow::Result<()> {
+    if out.is_dir() {
+        anyhow::bail!(
+            "--out {}: is a folder, not {kind} to write; nothing was written",
+            out.display()
+        );
+    }
+    if !force && std::fs::symlink_metadata(out).is_ok() {
+        anyhow::bail!(
+            "--out {}: the file exists; nothing was written. Give a new file name, or add --force to replace it",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();

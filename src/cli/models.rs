@@ -229,18 +229,7 @@ pub fn run_to(args: ModelsArgs, mut sources: Sources, out: &mut dyn Write) -> an
 
 fn synth(catalog: &Catalog, a: SynthArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     use crate::inference::files::synth::{recipe::FileType, synthesize, Layout, SynthOptions};
-    if a.out.is_dir() {
-        anyhow::bail!(
-            "--out {}: is a folder, not a GGUF file to write; nothing was written",
-            a.out.display()
-        );
-    }
-    if !a.force && std::fs::symlink_metadata(&a.out).is_ok() {
-        anyhow::bail!(
-            "--out {}: the file exists; nothing was written. Give a new file name, or add --force to replace it",
-            a.out.display()
-        );
-    }
+    super::check_out_file(&a.out, a.force, "a GGUF file")?;
     let m = catalog.get(&a.name)?;
     let cfg = m.synth.as_ref().ok_or_else(|| {
         anyhow::anyhow!(
