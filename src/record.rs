@@ -163,13 +163,21 @@ impl FolderLock {
     }
 }
 
-/// Write `value` as pretty JSON to `path` atomically (temp file + rename), so
-/// a reader never sees half a file.
+/// Write `value` as pretty JSON to `path` atomically ([`write_atomic`]).
 pub fn write_json_atomic<T: Serialize>(path: impl AsRef<Path>, value: &T) -> anyhow::Result<()> {
-    let path = path.as_ref();
-    let tmp = path.with_extension("json.tmp");
     let text = serde_json::to_string_pretty(value).context("serialising JSON")?;
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    write_atomic(path, text)
+}
+
+/// Write `contents` to `path` atomically: into `<path>.tmp`, then renamed
+/// over `path`, so a reader (or a run started after a crash) never sees half
+/// a file; a write cut short leaves only the `.tmp` file.
+pub fn write_atomic(path: impl AsRef<Path>, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    let path = path.as_ref();
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, contents).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok(())
 }

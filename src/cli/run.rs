@@ -125,10 +125,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     crate::out!("{}", summary_table(&result, &errors));
     crate::out!("{}", errors.describe());
     match backend.metering() {
-        Some(status) => {
-            crate::outln!("{}", status.summary());
-            crate::record::write_json_atomic(out.join("meter.json"), &status)?;
-        }
+        // Written by the run, one record per session (`meter::run_meter`).
+        Some(status) => match crate::meter::run_meter::RunMeter::read(&out) {
+            Ok(Some(m)) => crate::outln!("{}", m.summary(&out)),
+            _ => crate::outln!("{}", status.summary()),
+        },
         None if cfg_served => crate::outln!(
             "energy: nothing was measured: the agents were answered by a model server, whose energy Joule cannot read"
         ),
@@ -194,6 +195,10 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
     if !out.exists() {
         return Ok(());
     }
+    // Nothing is said of a folder another process is writing but that.
+    if out.is_dir() {
+        drop(crate::record::FolderLock::acquire(out)?);
+    }
     if Recorder::is_complete(out) {
         if force {
             crate::errln!(
@@ -215,8 +220,12 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     // A run writes config.resolved.toml before anything else, so a folder
-    // without one holds no run of Joule's (whatever else it holds).
-    if !out.join("config.resolved.toml").is_file() {
+    // without one holds no run of Joule's, unless it holds nothing but a
+    // run's files (what a run cut short while writing or replacing them
+    // leaves: started again, or refused by the resume when rounds are kept).
+    if !out.join("config.resolved.toml").is_file()
+        && !crate::energy_society::recorder::only_run_files(out)?
+    {
         let records = if out.join("events.jsonl").exists() {
             ": it holds an events.jsonl but not the config.resolved.toml a run writes first"
         } else {

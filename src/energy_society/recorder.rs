@@ -45,15 +45,37 @@ pub const RUN_FILES: [&str; 10] = [
     crate::provenance::FILE,
 ];
 
-/// Remove the [`RUN_FILES`] of `dir`, having checked first that each one
-/// there is a file (a folder of such a name stops it with nothing removed).
-fn clear_run_files(dir: &Path) -> anyhow::Result<()> {
-    let mut remove = Vec::new();
+/// Whether `name` is one of the [`RUN_FILES`] or the temporary file of a
+/// write of one cut short (`*.tmp`, and any `*.json.tmp`).
+fn is_run_file(name: &str) -> bool {
+    let stem = name.strip_suffix(".tmp").unwrap_or(name);
+    RUN_FILES.contains(&stem) || name.ends_with(".json.tmp")
+}
+
+/// Whether every entry of the folder `dir` is a file a run writes
+/// ([`RUN_FILES`] and their temporary files): what a run cut short while
+/// its files were being replaced or first written can leave.
+pub fn only_run_files(dir: &Path) -> anyhow::Result<bool> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if RUN_FILES.contains(&name.as_ref()) || name.ends_with(".json.tmp") {
+        if !is_run_file(&entry.file_name().to_string_lossy()) || !entry.path().is_file() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The [`RUN_FILES`] of `dir` (and temporary files of theirs) in the order
+/// a new start removes them: `COMPLETE` first and `config.resolved.toml`
+/// last, so a removal cut short leaves a folder that is resumed or started
+/// again, never one marked complete without its records. An error, with
+/// nothing removed, when one of them is not a file.
+fn run_files_in(dir: &Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_run_file(&name) {
             let path = entry.path();
             if !path.is_file() {
                 anyhow::bail!(
@@ -61,13 +83,31 @@ fn clear_run_files(dir: &Path) -> anyhow::Result<()> {
                     path.display()
                 );
             }
-            remove.push(path);
+            let rank = match name.as_str() {
+                COMPLETE_MARKER => 0,
+                "config.resolved.toml" => 2,
+                _ => 1,
+            };
+            found.push((rank, path));
         }
     }
-    for path in remove {
+    found.sort();
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// Remove the run's files from `dir` ([`run_files_in`]).
+fn clear_run_files(dir: &Path) -> anyhow::Result<()> {
+    for path in run_files_in(dir)? {
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Write the completion marker of the run folder `dir`: the last file a run
+/// writes, after its records, `call_errors.json` and `meter.json`.
+pub fn mark_complete(dir: &Path) -> anyhow::Result<()> {
+    std::fs::write(dir.join(COMPLETE_MARKER), "complete\n")
+        .with_context(|| format!("writing {}/{COMPLETE_MARKER}", dir.display()))
 }
 
 /// Keys whose string values `events.jsonl` stores as line references.
@@ -200,8 +240,8 @@ impl Recorder {
             clear_run_files(dir)?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("config.resolved.toml"), config.to_toml()?)
-            .with_context(|| format!("writing {}/config.resolved.toml", dir.display()))?;
+        // Atomic: a start cut short leaves no config, never half of one.
+        crate::record::write_atomic(dir.join("config.resolved.toml"), config.to_toml()?)?;
         Ok(Recorder {
             dir: Some(dir.to_path_buf()),
             log: Some(EventLog::append(dir.join("events.jsonl"))?),
@@ -282,11 +322,7 @@ impl Recorder {
             .and_then(|_| file.sync_all())
             .with_context(|| format!("cutting {} after its last complete round", path.display()))?;
         if let Some(config) = &x.config {
-            let to = dir.join("config.resolved.toml");
-            let tmp = dir.join("config.resolved.toml.tmp");
-            std::fs::write(&tmp, config)
-                .and_then(|_| std::fs::rename(&tmp, &to))
-                .with_context(|| format!("writing {}", to.display()))?;
+            crate::record::write_atomic(dir.join("config.resolved.toml"), config)?;
         }
         if let Some(session) = self.provenance.take() {
             crate::provenance::Provenance::append(dir, session)?;
@@ -412,7 +448,8 @@ impl Recorder {
         });
     }
 
-    /// Write the reference layout and then the completion marker.
+    /// Write the reference layout. The completion marker comes later
+    /// ([`mark_complete`], from `runner`), once every file of the run is written.
     pub fn finish(&mut self, folder: &RunFolder) -> anyhow::Result<()> {
         if let Some(x) = &self.expected {
             anyhow::bail!(
@@ -422,8 +459,6 @@ impl Recorder {
         }
         if let Some(dir) = &self.dir {
             folder.write(dir)?;
-            std::fs::write(dir.join(COMPLETE_MARKER), "complete\n")
-                .with_context(|| format!("writing {}/{COMPLETE_MARKER}", dir.display()))?;
         }
         Ok(())
     }
@@ -522,6 +557,34 @@ fn expand_in(v: &mut Value, table: &[String]) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_start_removes_complete_first_and_the_config_last() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in RUN_FILES {
+            std::fs::write(dir.path().join(f), "x").unwrap();
+        }
+        std::fs::write(dir.path().join("config.resolved.toml.tmp"), "").unwrap();
+        std::fs::write(dir.path().join("agents.json.tmp"), "").unwrap();
+        assert!(only_run_files(dir.path()).unwrap());
+        let order: Vec<String> = run_files_in(dir.path())
+            .unwrap()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(order.len(), RUN_FILES.len() + 2);
+        assert_eq!(order[0], COMPLETE_MARKER);
+        assert_eq!(order[order.len() - 1], "config.resolved.toml");
+        // A file of the user's is not a run's, and is kept.
+        std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        assert!(!only_run_files(dir.path()).unwrap());
+        clear_run_files(dir.path()).unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["notes.txt"]);
+    }
 
     #[test]
     fn interned_texts_come_back_byte_for_byte() {

@@ -15,7 +15,8 @@
 //!   what followed the last complete round and appends from there, with the
 //!   real backend answering from the next round on. The files are those of
 //!   an uninterrupted run, latencies of the new rounds aside.
-//! - no complete round: started again from round 1 (nothing worth keeping).
+//! - no complete round: started again from round 1 (nothing worth keeping),
+//!   whatever config the folder recorded.
 //! - another resolved config (another seed, roster, model, kernels…):
 //!   **refused** with the first differing line, unless forced (then replaced);
 //!   a sweep's cell is cleared and run again (its sweep file defines it).
@@ -200,6 +201,60 @@ fn what_it_computes(text: &str) -> Option<toml::Table> {
     Some(t)
 }
 
+/// For the complete run in `dir`, whether it was run with another config
+/// than `cfg` (what it computes; the `[kernels]` a run records and
+/// [`HOW_KEYS`] aside): the first key that differs, with both values. A
+/// sweep counts such a cell as done and says so.
+pub fn complete_with_other_config(
+    dir: &Path,
+    cfg: &super::config::SocietyConfig,
+) -> Option<String> {
+    let recorded = std::fs::read_to_string(dir.join("config.resolved.toml")).ok()?;
+    let recorded = as_this_build_writes(&recorded).unwrap_or(recorded);
+    let now = cfg.to_toml().ok()?;
+    let without_kernels = |text: &str| {
+        what_it_computes(text).map(|mut t| {
+            t.remove("kernels");
+            t
+        })
+    };
+    let (Some(a), Some(b)) = (without_kernels(&recorded), without_kernels(&now)) else {
+        return Some("its config.resolved.toml is not a config this build reads".into());
+    };
+    fn first(a: &toml::Value, b: &toml::Value, path: &str) -> Option<String> {
+        match (a, b) {
+            (toml::Value::Table(x), toml::Value::Table(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                keys.into_iter().find_map(|k| {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(u), Some(v)) => first(u, v, &p),
+                        (u, v) => Some(format!(
+                            "{p}: {} when it ran, {} now",
+                            u.map_or("absent".into(), |u| u.to_string()),
+                            v.map_or("absent".into(), |v| v.to_string())
+                        )),
+                    }
+                })
+            }
+            (toml::Value::Array(x), toml::Value::Array(y)) if x.len() == y.len() => x
+                .iter()
+                .zip(y)
+                .enumerate()
+                .find_map(|(i, (u, v))| first(u, v, &format!("{path}[{i}]"))),
+            (u, v) if u == v => None,
+            (u, v) => Some(format!("{path}: {u} when it ran, {v} now")),
+        }
+    }
+    first(&toml::Value::Table(a), &toml::Value::Table(b), "")
+}
+
 /// `table.key = value` for each of [`HOW_KEYS`] whose value differs between
 /// the two configs (`-` where one has no such key).
 fn how_differs(recorded: &str, resolved: &str) -> Vec<(String, String, String)> {
@@ -325,12 +380,19 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
             Vec::new()
         } else if let Some(upgraded) = as_this_build_writes(&recorded).filter(|t| same_work(t)) {
             added_keys(&recorded, &upgraded)
+        } else if complete_prefix(dir)?.2 == 0 {
+            // Nothing worth keeping (a start cut short may even have left
+            // the config empty): started again, as any run without a
+            // complete round is.
+            return Ok(Plan::Fresh);
         } else {
+            // Past its end, the recorded config reads as an empty line after its last.
+            let end = recorded.lines().count();
             let (n, was, now) = recorded
                 .lines()
                 .enumerate()
                 .filter(|(_, l)| compared(l))
-                .chain(std::iter::repeat((0, "")))
+                .chain(std::iter::repeat((end, "")))
                 .zip(
                     resolved
                         .lines()
@@ -340,8 +402,13 @@ pub fn plan(dir: &Path, resolved: &str, force: bool) -> anyhow::Result<Plan> {
                 .find(|((_, a), b)| a != b)
                 .map(|((i, a), b)| (i + 1, a.to_string(), b.to_string()))
                 .unwrap_or_default();
+            let recorded_line = if n > end {
+                format!("config.resolved.toml ends after line {end}")
+            } else {
+                format!("config.resolved.toml line {n}: `{was}`")
+            };
             return Err(OtherConfig(format!(
-                "{} holds an incomplete run of another config (config.resolved.toml line {n}: `{was}`, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
+                "{} holds an incomplete run of another config ({recorded_line}, this run: `{now}`); nothing was run. Run with --force to replace it, or give a new --out",
                 dir.display()
             ))
             .into());

@@ -16,9 +16,10 @@ use super::call_errors::CallErrors;
 use super::config::{JobsConfig, SocietyConfig};
 use super::job::JobSource;
 use super::policies::scripted_backend;
-use super::recorder::Recorder;
+use super::recorder::{mark_complete, Recorder};
 use super::resume::{Answers, Plan, Replay};
 use super::society::{Society, SocietyResult};
+use crate::meter::run_meter::RunMeter;
 
 /// The job source a config names.
 pub fn job_source(cfg: &SocietyConfig) -> anyhow::Result<Box<dyn JobSource>> {
@@ -223,6 +224,7 @@ pub fn run_society(
     let result = run_one(backend, |agency| s.run(agency))?;
     if let Some(dir) = out {
         CallErrors::write(dir, &ids)?;
+        mark_complete(dir)?;
     }
     Ok(result)
 }
@@ -245,7 +247,18 @@ pub fn run_or_resume(
     let ids = agent_ids(&cfg);
     // Held until the run ends; what the folder holds is read under the hold.
     let _held = hold(out, force)?;
-    let result = match super::resume::plan(out, &cfg.to_toml()?, force)? {
+    // From which round this session plays, and whether it wrote to the
+    // folder (a refused resume leaves it untouched).
+    let mut from_round = 1;
+    let mut wrote = false;
+    let sessions = || {
+        crate::provenance::Provenance::read(out)
+            .ok()
+            .flatten()
+            .map_or(0, |p| p.sessions.len())
+    };
+    let sessions_before = sessions();
+    let played = (|| match super::resume::plan(out, &cfg.to_toml()?, force)? {
         Plan::Fresh => {
             if !force && !Recorder::is_complete(out) && out.join("events.jsonl").is_file() {
                 crate::errln!(
@@ -254,10 +267,12 @@ pub fn run_or_resume(
                 );
             }
             let s = recorded_society(cfg, out, &job_source, backend)?.on_round(on_round);
-            run_one(backend, |agency| s.run(agency))?
+            wrote = true;
+            run_one(backend, |agency| s.run(agency))
         }
         Plan::Resume(mut r) => {
             let kept = r.rounds;
+            from_round = kept + 1;
             on_resume(kept);
             let jobs = job_source(&cfg)?;
             let mut rec = r.recorder(out)?;
@@ -274,10 +289,28 @@ pub fn run_or_resume(
             driver
                 .run(&mut replay, |_| {})
                 .pop()
-                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result")))?
+                .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result")))
         }
+    })();
+    // The session's energy is kept however it ended, once it wrote to the
+    // folder (a resume does once its kept rounds came again: its session is
+    // then in provenance.json); a stopped run's resume adds its own
+    // (`meter::run_meter`).
+    let wrote = wrote || sessions() > sessions_before;
+    let metered = match (&played, backend.metering()) {
+        (Ok(_), Some(status)) => RunMeter::record(out, from_round, status).map(|_| ()),
+        (Err(_), Some(status)) if wrote => {
+            if let Err(e) = RunMeter::record(out, from_round, status) {
+                crate::errln!("warning: this session's energy was not recorded: {e:#}");
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     };
+    let result = played?;
+    metered?;
     CallErrors::write(out, &ids)?;
+    mark_complete(out)?;
     Ok(result)
 }
 
@@ -374,7 +407,11 @@ pub fn run_many(
             None => results
                 .next()
                 .unwrap_or_else(|| Err(anyhow::anyhow!("missing scenario result")))
-                .and_then(|r| CallErrors::write(&dir, &ids).map(|_| r)),
+                .and_then(|r| {
+                    CallErrors::write(&dir, &ids)?;
+                    mark_complete(&dir)?;
+                    Ok(r)
+                }),
         })
         .collect()
 }

@@ -20,13 +20,15 @@
 //! packages consumed, not only Joule's work. [`probe`] lists which meters
 //! this machine has and why a missing one is missing; [`open`] opens the
 //! meter a [`MeterChoice`] names. [`attribution`] splits the energy of each
-//! batched forward step among the step's sequences.
+//! batched forward step among the step's sequences; [`run_meter`] keeps a
+//! run folder's `meter.json`, one record per session that played the run.
 
 pub mod attribution;
 pub(crate) mod fake;
 pub(crate) mod fit;
 pub(crate) mod nvml;
 pub(crate) mod rapl;
+pub mod run_meter;
 
 use serde::{Deserialize, Serialize};
 

@@ -3,8 +3,9 @@
 //! the runs' `events.jsonl` (each call's `measured` record), beside what the
 //! formula charges for the same calls, and their ratio (formula energy
 //! units per measured joule). Engine overhead and idle energy come from each
-//! run's `meter.json` (written by `joule run`) and are reported apart, never
-//! spread over calls. Runs without measurements (reference runs, scripted
+//! run's `meter.json` (every session of the run: `meter::run_meter`) and are
+//! reported apart, never spread over calls; runs and sessions that recorded
+//! none are said, never counted as zero. Runs without measurements (reference runs, scripted
 //! agents, no meter) contribute nothing, and the report says when nothing
 //! was measured at all.
 
@@ -51,9 +52,13 @@ pub struct Measured {
     /// Runs with at least one measured call / all runs.
     pub measured_runs: usize,
     pub runs: usize,
-    /// Σ over the runs' `meter.json`: engine overhead and idle joules.
+    /// Σ over the runs' `meter.json` (every session of each): engine overhead and idle joules.
     pub overhead_j: f64,
     pub idle_j: f64,
+    /// Measured runs without a readable `meter.json`: their overhead and idle are unknown.
+    pub without_meter_file: usize,
+    /// Sessions of measured runs that recorded no meter totals (killed).
+    pub sessions_missing: usize,
     /// Problems reading a run's events (the run is skipped).
     pub warnings: Vec<String>,
 }
@@ -143,10 +148,21 @@ pub fn collect(condition: &Condition) -> Measured {
         if any {
             out.measured_runs += 1;
         }
-        if let Ok(text) = std::fs::read_to_string(run.dir.join("meter.json")) {
-            if let Ok(MeterStatus::Measured(t)) = serde_json::from_str::<MeterStatus>(&text) {
-                out.overhead_j += t.overhead_j;
-                out.idle_j += t.idle_j;
+        if !any {
+            continue;
+        }
+        match crate::meter::run_meter::RunMeter::read(&run.dir) {
+            Ok(Some(m)) => {
+                if let MeterStatus::Measured(t) = m.total() {
+                    out.overhead_j += t.overhead_j;
+                    out.idle_j += t.idle_j;
+                }
+                out.sessions_missing += m.missing_sessions(&run.dir);
+            }
+            Ok(None) => out.without_meter_file += 1,
+            Err(e) => {
+                out.warnings.push(format!("{e:#}"));
+                out.without_meter_file += 1;
             }
         }
     }
@@ -247,11 +263,37 @@ pub fn section(m: &Measured) -> String {
         row(&mut out, "**all agents**", p, &sum);
     }
     row(&mut out, "**all agents**", "**all**", &all);
-    let _ = writeln!(
-        out,
-        "\nNot in any call: engine overhead {:.3} J, idle {:.3} J (from the runs' meter.json).\n",
-        m.overhead_j, m.idle_j
-    );
+    let mut unknown = Vec::new();
+    if m.without_meter_file > 0 {
+        unknown.push(format!(
+            "{} measured run(s) have no readable meter.json, so their overhead and idle are not included",
+            m.without_meter_file
+        ));
+    }
+    if m.sessions_missing > 0 {
+        unknown.push(format!(
+            "{} session(s) of the runs ended without recording their meter totals (killed), so theirs are not included",
+            m.sessions_missing
+        ));
+    }
+    if m.without_meter_file > 0 && m.without_meter_file == m.measured_runs {
+        let _ = writeln!(
+            out,
+            "\nNot in any call: engine overhead and idle are unknown: no measured run has a readable meter.json.\n"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "\nNot in any call: engine overhead {:.3} J, idle {:.3} J (from the runs' meter.json{}).\n",
+            m.overhead_j,
+            m.idle_j,
+            if unknown.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", unknown.join("; "))
+            }
+        );
+    }
     out
 }
 
@@ -301,7 +343,7 @@ mod tests {
             runs: 1,
             overhead_j: 0.5,
             idle_j: 2.0,
-            warnings: vec![],
+            ..Default::default()
         };
         let s = section(&m);
         assert!(
@@ -320,5 +362,24 @@ mod tests {
         let act = s.find("| **all agents** | act |").unwrap();
         assert!(vote < act, "phases in game order: {s}");
         assert!(s.contains("engine overhead 0.500 J, idle 2.000 J"), "{s}");
+        // Runs and sessions that recorded no meter totals are said, not counted as zero.
+        let s = section(&Measured {
+            sessions_missing: 1,
+            ..m.clone()
+        });
+        assert!(
+            s.contains("idle 2.000 J (from the runs' meter.json; 1 session(s) of the runs ended without recording"),
+            "{s}"
+        );
+        let s = section(&Measured {
+            without_meter_file: 1,
+            ..m
+        });
+        assert!(
+            s.contains(
+                "engine overhead and idle are unknown: no measured run has a readable meter.json"
+            ) && !s.contains("0.500 J"),
+            "{s}"
+        );
     }
 }

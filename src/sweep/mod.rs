@@ -187,10 +187,21 @@ pub fn run_cells(
     make_jobs: MakeJobs,
 ) -> anyhow::Result<(usize, usize)> {
     let total = cells.len();
-    let todo: Vec<Cell> = cells
+    let (done, todo): (Vec<Cell>, Vec<Cell>) = cells
         .into_iter()
-        .filter(|c| !Recorder::is_complete(&c.dir))
-        .collect();
+        .partition(|c| Recorder::is_complete(&c.dir));
+    if !quiet {
+        for c in &done {
+            if let Some(diff) =
+                crate::energy_society::resume::complete_with_other_config(&c.dir, &c.config)
+            {
+                crate::errln!(
+                    "warning: {} holds a complete run of another version of its config ({diff}); it is counted as done and kept. To run it with the sweep's config, move that folder away and run the sweep again",
+                    c.dir.display()
+                );
+            }
+        }
+    }
     let skipped = total - todo.len();
     let ran = todo.len();
     let incomplete = todo.iter().filter(|c| c.dir.exists()).count();

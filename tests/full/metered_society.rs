@@ -208,9 +208,10 @@ fn a_run_without_a_meter_works_and_says_nothing_was_measured() {
         stdout.contains("energy: nothing was measured: metering is off"),
         "{stdout}"
     );
-    let status: MeterStatus =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("meter.json")).unwrap())
-            .unwrap();
+    let status = joule::meter::run_meter::RunMeter::read(&run_dir)
+        .unwrap()
+        .expect("meter.json")
+        .total();
     assert!(
         matches!(status, MeterStatus::NotMeasured { .. }),
         "{status:?}"
@@ -268,4 +269,85 @@ fn a_run_without_a_meter_works_and_says_nothing_was_measured() {
             "{why}"
         );
     }
+}
+
+/// A measured run interrupted and resumed keeps the energy of every session
+/// in `meter.json`; a session killed before it could record its own is
+/// named as missing, by the run's summary and by the report.
+#[test]
+fn every_session_of_a_resumed_run_keeps_its_measured_energy() {
+    use joule::meter::run_meter::RunMeter;
+    let Some(model) = model() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cfg = t.path().join("c.toml");
+    std::fs::write(&cfg, config(&model, "fake-power:100", "")).unwrap();
+    let run_dir = t.path().join("run");
+    let joule = env!("CARGO_BIN_EXE_joule");
+    let go = || {
+        let out = Command::new(joule)
+            .args(["run", cfg.to_str().unwrap(), "--rounds", "2", "--out"])
+            .arg(&run_dir)
+            .env("JOULE_PROGRESS", "off")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    // What a kill during round 2 leaves: round 1 kept, no COMPLETE, no
+    // totals of the killed session.
+    let cut_after_round_one = || {
+        let events = std::fs::read_to_string(run_dir.join("events.jsonl")).unwrap();
+        let end = events.find("\"event\":\"round_end\"").unwrap();
+        let end = end + events[end..].find('\n').unwrap() + 1;
+        std::fs::write(run_dir.join("events.jsonl"), &events[..end]).unwrap();
+        std::fs::remove_file(run_dir.join("COMPLETE")).unwrap();
+    };
+    go();
+    assert_eq!(RunMeter::read(&run_dir).unwrap().unwrap().sessions.len(), 1);
+    cut_after_round_one();
+    std::fs::remove_file(run_dir.join("meter.json")).unwrap();
+    let said = go();
+    assert!(
+        said.contains("1 earlier session(s) ended without recording their energy"),
+        "{said}"
+    );
+    let m = RunMeter::read(&run_dir).unwrap().unwrap();
+    assert_eq!(m.sessions.len(), 1);
+    assert_eq!(m.sessions[0].from_round, 2);
+    // Resumed again: this session is added to the one recorded before.
+    cut_after_round_one();
+    let said = go();
+    assert!(said.contains("(the sum of the run's 2 sessions)"), "{said}");
+    let m = RunMeter::read(&run_dir).unwrap().unwrap();
+    let overhead = |s: &joule::meter::attribution::MeterStatus| match s {
+        MeterStatus::Measured(t) => t.overhead_j + t.idle_j,
+        other => panic!("{other:?}"),
+    };
+    let MeterStatus::Measured(total) = m.total() else {
+        panic!("measured")
+    };
+    let sum: f64 = m.sessions.iter().map(|s| overhead(&s.status)).sum();
+    assert!((total.overhead_j + total.idle_j - sum).abs() < 1e-9);
+    let rep = t.path().join("report");
+    let st = Command::new(joule)
+        .args(["report", "--no-plots", "--out"])
+        .arg(&rep)
+        .arg(&run_dir)
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert!(
+        md.contains("1 session(s) of the runs ended without recording their meter totals"),
+        "{md}"
+    );
 }

@@ -686,6 +686,20 @@ fn a_model_backed_run_interrupted_after_a_round_resumes_to_the_same_files() {
         text(&f.remove("config.resolved.toml").unwrap_or_default())
     };
     let (was, now) = (config(&mut a), config(&mut b));
+    // meter.json holds a record per session: one for the whole run, two for
+    // the interrupted one (the interrupt recorded its session's).
+    let sessions = |f: &mut BTreeMap<String, Vec<u8>>| {
+        let v: serde_json::Value =
+            serde_json::from_slice(&f.remove("meter.json").unwrap()).unwrap();
+        v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["from_round"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(sessions(&mut a), [1]);
+    assert_eq!(sessions(&mut b), [1, 2]);
     assert_eq!(
         now,
         format!(

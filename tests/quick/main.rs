@@ -32,6 +32,7 @@ mod roster_gemma4;
 mod roster_nemotron_h;
 mod roster_qwen35;
 mod roster_society;
+mod run_folder_states;
 mod single_parse;
 mod sweep_backends;
 mod sweep_resume;
