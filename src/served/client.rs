@@ -393,31 +393,23 @@ mod tests {
     #[test]
     fn an_answer_over_the_size_limit_fails_that_call_once_and_is_no_outage() {
         let big: &'static str = Box::leak(" ".repeat(MAX_BODY_BYTES + 1).into_boxed_str());
-        let (url, h) = serve(vec![(200, big)]);
-        let f = client(url, 3)
-            .chat(&serde_json::json!({}), "s")
-            .unwrap_err();
-        assert!(
-            f.message
-                .contains("the answer is larger than the 10 MiB limit"),
-            "{}",
-            f.message
-        );
-        assert!(!f.retry && !f.unreachable && !f.server_error, "{f:?}");
-        assert!(!f.message.contains("tries"), "{}", f.message);
-        assert_eq!(h.join().unwrap(), 1);
         // An error body over the limit still gives the status.
-        let (url, h) = serve(vec![(400, big)]);
-        let f = client(url, 3)
-            .chat(&serde_json::json!({}), "s")
-            .unwrap_err();
-        assert!(
-            f.message
-                .contains("HTTP 400: (an error body larger than the 10 MiB limit)"),
-            "{}",
-            f.message
-        );
-        assert_eq!(h.join().unwrap(), 1);
+        for (code, says) in [
+            (200, "the answer is larger than the 10 MiB limit"),
+            (
+                400,
+                "HTTP 400: (an error body larger than the 10 MiB limit)",
+            ),
+        ] {
+            let (url, h) = serve(vec![(code, big)]);
+            let f = client(url, 3)
+                .chat(&serde_json::json!({}), "s")
+                .unwrap_err();
+            assert!(f.message.contains(says), "{}", f.message);
+            assert!(!f.retry && !f.unreachable && !f.server_error, "{f:?}");
+            assert!(!f.message.contains("tries"), "{}", f.message);
+            assert_eq!(h.join().unwrap(), 1);
+        }
     }
 
     #[test]
