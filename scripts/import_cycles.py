@@ -17,7 +17,7 @@ import os, re, sys
 # Bottom first. A unit is a module path under src/ ("" is lib.rs); a file belongs to the longest
 # unit holding it. ARCHITECTURE.md's "Code map" states the same order.
 LAYERS = [
-    ['knobs', 'names', 'output', 'npy', 'nprand', 'stats', 'energy', 'record', 'threads', 'csv', 'figure'],  # leaves
+    ['knobs', 'names', 'output', 'npy', 'nprand', 'stats', 'energy', 'record', 'threads', 'csv', 'figure', 'shown'],  # leaves
     ['interrupt', 'meter'],
     ['backend'],                         # the one contract scenarios and backends share
     ['progress', 'agency', 'scripted', 'provenance'],

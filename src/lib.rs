@@ -16,6 +16,7 @@
 //! - [`progress`]: progress of long operations on standard error (bars, plain lines, off).
 //! - [`output`]: printing that never fails on a closed pipe; [`interrupt`]: SIGINT/SIGTERM.
 //! - [`names`]: the nearest known names for a misspelled one.
+//! - [`shown`]: outside text made safe for a terminal or a Markdown table cell.
 //! - [`knobs`]: every `JOULE_*` environment variable, and the only place they are read.
 
 pub mod agency;
@@ -41,6 +42,7 @@ pub mod record;
 pub mod report;
 pub(crate) mod scripted;
 pub(crate) mod served;
+pub mod shown;
 pub mod stats;
 pub mod sweep;
 pub mod threads;

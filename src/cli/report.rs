@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 
 use crate::report;
+use crate::shown::md_cells;
 
 /// Arguments of `joule report`.
 #[derive(Args, Debug)]
@@ -259,22 +260,16 @@ fn discover(
 /// Columns of the terminal report (the Markdown files keep the full tables).
 pub const TERMINAL_WIDTH: usize = 120;
 
-/// The cells of a Markdown table row `| a | b |`.
-fn cells(line: &str) -> Vec<String> {
-    let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
-    inner.split('|').map(|c| c.trim().to_string()).collect()
-}
-
 /// A Markdown table as aligned plain text no wider than `width` where it
 /// can be: columns that do not fit go to a further table below, each
 /// repeating the first column; numbers (`---:` columns) align right.
 fn table_text(rows: &[&str], width: usize) -> String {
-    let header = cells(rows[0]);
+    let header = md_cells(rows[0]);
     let align: Vec<bool> = rows
         .get(1)
-        .map(|r| cells(r).iter().map(|c| c.ends_with(':')).collect())
+        .map(|r| md_cells(r).iter().map(|c| c.ends_with(':')).collect())
         .unwrap_or_default();
-    let body: Vec<Vec<String>> = rows.iter().skip(2).map(|r| cells(r)).collect();
+    let body: Vec<Vec<String>> = rows.iter().skip(2).map(|r| md_cells(r)).collect();
     let n = header.len();
     let w: Vec<usize> = (0..n)
         .map(|i| {
@@ -487,5 +482,49 @@ mod tests {
         // A narrow table is left as it is.
         let narrow = "| a | b |\n|---|---:|\n| x | 1 |\n";
         assert_eq!(compact(narrow, 120), (narrow.to_string(), false));
+    }
+
+    /// A `|` escaped in a cell (`\|`, as the reports write names) stays in
+    /// its cell when a wide table is laid out for the terminal: each value
+    /// stands under its own heading.
+    #[test]
+    fn escaped_pipes_stay_inside_their_cells_on_the_terminal() {
+        let head: Vec<String> = (0..12).map(|i| format!("Column number {i}")).collect();
+        let mut row: Vec<String> = (0..12).map(|i| format!("{i}.00 ± 1.25")).collect();
+        row[0] = crate::shown::md_cell("team|blue");
+        row[1] = crate::shown::md_cell("qwen3 | 8b");
+        let md = format!(
+            "| {} |\n|---|{}\n| {} |\n",
+            head.join(" | "),
+            "---:|".repeat(11),
+            row.join(" | ")
+        );
+        let (text, changed) = compact(&md, 120);
+        assert!(changed);
+        assert!(!text.contains('\\'), "{text}");
+        // Each part: its heading line, its rule, the row; cells apart by two spaces.
+        let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(lines.len() % 3, 0, "{text}");
+        let cells = |l: &str| -> Vec<String> {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        for part in lines.chunks(3) {
+            let (h, r) = (cells(part[0]), cells(part[2]));
+            assert_eq!(h.len(), r.len(), "{text}");
+            assert_eq!(r[0], "team|blue", "{text}");
+            for (h, r) in h.iter().zip(&r).skip(1) {
+                let i = h.trim_start_matches("Column number ");
+                let want = if i == "1" {
+                    "qwen3 | 8b".to_string()
+                } else {
+                    format!("{i}.00 ± 1.25")
+                };
+                assert_eq!(*r, want, "{text}");
+            }
+        }
     }
 }

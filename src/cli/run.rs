@@ -251,10 +251,10 @@ pub fn check_out(out: &Path, force: bool) -> anyhow::Result<()> {
 /// answered the calls (a stand-in, a served model, a scripted policy, or
 /// the paper's model itself).
 pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
+    // Names are read from the run folder: escaped, so that each row keeps to one line.
+    let shown = crate::shown::terminal;
     let answered = |a: &crate::energy_society::layout::AgentRecord| {
-        a.answered_by
-            .clone()
-            .unwrap_or_else(|| a.model_name.clone())
+        shown(a.answered_by.as_deref().unwrap_or(&a.model_name))
     };
     let width = r
         .folder
@@ -283,8 +283,8 @@ pub fn summary_table(r: &SocietyResult, errors: &CallErrors) -> String {
         let (inv, fmt) = errors.of(&a.agent_id);
         s += &format!(
             "{:<10} {:<22} {:<width$} {:>6} {:>12.2} {:>7} {:>9} {:>10} {:>9} {:>13} {:>13}\n",
-            a.agent_id,
-            a.model_name,
+            shown(&a.agent_id),
+            shown(&a.model_name),
             answered(a),
             a.model_size,
             a.final_energy,
@@ -307,10 +307,8 @@ mod tests {
     use super::*;
     use crate::energy_society::layout::{AgentRecord, RunConfig, RunFolder};
 
-    /// The main command (`joule run`, the embedded default) names, in its
-    /// summary, the model that answered beside each paper model.
-    #[test]
-    fn the_default_runs_summary_names_the_stand_in_beside_the_paper_model() {
+    /// The default config's roster after two rounds, each agent answered by its stand-in.
+    fn default_result() -> SocietyResult {
         let cfg = SocietyConfig::from_toml_str(DEFAULT_CONFIG, DEFAULT_CONFIG_NAME).unwrap();
         let agents: Vec<AgentRecord> = cfg
             .roster
@@ -328,10 +326,7 @@ mod tests {
                 answered_by: cfg.llm.answered_by(&r.model, &r.model_name),
             })
             .collect();
-        assert!(agents
-            .iter()
-            .all(|a| a.answered_by.as_deref() == Some("smollm2-135m-instruct")));
-        let result = SocietyResult {
+        SocietyResult {
             folder: RunFolder {
                 config: RunConfig {
                     experiment: cfg.name.clone(),
@@ -352,7 +347,19 @@ mod tests {
             },
             rounds_played: 2,
             stats: vec![(0, 0, 0); 5],
-        };
+        }
+    }
+
+    /// The main command (`joule run`, the embedded default) names, in its
+    /// summary, the model that answered beside each paper model.
+    #[test]
+    fn the_default_runs_summary_names_the_stand_in_beside_the_paper_model() {
+        let result = default_result();
+        assert!(result
+            .folder
+            .agents
+            .iter()
+            .all(|a| a.answered_by.as_deref() == Some("smollm2-135m-instruct")));
         let table = summary_table(&result, &CallErrors::default());
         let header = table.lines().nth(1).unwrap();
         assert!(
@@ -366,6 +373,32 @@ mod tests {
         );
         assert!(
             table.contains("the calls were answered by the `answered by` model"),
+            "{table}"
+        );
+    }
+
+    /// Names read from a run folder with a newline or an escape sequence keep
+    /// the summary at one row per agent, with nothing raw on the terminal.
+    #[test]
+    fn the_summary_escapes_control_characters_in_names() {
+        let mut result = default_result();
+        result.folder.agents[0].model_name = "gemma4\ne4b\u{1b}[31m".into();
+        result.folder.agents[1].answered_by = Some("served\nname".into());
+        result.folder.agents[2].agent_id = "agent\r3".into();
+        let table = summary_table(&result, &CallErrors::default());
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        let rows: Vec<&str> = table.lines().skip(2).take(5).collect();
+        assert!(
+            rows[0].starts_with("agent_1 ") && rows[0].contains("gemma4\\ne4b\\u{1b}[31m"),
+            "{table}"
+        );
+        assert!(rows[1].contains("served\\nname"), "{table}");
+        assert!(rows[2].starts_with("agent\\r3 "), "{table}");
+        assert!(
+            rows[3].starts_with("agent_4 ") && rows[4].starts_with("agent_5 "),
             "{table}"
         );
     }

@@ -127,7 +127,8 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         listed.len()
     )?;
     for m in &listed {
-        writeln!(out, "  {m}")?;
+        // The server's own text: escaped, so that it cannot drive the terminal.
+        writeln!(out, "  {}", crate::shown::terminal(m))?;
     }
     if names.is_empty() {
         return Ok(());
@@ -162,4 +163,41 @@ pub fn run(args: ServeCheckArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model ids a server lists are printed with their control
+    /// characters escaped: they cannot retitle, clear or colour the terminal.
+    #[test]
+    fn listed_model_ids_are_printed_escaped() {
+        let url = crate::served::openai::tests::route_server(
+            vec![(
+                "/v1/models",
+                r#"{"data":[{"id":"\u001b]0;pwned\u0007\u001b[2J\u001b[31mevil"},{"id":"qwen3:8b"}]}"#,
+            )],
+            (404, "{}"),
+        );
+        let args = ServeCheckArgs {
+            url: Some(url),
+            configs: Vec::new(),
+            api_key_env: None,
+            timeout: 5.0,
+        };
+        let mut out = Vec::new();
+        run(args, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("serves 2 model(s):\n"), "{text}");
+        assert!(
+            text.contains("\n  \\u{1b}]0;pwned\\u{7}\\u{1b}[2J\\u{1b}[31mevil\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  qwen3:8b\n"), "{text}");
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+    }
 }

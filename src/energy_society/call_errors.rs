@@ -157,7 +157,7 @@ impl CallErrors {
             if a.invoke_errors > 0 {
                 s += &format!(
                     "call errors: {} had {} INVOKE_ERROR(s): {}\n",
-                    a.agent_id,
+                    crate::shown::terminal(&a.agent_id),
                     a.invoke_errors,
                     clip(a.first_invoke_error.as_deref().unwrap_or("(no message)"))
                 );
@@ -173,12 +173,13 @@ impl CallErrors {
     }
 }
 
-/// A message cut to 300 characters (a server's error body can be long; the
-/// whole message stays in `call_errors.json` and `events.jsonl`).
+/// A message cut to 300 characters, with its control characters escaped (a
+/// server's error body can be long, and is printed; the whole message stays
+/// in `call_errors.json` and `events.jsonl`).
 fn clip(m: &str) -> String {
     match m.char_indices().nth(300) {
-        Some((i, _)) => format!("{}… (see {FILE})", &m[..i]),
-        None => m.to_string(),
+        Some((i, _)) => format!("{}… (see {FILE})", crate::shown::terminal(&m[..i])),
+        None => crate::shown::terminal(m),
     }
 }
 
@@ -230,6 +231,42 @@ mod tests {
         assert!(
             d.len() < 700 && d.contains("… (see call_errors.json)"),
             "{d}"
+        );
+    }
+
+    /// A recorded message keeps the server's raw text (it is data); the
+    /// lines printed from it carry no control character but their ends.
+    #[test]
+    fn described_messages_have_their_control_characters_escaped() {
+        let raw = "HTTP 400: \u{1b}]0;pwned\u{7}\u{1b}[2Jbad\nrequest";
+        let c = CallErrors {
+            invoke_errors: 1,
+            format_errors: 0,
+            agents: vec![AgentErrors {
+                agent_id: "a\u{1b}[31m".into(),
+                invoke_errors: 1,
+                format_errors: 0,
+                first_invoke_error: Some(raw.into()),
+            }],
+        };
+        let d = c.describe();
+        assert!(
+            !d.trim_end_matches('\n').chars().any(char::is_control),
+            "{d:?}"
+        );
+        assert!(d.contains("HTTP 400: \\u{1b}]0;pwned\\u{7}"), "{d}");
+        let long = format!("{}{raw}", "x".repeat(295));
+        let c = CallErrors {
+            agents: vec![AgentErrors {
+                first_invoke_error: Some(long),
+                ..c.agents[0].clone()
+            }],
+            ..c
+        };
+        let d = c.describe();
+        assert!(
+            !d.trim_end_matches('\n').chars().any(char::is_control),
+            "{d:?}"
         );
     }
 }

@@ -303,6 +303,11 @@ impl SocietyConfig {
                     "expected a non-empty id".into(),
                 ));
             }
+            // Ids and names are written into tables and terminal lines.
+            for (key, value) in [("agent_id", &a.agent_id), ("model_name", &a.model_name)] {
+                crate::shown::plain_name(value)
+                    .map_err(|m| err(format!("roster[{i}].{key}"), m))?;
+            }
             if !seen.insert(a.agent_id.clone()) {
                 return Err(err(
                     format!("roster[{i}].agent_id"),
@@ -749,6 +754,42 @@ init_energy = 100
             e.to_string(),
             "configs/x.toml: key `roster[1].size`: expected a positive number, got -1"
         );
+    }
+
+    #[test]
+    fn control_characters_in_ids_and_model_names_are_refused() {
+        for (from, to, key) in [
+            (
+                "agent_id = \"b\"",
+                "agent_id = \"b\\nc\"",
+                "roster[1].agent_id",
+            ),
+            (
+                "model_name = \"m\"\nsize = 9",
+                "model_name = \"m\\u001b[2J\"\nsize = 9",
+                "roster[1].model_name",
+            ),
+            (
+                "agent_id = \"a\"",
+                "agent_id = \"a\\tb\"",
+                "roster[0].agent_id",
+            ),
+        ] {
+            let bad = GOOD.replace(from, to);
+            assert_ne!(bad, GOOD);
+            let e = SocietyConfig::from_toml_str(&bad, "c.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "c.toml: key `{key}`: expected a name without control characters"
+                )),
+                "{e}"
+            );
+        }
+        // A `|` is no control character: reports escape it.
+        let pipe = GOOD.replace("agent_id = \"b\"", "agent_id = \"team|b\"");
+        SocietyConfig::from_toml_str(&pipe, "c.toml").unwrap();
     }
 
     #[test]

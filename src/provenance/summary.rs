@@ -237,10 +237,14 @@ pub fn cautions_markdown(cautions: &[String]) -> String {
 pub fn markdown(o: &Overview) -> String {
     let mut out = format!("## Provenance\n\n{}\n\n", o.intro);
     for t in &o.tables {
-        let _ = writeln!(out, "| {} |", t.header.join(" | "));
+        let row = |cells: &[String]| {
+            let cells: Vec<String> = cells.iter().map(|c| crate::shown::md_cell(c)).collect();
+            format!("| {} |", cells.join(" | "))
+        };
+        let _ = writeln!(out, "{}", row(&t.header));
         let _ = writeln!(out, "|{}", " --- |".repeat(t.header.len()));
         for r in &t.rows {
-            let _ = writeln!(out, "| {} |", r.join(" | "));
+            let _ = writeln!(out, "{}", row(r));
         }
         out.push('\n');
     }
@@ -424,6 +428,33 @@ mod tests {
             condition: condition.into(),
             record: Ok(Some(Provenance { sessions })),
         }
+    }
+
+    /// A served model name with a `|` or a newline stays in its cell, inside
+    /// its backticks too.
+    #[test]
+    fn names_with_pipes_and_newlines_keep_the_provenance_tables_columns() {
+        let o = Overview {
+            intro: "i".into(),
+            tables: vec![Grid {
+                header: vec!["model".into(), "answered by".into(), "runs".into()],
+                rows: vec![vec![
+                    "qwen3|8b".into(),
+                    "`a|b\nc` served by http://x".into(),
+                    "2".into(),
+                ]],
+            }],
+        };
+        let md = markdown(&o);
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 3, "{md}");
+        for r in &rows {
+            assert_eq!(crate::shown::md_cells(r).len(), 3, "{r}");
+        }
+        assert_eq!(
+            crate::shown::md_cells(rows[2]),
+            ["qwen3|8b", "`a|b\\nc` served by http://x", "2"]
+        );
     }
 
     #[test]

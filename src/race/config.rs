@@ -158,6 +158,24 @@ impl ExperimentConfig {
 
     pub fn validate(&self) -> anyhow::Result<()> {
         check_name(&self.name)?;
+        // Names are written into tables, game ids and terminal lines.
+        let names = self
+            .lineups
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (format!("lineups[{i}].name"), &l.name));
+        let personas = self
+            .personas
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("personas[{i}].name"), &p.name));
+        let other = [
+            ("name".to_string(), &self.name),
+            ("run_phase".to_string(), &self.run_phase),
+        ];
+        for (key, value) in names.chain(personas).chain(other) {
+            crate::shown::plain_name(value).map_err(|m| anyhow::anyhow!("`{key}`: {m}"))?;
+        }
         anyhow::ensure!(
             !self.lineups.is_empty(),
             "`lineups` must list at least one lineup"

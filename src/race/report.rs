@@ -22,6 +22,7 @@ use serde::Serialize;
 use super::analysis::runs::{load, wilson, RunData};
 use super::scenario::{Position, TurnRecord};
 use crate::csv::CsvText;
+use crate::shown::md_cell;
 
 /// One row of a rate table.
 #[derive(Debug, Clone, Serialize)]
@@ -132,7 +133,7 @@ fn markdown(rows: &[RateRow], title: &str) -> String {
             "| {} | {} | {}{} | {:.1}% | {:.1}–{:.1}% | {} | {} |\n",
             r.group
                 .iter()
-                .map(|(_, v)| v.as_str())
+                .map(|(_, v)| md_cell(v))
                 .collect::<Vec<_>>()
                 .join(" | "),
             r.races,
@@ -469,7 +470,8 @@ fn retry_md(data: &RunData) -> (String, String) {
             a.contaminated.len().to_string(),
         ]);
         md.push_str(&format!(
-            "| `{m}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            md_cell(m),
             a.turns,
             a.attempts,
             a.failed_attempts,
@@ -710,6 +712,38 @@ fn write_files(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lineup and model names with a `|` or a newline stay inside their
+    /// cells: every row has the header's columns, on one line.
+    #[test]
+    fn names_with_pipes_and_newlines_keep_the_rate_tables_columns() {
+        let row = |lineup: &str, model: &str| RateRow {
+            table: "t".into(),
+            group: vec![
+                ("lineup".into(), lineup.into()),
+                ("model".into(), model.into()),
+            ],
+            races: 2,
+            decisions: 30,
+            unsafe_count: 3,
+            unsafe_rate: 0.1,
+            ci_low: 0.05,
+            ci_high: 0.2,
+            parse_failures: 0,
+            contaminated_races: 0,
+        };
+        let md = markdown(&[row("AU|CS", "m"), row("CS\nCAS", "a | b")], "Rates");
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        for l in &lines {
+            assert_eq!(crate::shown::md_cells(l).len(), 8, "{l}");
+        }
+        assert_eq!(crate::shown::md_cells(lines[2])[..3], ["AU|CS", "m", "2"]);
+        assert_eq!(
+            crate::shown::md_cells(lines[3])[..3],
+            ["CS\\nCAS", "a | b", "2"]
+        );
+    }
 
     #[test]
     fn wilson_matches_statsmodels() {

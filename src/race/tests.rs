@@ -749,6 +749,40 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
     }
 }
 
+/// Lineup, persona and experiment names and the run phase with a control
+/// character (a newline, an escape) are refused, naming the key.
+#[test]
+fn race_names_with_control_characters_are_refused() {
+    let base = "name = \"x\"\n[[lineups]]\nname = \"a\"\nseats = [\"scripted:AU\"]\n";
+    for (text, key) in [
+        (
+            base.replace("name = \"a\"", "name = \"CS\\nCAS\""),
+            "`lineups[0].name`",
+        ),
+        (
+            format!("{base}[[personas]]\nname = \"p\\u001b[31m\"\n"),
+            "`personas[0].name`",
+        ),
+        (format!("run_phase = \"pilot\\r\"\n{base}"), "`run_phase`"),
+        (base.replace("name = \"x\"", "name = \"x\\ty\""), "`name`"),
+    ] {
+        let e = format!(
+            "{:#}",
+            ExperimentConfig::from_toml_str(&text, "bad.toml").unwrap_err()
+        );
+        assert!(
+            e.contains("bad.toml")
+                && e.contains(&format!(
+                    "{key}: expected a name without control characters"
+                )),
+            "{text}\n{e}"
+        );
+    }
+    // A `|` is no control character: reports escape it.
+    ExperimentConfig::from_toml_str(&base.replace("name = \"a\"", "name = \"AU|CS\""), "ok.toml")
+        .unwrap();
+}
+
 /// `race egt` refuses a selection intensity or population the solve cannot
 /// finish with, naming the flag.
 #[test]

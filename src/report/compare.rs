@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::report::summary::{MeanStd, Summary};
 use crate::report::table::{Cell, Table};
+use crate::shown::md_cell;
 
 /// One compared quantity.
 #[derive(Debug, Clone, Serialize)]
@@ -110,7 +111,9 @@ pub fn to_markdown(a: &Summary, b: &Summary, rows: &[CompareRow]) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {a} | {b} | {d} |",
-            r.agent_id, r.model_name, r.metric,
+            md_cell(&r.agent_id),
+            md_cell(&r.model_name),
+            r.metric,
         );
     }
     out

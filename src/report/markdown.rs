@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::report::summary::Summary;
+use crate::shown::md_cell;
 
 pub fn fmt_size(s: f64) -> String {
     if s.fract() == 0.0 {
@@ -29,7 +30,8 @@ pub fn donation_cell(m: &crate::report::summary::MeanStd, total: i64) -> String 
     }
 }
 
-/// The agent table of one condition (markdown; also printed to the terminal).
+/// The agent table of one condition (markdown; also printed to the terminal);
+/// ids and model names are escaped cells ([`md_cell`]).
 pub fn agent_table(s: &Summary) -> String {
     let mut out = String::new();
     out.push_str(
@@ -42,8 +44,8 @@ pub fn agent_table(s: &Summary) -> String {
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            a.agent_id,
-            a.model_label(),
+            md_cell(&a.agent_id),
+            md_cell(&a.model_label()),
             fmt_size(a.model_size),
             a.rounds_active.fmt(2, 1.0, ""),
             a.gained_per_spent.fmt(2, 1.0, ""),
@@ -109,4 +111,72 @@ pub fn report_with(summaries: &[Summary], extra: &[String], plots: &[String]) ->
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::summary::{AgentSummary, MeanStd};
+
+    fn agent(id: &str, model: &str, answered_by: &[&str]) -> AgentSummary {
+        let m = MeanStd {
+            mean: Some(3.0),
+            std: None,
+        };
+        AgentSummary {
+            agent_id: id.into(),
+            model_name: model.into(),
+            answered_by: answered_by.iter().map(|s| s.to_string()).collect(),
+            model_size: 8.0,
+            n_runs: 1,
+            rounds_active: m,
+            gained_per_spent: m,
+            donations_made: m,
+            donations_made_total: 3,
+            donations_received: m,
+            donations_received_total: 3,
+            success_rate: [m; 3],
+            attempts_per_run: [m; 3],
+        }
+    }
+
+    /// A `|` or a newline in an id or a model name stays inside its cell:
+    /// every row keeps the header's ten columns, on one line.
+    #[test]
+    fn names_with_pipes_and_newlines_keep_the_agent_tables_columns() {
+        let s = Summary {
+            condition: "c".into(),
+            mode: crate::report::metrics::Mode::Faithful,
+            dir: "d".into(),
+            experiment: vec!["e".into()],
+            seeds: vec![1],
+            n_runs: 1,
+            agents: vec![
+                agent("team|blue", "qwen3 | 8b", &[]),
+                agent("agent_2", "gemma4\ne4b", &["served|x"]),
+                agent("agent_3", "plain", &[]),
+            ],
+            collisions: MeanStd {
+                mean: None,
+                std: None,
+            },
+            collisions_min: None,
+            collisions_max: None,
+        };
+        let t = agent_table(&s);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 2 + 3, "{t}");
+        for l in &lines {
+            assert_eq!(crate::shown::md_cells(l).len(), 10, "{l}");
+        }
+        assert_eq!(
+            crate::shown::md_cells(lines[2])[..2],
+            ["team|blue", "qwen3 | 8b"]
+        );
+        assert_eq!(
+            crate::shown::md_cells(lines[3])[1],
+            "gemma4\\ne4b (answered by served|x)"
+        );
+        assert_eq!(crate::shown::md_cells(lines[2])[4], "3.00");
+    }
 }

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::meter::attribution::{MeasuredEnergy, MeterStatus};
 use crate::report::load::Condition;
+use crate::shown::md_cell;
 
 /// The measured calls of one agent in one phase, over every run.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -217,7 +218,9 @@ pub fn section(m: &Measured) -> String {
     let row = |out: &mut String, who: &str, phase: &str, c: &Cell| {
         let _ = writeln!(
             out,
-            "| {who} | {phase} | {}/{} | {:.3} | {:.3} | {} | {:.2} | {} |",
+            "| {} | {} | {}/{} | {:.3} | {:.3} | {} | {:.2} | {} |",
+            md_cell(who),
+            md_cell(phase),
             c.measured_calls,
             c.calls,
             c.prefill_j,

@@ -333,9 +333,10 @@ pub fn parse_response(
 }
 
 /// The message of an error body: OpenAI's `{"error": {"message": …}}` or a
-/// plain `{"error": "…"}` (Ollama's native style).
+/// plain `{"error": "…"}` (Ollama's native style), with its control
+/// characters escaped (it is printed).
 pub fn error_message(v: &Value) -> Option<String> {
-    match v.get("error")? {
+    let message = match v.get("error")? {
         Value::String(s) => Some(s.clone()),
         Value::Object(o) => Some(
             o.get("message")
@@ -345,7 +346,8 @@ pub fn error_message(v: &Value) -> Option<String> {
         ),
         Value::Null => None,
         other => Some(other.to_string()),
-    }
+    };
+    message.map(|m| crate::shown::terminal(&m))
 }
 
 /// What a server said in an error response body, for the recorded INVOKE_ERROR.
@@ -356,7 +358,9 @@ pub fn server_message(body: &str) -> String {
     }
 }
 
-/// The first 300 characters of a body, on one line.
+/// The first 300 characters of a body, on one line, with its control
+/// characters escaped (a server's text is printed, and must not drive the
+/// terminal).
 pub fn excerpt(s: &str) -> String {
     let one_line: String = s
         .trim()
@@ -364,11 +368,12 @@ pub fn excerpt(s: &str) -> String {
         .map(|c| if c == '\n' { ' ' } else { c })
         .collect();
     if one_line.chars().count() > 300 {
-        format!("{}…", one_line.chars().take(300).collect::<String>())
+        let cut: String = one_line.chars().take(300).collect();
+        format!("{}…", crate::shown::terminal(&cut))
     } else if one_line.is_empty() {
         "(empty body)".into()
     } else {
-        one_line
+        crate::shown::terminal(&one_line)
     }
 }
 
@@ -689,5 +694,28 @@ mod tests {
             "model 'x' not found"
         );
         assert_eq!(server_message("Bad Gateway"), "Bad Gateway");
+    }
+
+    /// Escape sequences in a server's error body or non-JSON answer reach a
+    /// message only escaped.
+    #[test]
+    fn server_text_in_messages_has_its_control_characters_escaped() {
+        let evil = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[31mbad";
+        let json_error = serde_json::json!({ "error": { "message": evil } }).to_string();
+        let plain_error = serde_json::json!({ "error": evil }).to_string();
+        for m in [
+            server_message(&json_error),
+            server_message(&plain_error),
+            server_message(evil),
+            parse_response(evil, "s", None).unwrap_err().to_string(),
+            parse_response(&json_error, "s", None)
+                .unwrap_err()
+                .to_string(),
+            parse_models(evil).unwrap_err(),
+            excerpt(&format!("{}{evil}", "x".repeat(290))),
+        ] {
+            assert!(!m.chars().any(char::is_control), "{m:?}");
+            assert!(m.contains("\\u{1b}"), "{m:?}");
+        }
     }
 }

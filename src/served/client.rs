@@ -6,6 +6,9 @@
 //! A failure carries the server's own message, whether the server itself is
 //! unreachable, and whether it answered with an HTTP server error on every
 //! try (either way the backend then stops the run, see `Backend::unavailable`).
+//! A body larger than [`MAX_BODY_BYTES`] is an answer, not an outage: a final
+//! failure of that call, never fetched again. Server text in a failure's
+//! message has its control characters escaped.
 
 use std::time::Duration;
 
@@ -59,6 +62,37 @@ pub struct Client {
 /// The longest wait between two tries.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
+/// The most bytes of one response body that are read (10 MiB); the rest of a
+/// larger one is left unread.
+pub const MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
+/// Why a response body could not be read.
+enum BodyError {
+    /// Larger than [`MAX_BODY_BYTES`].
+    TooBig,
+    /// The connection failed while reading.
+    Io(std::io::Error),
+}
+
+/// A response's body as text (invalid UTF-8 replaced), at most [`MAX_BODY_BYTES`].
+fn read_body(r: ureq::Response) -> Result<String, BodyError> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    r.into_reader()
+        .take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(BodyError::Io)?;
+    if buf.len() > MAX_BODY_BYTES {
+        return Err(BodyError::TooBig);
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// [`MAX_BODY_BYTES`] in words.
+fn body_limit() -> String {
+    format!("{} MiB", MAX_BODY_BYTES / (1024 * 1024))
+}
+
 impl Client {
     pub fn new(mut opts: ClientOptions) -> Self {
         opts.base_url = opts.base_url.trim().trim_end_matches('/').to_string();
@@ -99,27 +133,40 @@ impl Client {
             None => req.call(),
         };
         match res {
-            Ok(r) => r.into_string().map_err(|e| Failure {
-                message: format!("{method} {url}: reading the response failed: {e}"),
-                retry: true,
-                unreachable: true,
-                server_error: false,
+            Ok(r) => read_body(r).map_err(|e| match e {
+                // The server answered: this call failed, the server did not.
+                BodyError::TooBig => Failure::final_(format!(
+                    "{method} {url}: the answer is larger than the {} limit (not read further)",
+                    body_limit()
+                )),
+                BodyError::Io(e) => Failure {
+                    message: crate::shown::terminal(&format!(
+                        "{method} {url}: reading the response failed: {e}"
+                    )),
+                    retry: true,
+                    unreachable: true,
+                    server_error: false,
+                },
             }),
             Err(ureq::Error::Status(code, r)) => {
-                let text = r.into_string().unwrap_or_default();
+                let said = match read_body(r) {
+                    Ok(text) => api::server_message(&text),
+                    Err(BodyError::TooBig) => {
+                        format!("(an error body larger than the {} limit)", body_limit())
+                    }
+                    Err(BodyError::Io(_)) => api::server_message(""),
+                };
                 let retry = code >= 500 || code == 408 || code == 429;
                 Err(Failure {
-                    message: format!(
-                        "{method} {url}: HTTP {code}: {}",
-                        api::server_message(&text)
-                    ),
+                    message: format!("{method} {url}: HTTP {code}: {said}"),
                     retry,
                     unreachable: false,
                     server_error: retry,
                 })
             }
             Err(ureq::Error::Transport(t)) => Err(Failure {
-                message: format!("{method} {url}: {t}"),
+                // A transport error can quote what the server sent.
+                message: crate::shown::terminal(&format!("{method} {url}: {t}")),
                 retry: true,
                 unreachable: true,
                 server_error: false,
@@ -260,7 +307,8 @@ mod tests {
                     "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 );
-                s.write_all(reply.as_bytes()).unwrap();
+                // A client that stops reading a long body closes the connection.
+                let _ = s.write_all(reply.as_bytes());
                 served += 1;
             }
             served
@@ -338,6 +386,30 @@ mod tests {
         assert!(f.message.contains("no `usage`"), "{}", f.message);
         assert!(!f.server_error);
         assert_eq!(h.join().unwrap(), 1);
+    }
+
+    /// A body over the limit is the call's own failure, said with the limit,
+    /// and asked for once: the server answered, it did not stop answering.
+    #[test]
+    fn an_answer_over_the_size_limit_fails_that_call_once_and_is_no_outage() {
+        let big: &'static str = Box::leak(" ".repeat(MAX_BODY_BYTES + 1).into_boxed_str());
+        // An error body over the limit still gives the status.
+        for (code, says) in [
+            (200, "the answer is larger than the 10 MiB limit"),
+            (
+                400,
+                "HTTP 400: (an error body larger than the 10 MiB limit)",
+            ),
+        ] {
+            let (url, h) = serve(vec![(code, big)]);
+            let f = client(url, 3)
+                .chat(&serde_json::json!({}), "s")
+                .unwrap_err();
+            assert!(f.message.contains(says), "{}", f.message);
+            assert!(!f.retry && !f.unreachable && !f.server_error, "{f:?}");
+            assert!(!f.message.contains("tries"), "{}", f.message);
+            assert_eq!(h.join().unwrap(), 1);
+        }
     }
 
     #[test]

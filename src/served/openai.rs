@@ -114,10 +114,11 @@ pub fn check_models(client: &Client, names: &ServedNames) -> anyhow::Result<Mode
                 }
             })
             .collect();
+        // The names are the server's text: escaped before they are printed.
         let serves = if listed.is_empty() {
             "no models".to_string()
         } else {
-            listed.join(", ")
+            crate::shown::terminal(&listed.join(", "))
         };
         anyhow::bail!(
             "the model server at {} does not serve model{} {}; it serves: {serves}. \
@@ -305,7 +306,7 @@ impl Backend for OpenAiBackend {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backend::{ChatMessage, OutputFormat};
     use std::io::{BufRead, BufReader, Read, Write};
@@ -429,8 +430,9 @@ mod tests {
     const NOT_FOUND: (u16, &str) = (404, "{\"error\":\"no\"}");
 
     /// Answers each request by its path from `routes` (status 200), else with
-    /// `otherwise` (status and body), one connection at a time.
-    fn route_server(
+    /// `otherwise` (status and body), one connection at a time (also the
+    /// server of `joule models serve-check`'s tests).
+    pub(crate) fn route_server(
         routes: Vec<(&'static str, &'static str)>,
         otherwise: (u16, &'static str),
     ) -> String {
@@ -520,6 +522,25 @@ mod tests {
             "{o:?}"
         );
         assert_eq!(o[0].served_digest, None);
+    }
+
+    /// The model ids a server lists are its own text: the error that names
+    /// what it serves escapes their control characters.
+    #[test]
+    fn served_model_ids_are_escaped_in_the_missing_model_error() {
+        let url = route_server(
+            vec![(
+                "/v1/models",
+                r#"{"data":[{"id":"\u001b]0;pwned\u0007\u001b[2J\u001b[31mevil"}]}"#,
+            )],
+            NOT_FOUND,
+        );
+        let e = OpenAiBackend::connect(&llm(&url), names(&[("k", "m")]))
+            .err()
+            .expect("a missing model");
+        let msg = format!("{e:#}");
+        assert!(msg.contains("it serves: \\u{1b}]0;pwned\\u{7}"), "{msg}");
+        assert!(!msg.chars().any(char::is_control), "{msg:?}");
     }
 
     #[test]

@@ -131,15 +131,15 @@ pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
     match state {
         Some(s) if s.state == "failed" => CellStatus::Failed(
             s.error
-                .map(|e| shown(e.lines().next().unwrap_or("")))
+                .map(|e| crate::shown::terminal(e.lines().next().unwrap_or("")))
                 .unwrap_or_else(|| "failed".into()),
         ),
         Some(s) if s.state == "running" => {
             let who = format!(
                 "{}{} pid {}",
-                shown(&s.host),
+                crate::shown::terminal(&s.host),
                 s.slurm_job
-                    .map(|j| format!(" job {}", shown(&j)))
+                    .map(|j| format!(" job {}", crate::shown::terminal(&j)))
                     .unwrap_or_default(),
                 s.pid
             );
@@ -185,7 +185,8 @@ pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
         // Queued by a submission, and not started (else the cell would say so).
         Some(s) if s.state == "queued" => CellStatus::Pending(format!(
             "queued in job {}",
-            s.slurm_job.map_or_else(|| "?".into(), |j| shown(&j))
+            s.slurm_job
+                .map_or_else(|| "?".into(), |j| crate::shown::terminal(&j))
         )),
         // `done` without COMPLETE: the folder was changed since; or no state.
         _ if cell.dir.exists() => CellStatus::Failed(match bad {
@@ -194,20 +195,6 @@ pub fn cell_status(out: &Path, cell: &Cell, now: u64) -> CellStatus {
         }),
         _ => CellStatus::Pending(bad.unwrap_or_default()),
     }
-}
-
-/// `text` with its control characters (escape sequences, newlines) escaped,
-/// for a terminal: state files are written by other hosts and programs.
-fn shown(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// A duration in seconds, in words (`45 s`, `12 min`, `3.5 h`).

@@ -442,7 +442,7 @@ fn group_label(g: &str) -> String {
     if g == "human" {
         "Humans".to_string()
     } else {
-        format!("`{g}`")
+        format!("`{}`", crate::shown::md_cell(g))
     }
 }
 

@@ -158,7 +158,7 @@ pub fn section(obs: &[Obs], human: &str, tables: &[(&str, &[String])]) -> (Strin
             "| {} | {} | `{}` | {} | {} | {} / {} | {:+.1} [{:+.1}, {:+.1}] | {:.2}, {} | {}, df {} ({}) | **{}** |",
             t.table,
             t.key,
-            t.model,
+            crate::shown::md_cell(&t.model),
             pct(t.model_k, t.model_n),
             pct(t.human_k, t.human_n),
             t.model_clusters,

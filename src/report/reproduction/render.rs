@@ -9,6 +9,7 @@ use std::fmt::Write;
 use super::verdict::{Reference, RunsForMargin, Spread, MOST_RUNS};
 use super::{fmt_value, LevelRow, Reproduction, Verdict};
 use crate::report::html::esc;
+use crate::shown::md_cell;
 use crate::stats::{fmt_p, Summary};
 
 /// `14.00 ± 9.46 (n=5)`.
@@ -56,10 +57,6 @@ fn p_cell(p: f64, ph: f64) -> String {
         return "—".into();
     }
     format!("{} ({})", fmt_p(p), fmt_p(ph))
-}
-
-fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
 }
 
 /// `t (df)` of a row, `—` where there is none.
@@ -263,15 +260,15 @@ pub fn markdown(r: &Reproduction) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
-            md_escape(&l.reference_condition),
-            md_escape(&l.run_condition),
+            md_cell(&l.reference_condition),
+            md_cell(&l.run_condition),
             l.metric.label(),
-            md_escape(&agent),
+            md_cell(&agent),
             runs_cell(l),
-            md_escape(&l.reference),
-            md_escape(&l.spread),
+            md_cell(&l.reference),
+            md_cell(&l.spread),
             diff_cell(l.difference, l.ci, pc),
-            md_escape(&l.test),
+            md_cell(&l.test),
             t_cell(l.statistic, l.df),
             fmt_value(l.se, pc),
             p_cell(l.p, l.p_holm),
@@ -300,14 +297,14 @@ pub fn markdown(r: &Reproduction) -> String {
                 md,
                 "| `{}` | {} − {}{} | {} | {} | **{}** | {} | {} | {} | {} | {} | {} | {} / {} | {} | **{}** |",
                 c.id,
-                md_escape(&c.runs.0),
-                md_escape(&c.runs.1),
+                md_cell(&c.runs.0),
+                md_cell(&c.runs.1),
                 if c.paired { " (paired by run)" } else { "" },
                 diff_cell(c.run_effect.mean, c.run_ci, false),
-                md_escape(&c.reference_effect),
+                md_cell(&c.reference_effect),
                 c.sign,
                 diff_cell(c.size_test.difference, c.size_test.ci, false),
-                md_escape(&c.size_test.test),
+                md_cell(&c.size_test.test),
                 t_cell(c.sign_test.statistic, c.sign_test.df),
                 t_cell(c.size_test.statistic, c.size_test.df),
                 p_cell(c.sign_test.p, c.p_sign_holm),
