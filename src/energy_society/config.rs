@@ -195,6 +195,11 @@ fn default_counts() -> DifficultyCounts {
 fn default_seed() -> u64 {
     12345
 }
+/// The most model calls of one invocation: far above the reference's 5, and
+/// few enough that a model that never answers validly cannot keep one turn
+/// going for days (as `llm.retries`).
+pub const MAX_CALLS: u32 = 100;
+
 fn default_max_calls() -> u32 {
     5
 }
@@ -358,8 +363,11 @@ impl SocietyConfig {
                 format!("expected at most {MAX_ROUNDS}, got {}", self.max_rounds),
             ));
         }
-        if self.max_calls == 0 {
-            return Err(err("max_calls".into(), "expected at least 1, got 0".into()));
+        if !(1..=MAX_CALLS).contains(&self.max_calls) {
+            return Err(err(
+                "max_calls".into(),
+                format!("expected 1 to {MAX_CALLS}, got {}", self.max_calls),
+            ));
         }
         // Each call's sampling seed is derived from the run's `seed` (`invoke::call_seed`), so a
         // seed given here would be silently ignored: refuse it instead.
@@ -815,6 +823,19 @@ init_energy = 100
             .unwrap_err()
             .to_string();
         assert_eq!(s, "c.toml: key `max_rounds`: expected at least 1, got 0");
+    }
+
+    #[test]
+    fn a_call_budget_of_none_or_past_the_bound_is_refused_naming_the_key() {
+        for calls in [0u64, 101, 4294967295] {
+            let s = error_of(&format!("max_calls = {calls}\n{GOOD}"));
+            assert_eq!(
+                s,
+                format!("c.toml: key `max_calls`: expected 1 to {MAX_CALLS}, got {calls}")
+            );
+        }
+        SocietyConfig::from_toml_str(&format!("max_calls = {MAX_CALLS}\n{GOOD}"), "c.toml")
+            .unwrap();
     }
 
     fn error_of(text: &str) -> String {

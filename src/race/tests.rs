@@ -824,6 +824,14 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
             "`personas` lists name `p` twice",
         ),
         (
+            format!("max_parse_retries = 4294967295\n{ok}"),
+            "`max_parse_retries` expected at most 100 (each retry is a model call), got 4294967295",
+        ),
+        (
+            format!("max_parse_retries = 101\n{ok}"),
+            "`max_parse_retries` expected at most 100",
+        ),
+        (
             ok.replace("repetitions = 2", "repetitions = 4000000000"),
             "`repetitions` must be 1..=10000",
         ),
