@@ -192,3 +192,41 @@ fn serve_check_gives_up_on_a_silent_port_at_its_timeout() {
     let err = refused(&["models", "serve-check", &url, "--timeout", "0"]);
     assert!(err.contains("--timeout"), "{err}");
 }
+
+#[test]
+fn counts_of_zero_and_past_their_bounds_are_refused() {
+    for (args, says) in [
+        (&["jobs", "--seed", "1", "--rounds", "0"][..], "--rounds"),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-r", "0"][..],
+            "--repetitions",
+        ),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-s", "4294967295"][..],
+            "--seqs: give one or more counts from 1 to 1024",
+        ),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-s", "1,0"][..],
+            "--seqs: give one or more counts from 1 to 1024",
+        ),
+        (
+            &[
+                "bench",
+                "society",
+                "--sims",
+                "4294967295",
+                "--via",
+                "http://127.0.0.1:9/v1",
+            ][..],
+            "--sims: give one or more counts from 1 to 1000",
+        ),
+        (
+            &["race", "egt", "--pmax", "0.1,0.10"][..],
+            "--pmax lists 0.1 twice",
+        ),
+    ] {
+        let err = refused(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("no-such-model.gguf"), "{args:?}: {err}");
+    }
+}
