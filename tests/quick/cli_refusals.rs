@@ -230,3 +230,36 @@ fn counts_of_zero_and_past_their_bounds_are_refused() {
         assert!(!err.contains("no-such-model.gguf"), "{args:?}: {err}");
     }
 }
+
+/// A command line that is not UTF-8 (a Latin-1 file name) is recorded
+/// lossily in the provenance, not a panic.
+#[cfg(unix)]
+#[test]
+fn a_race_run_takes_an_out_folder_whose_name_is_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("race.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"r\"\nrepetitions = 1\np_max = [0.6]\n[[lineups]]\nname = \"AU-CS\"\nseats = [\"scripted:AU\", \"scripted:CS\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join(OsStr::from_bytes(b"race\xe9"));
+    let o = Command::new(JOULE)
+        .args([OsStr::new("race"), OsStr::new("run"), cfg.as_os_str()])
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .env("JOULE_PROGRESS", "off")
+        .output()
+        .expect("running joule");
+    assert!(
+        o.status.success(),
+        "{:?} {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let prov = std::fs::read_to_string(out.join("provenance.json")).unwrap();
+    assert!(prov.contains("race\u{fffd}"), "{prov}");
+}
