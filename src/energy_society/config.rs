@@ -70,16 +70,7 @@ pub const MAX_INIT_ENERGY: f64 = 1e12;
 // bounds a run folder is read with (the paper's 30 rounds, 4 jobs each).
 use super::layout::{MAX_JOBS_PER_DIFFICULTY, MAX_ROUNDS};
 
-/// A number for a message: in full when that is short, else in scientific
-/// notation (`1e-300`, not 300 digits).
-pub fn num(v: f64) -> String {
-    let a = v.abs();
-    if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
-    }
-}
+pub use crate::output::num;
 
 fn default_init_energy() -> f64 {
     1500.0

@@ -122,7 +122,8 @@ pub struct ExperimentConfig {
     pub max_parse_retries: u32,
     #[serde(
         default = "default_temperature",
-        serialize_with = "crate::backend::f32_as_written"
+        serialize_with = "crate::backend::f32_as_written",
+        deserialize_with = "crate::backend::f32_in_range"
     )]
     pub temperature: f32,
     #[serde(default = "default_max_tokens")]
@@ -251,7 +252,7 @@ impl ExperimentConfig {
         anyhow::ensure!(
             self.temperature >= 0.0 && self.temperature.is_finite(),
             "`temperature` must be a number >= 0, got {}",
-            self.temperature
+            crate::output::num(f64::from(self.temperature))
         );
         for pc in &self.personas {
             for id in &pc.seats {

@@ -828,6 +828,10 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
             "`max_parse_retries` expected at most 100 (each retry is a model call), got 4294967295",
         ),
         (
+            format!("temperature = 1e40\n{ok}"),
+            "expected a number a 32-bit float holds (at most about 3.4e38), got 1e40",
+        ),
+        (
             format!("max_parse_retries = 101\n{ok}"),
             "`max_parse_retries` expected at most 100",
         ),
