@@ -88,6 +88,20 @@ pub fn f32_as_written<S: serde::Serializer>(x: &f32, s: S) -> Result<S::Ok, S::E
     s.serialize_f64(f32_as_f64_written(*x))
 }
 
+/// Deserializes an f32 from a number a 32-bit float holds: a finite one
+/// past its range (`1e40`) is refused with the value as written, instead of
+/// becoming infinity.
+pub fn f32_in_range<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    let v = <f64 as serde::Deserialize>::deserialize(d)?;
+    if v.is_finite() && v.abs() > f64::from(f32::MAX) {
+        return Err(serde::de::Error::custom(format!(
+            "expected a number a 32-bit float holds (at most about 3.4e38), got {}",
+            crate::output::num(v)
+        )));
+    }
+    Ok(v as f32)
+}
+
 /// Serializes an optional f32 as it was written ([`f32_as_f64_written`]).
 pub fn opt_f32_as_written<S: serde::Serializer>(x: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
     match x {

@@ -6,8 +6,21 @@
 //! would stop a run before its records are complete; a run's results are its
 //! files, so what it prints is never worth stopping it. (Rust ignores
 //! SIGPIPE, so a closed pipe is an error on the write, never a signal.)
+//! Numbers in messages are written by [`num`], so a huge or tiny one never
+//! fills a line with digits.
 
 use std::io::Write;
+
+/// A number for a message: in full when that is short, else in scientific
+/// notation (`1e-300`, not 300 digits).
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
 
 /// Write `args` to standard output, ignoring any error.
 pub fn out(args: std::fmt::Arguments) {

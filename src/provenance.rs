@@ -248,7 +248,9 @@ impl Session {
         Session {
             from_round,
             started_utc: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            command: std::env::args().collect(),
+            command: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
             build: Build::this(),
             machine: Machine::this(kernels),
             models,

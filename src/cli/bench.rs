@@ -54,11 +54,12 @@ pub struct BenchArgs {
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     pub n_depth: usize,
     /// Sequences processed together, each with its own cache; a list (`1,16,64`) runs the
-    /// tests at each count on one loaded model.
+    /// tests at each count on one loaded model (1 to 1024 each).
     #[arg(short = 's', long = "seqs", value_delimiter = ',', default_value = "1")]
     pub seqs: Vec<usize>,
-    /// Timed repetitions of each test.
-    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    /// Timed repetitions of each test, at least 1.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub repetitions: usize,
     /// cpu, cuda or metal.
     #[arg(long, default_value = "cpu")]
@@ -231,6 +232,25 @@ fn time_tg(
     Ok(t0.elapsed().as_secs_f64())
 }
 
+/// The most sequences of one test (`--seqs`): each holds its own cache.
+pub const MAX_SEQS: usize = 1024;
+
+/// Each test's sequences must fit the model's context: `--n-depth` tokens
+/// of context and then the test's own (`--n-prompt`, or `--n-gen`), as a
+/// sequence's cache holds them all. Checked before any cache is made.
+fn check_context(args: &BenchArgs, context_length: usize) -> Result<()> {
+    for (flag, n) in [("--n-prompt", args.n_prompt), ("--n-gen", args.n_gen)] {
+        let need = args.n_depth as u128 + n as u128;
+        anyhow::ensure!(
+            n == 0 || need <= context_length as u128,
+            "--n-depth {} + {flag} {n} = {need} tokens do not fit the model's context of \
+             {context_length} tokens; give at most {context_length} together",
+            args.n_depth
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.workload {
         Some(BenchWorkload::Society(a)) => return super::bench_society::run(a),
@@ -256,12 +276,14 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     };
     crate::threads::setup(args.threads, None)?;
     let reps = args.repetitions.max(1);
+    super::check_counts("--seqs", &args.seqs, MAX_SEQS, "1,16,64")?;
     let device = select_device(&args.device)?;
     let stage = crate::progress::Stage::start(format!("loading {}", gguf.display()));
     let mut file = GgufFile::open(gguf)?;
     let model = load_model_from(&mut file, &device)?;
     stage.done();
     let info = model.info().clone();
+    check_context(&args, info.context_length)?;
     let kernels = KernelRecord::local(
         &device,
         args.kv_cache,
@@ -280,9 +302,6 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     if args.n_gen > 0 {
         tests.push((format!("tg{}", args.n_gen), 0, args.n_gen));
-    }
-    if args.seqs.is_empty() || args.seqs.contains(&0) {
-        anyhow::bail!("--seqs: give one or more counts of at least 1 (e.g. 1,16,64)");
     }
     let depth = args.n_depth;
     let runs: Vec<(usize, (String, usize, usize))> = args
@@ -484,7 +503,44 @@ impl ReadMeter {
 
 #[cfg(test)]
 mod tests {
-    use super::{adjacent_pct, mean_sd, step_weight_bytes, ReadMeter};
+    use super::{adjacent_pct, check_context, mean_sd, step_weight_bytes, BenchArgs, ReadMeter};
+
+    /// Each test's context (`-d` and then `-p`, or `-n`) must fit the
+    /// model's; a skipped test (0) needs none.
+    #[test]
+    fn tests_past_the_models_context_are_refused_naming_the_flags() {
+        let args = |n_depth, n_prompt, n_gen| BenchArgs {
+            workload: None,
+            gguf: Some("m.gguf".into()),
+            n_prompt,
+            n_gen,
+            n_depth,
+            seqs: vec![1],
+            repetitions: 1,
+            device: "cpu".into(),
+            threads: None,
+            kv_cache: crate::inference::engine::state::KvCache::F32,
+            json: false,
+        };
+        check_context(&args(4000, 4096, 96), 8192).unwrap();
+        check_context(&args(8192, 0, 0), 8192).unwrap();
+        let e = check_context(&args(8000, 100, 300), 8192)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--n-depth 8000 + --n-gen 300 = 8300 tokens do not fit the model's context of 8192 \
+             tokens; give at most 8192 together"
+        );
+        let e = check_context(&args(0, 4294967295, 0), 8192)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--n-prompt 4294967295"), "{e}");
+        let e = check_context(&args(usize::MAX, 1, 0), 8192)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("= 18446744073709551616 tokens"), "{e}");
+    }
 
     use crate::inference::files::gguf_weights::MatmulUse;
     use candle_core::quantized::GgmlDType;

@@ -38,7 +38,7 @@ pub struct SocietyBenchArgs {
     /// Local: cpu, cuda or metal (`[llm] device`).
     #[arg(long)]
     pub device: Option<String>,
-    /// Concurrent societies; a list runs one measurement per entry (`1,4,16`).
+    /// Concurrent societies, 1 to 1000; a list runs one measurement per entry (`1,4,16`).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub sims: Vec<usize>,
     /// Rounds per society.
@@ -355,6 +355,10 @@ pub(crate) fn roster_models(
     Ok(out)
 }
 
+/// The most concurrent societies of one measurement (`--sims`): their
+/// configs are built before the clock starts, which this keeps to moments.
+pub const MAX_SIMS: usize = 1000;
+
 fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench> {
     let deadline = crate::backend::time_limit_deadline(args.time_limit)?;
     let seed0 = args.seed.unwrap_or(12345);
@@ -495,9 +499,7 @@ fn measure(args: &SocietyBenchArgs, sims: usize) -> anyhow::Result<SocietyBench>
 
 pub fn run(args: SocietyBenchArgs) -> anyhow::Result<ExitCode> {
     crate::threads::setup(args.threads, None)?;
-    if args.sims.is_empty() || args.sims.contains(&0) {
-        anyhow::bail!("--sims: give one or more counts of at least 1 (e.g. 1,4,16)");
-    }
+    super::check_counts("--sims", &args.sims, MAX_SIMS, "1,4,16")?;
     if args.rounds == 0 {
         anyhow::bail!("--rounds: at least 1");
     }

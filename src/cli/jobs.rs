@@ -34,8 +34,8 @@ pub struct JobsArgs {
     /// The run's seed (`numpy.random.default_rng(seed)`).
     #[arg(long)]
     pub seed: u64,
-    /// Number of rounds to print.
-    #[arg(long, default_value_t = 30)]
+    /// Number of rounds to print, at least 1.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..))]
     pub rounds: u32,
     /// The scarce condition: 2 easy, 2 medium, 2 hard jobs per round.
     #[arg(long)]

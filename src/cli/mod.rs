@@ -126,6 +126,28 @@ pub(crate) fn check_out_file(out: &std::path::Path, force: bool, kind: &str) -> 
     Ok(())
 }
 
+/// A list flag of counts (`--seqs`, `bench society --sims`): one or more,
+/// each from 1 to `max`; the error names the flag, the range and an
+/// `example`.
+pub(crate) fn check_counts(
+    flag: &str,
+    counts: &[usize],
+    max: usize,
+    example: &str,
+) -> anyhow::Result<()> {
+    if counts.is_empty() || counts.iter().any(|n| !(1..=max).contains(n)) {
+        anyhow::bail!(
+            "{flag}: give one or more counts from 1 to {max} (e.g. {example}), got {}",
+            counts
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    Ok(())
+}
+
 /// Entry point of the binary: run the command, print errors with their chain.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 
 use crate::backend::SCRIPTED_PREFIX;
+use crate::energy_society::config::num;
 use crate::llm::preflight::{check_models, ModelRef};
 use crate::race::audit::{run_audit_plan, summarize, summary_table, AuditPlan, AuditRow};
 use crate::race::config::ExperimentConfig;
@@ -377,14 +378,25 @@ fn egt(
     let mut per_p = serde_json::Map::new();
     let mut payoffs = serde_json::Map::new();
     let mut text = format!("Evolutionary benchmark: Z={z}, beta={beta}, mu={mu}\n");
+    // Each value once, as a race config's `p_max`: a repeated one would be
+    // solved and printed twice.
+    let mut seen = std::collections::BTreeSet::new();
     for &p in pmax {
         anyhow::ensure!(
             (0.0..=1.0).contains(&p),
-            "--pmax values must lie in [0, 1], got {p}"
+            "--pmax values must lie in [0, 1], got {}",
+            num(p)
         );
+        anyhow::ensure!(
+            seen.insert(num(p)),
+            "--pmax lists {} twice; give each value once",
+            num(p)
+        );
+    }
+    for &p in pmax {
         let table = matchup_table(p);
         let res = stationary_full(&table, params)?;
-        let key = format!("{p}");
+        let key = num(p);
         let freq: serde_json::Map<String, serde_json::Value> = STRATEGIES
             .iter()
             .zip(res.stationary)
@@ -407,7 +419,7 @@ fn egt(
         }
         payoffs.insert(key.clone(), pay.into());
         text.push_str(&format!(
-            "\np_max = {p}: predicted Unsafe rate {:.1}% ({:.6})\n  stationary  {}\n",
+            "\np_max = {key}: predicted Unsafe rate {:.1}% ({:.6})\n  stationary  {}\n",
             100.0 * res.unsafe_rate,
             res.unsafe_rate,
             STRATEGIES

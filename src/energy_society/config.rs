@@ -70,16 +70,7 @@ pub const MAX_INIT_ENERGY: f64 = 1e12;
 // bounds a run folder is read with (the paper's 30 rounds, 4 jobs each).
 use super::layout::{MAX_JOBS_PER_DIFFICULTY, MAX_ROUNDS};
 
-/// A number for a message: in full when that is short, else in scientific
-/// notation (`1e-300`, not 300 digits).
-pub fn num(v: f64) -> String {
-    let a = v.abs();
-    if a != 0.0 && a.is_finite() && !(1e-4..1e15).contains(&a) {
-        format!("{v:e}")
-    } else {
-        format!("{v}")
-    }
-}
+pub use crate::output::num;
 
 fn default_init_energy() -> f64 {
     1500.0
@@ -195,6 +186,11 @@ fn default_counts() -> DifficultyCounts {
 fn default_seed() -> u64 {
     12345
 }
+/// The most model calls of one invocation: far above the reference's 5, and
+/// few enough that a model that never answers validly cannot keep one turn
+/// going for days (as `llm.retries`).
+pub const MAX_CALLS: u32 = 100;
+
 fn default_max_calls() -> u32 {
     5
 }
@@ -363,8 +359,11 @@ impl SocietyConfig {
                 format!("expected at most {MAX_ROUNDS}, got {}", self.max_rounds),
             ));
         }
-        if self.max_calls == 0 {
-            return Err(err("max_calls".into(), "expected at least 1, got 0".into()));
+        if !(1..=MAX_CALLS).contains(&self.max_calls) {
+            return Err(err(
+                "max_calls".into(),
+                format!("expected 1 to {MAX_CALLS}, got {}", self.max_calls),
+            ));
         }
         // Each call's sampling seed is derived from the run's `seed` (`invoke::call_seed`), so a
         // seed given here would be silently ignored: refuse it instead.
@@ -856,6 +855,19 @@ init_energy = 100
             .unwrap_err()
             .to_string();
         assert_eq!(s, "c.toml: key `max_rounds`: expected at least 1, got 0");
+    }
+
+    #[test]
+    fn a_call_budget_of_none_or_past_the_bound_is_refused_naming_the_key() {
+        for calls in [0u64, 101, 4294967295] {
+            let s = error_of(&format!("max_calls = {calls}\n{GOOD}"));
+            assert_eq!(
+                s,
+                format!("c.toml: key `max_calls`: expected 1 to {MAX_CALLS}, got {calls}")
+            );
+        }
+        SocietyConfig::from_toml_str(&format!("max_calls = {MAX_CALLS}\n{GOOD}"), "c.toml")
+            .unwrap();
     }
 
     fn error_of(text: &str) -> String {

@@ -361,14 +361,17 @@ pub fn validate(llm: &LlmConfig) -> Result<(), (String, String)> {
             "timeout_s",
             format!(
                 "expected a positive number of seconds, at most {MAX_TIMEOUT_S} (a week), got {}",
-                llm.timeout_s
+                crate::output::num(llm.timeout_s)
             ),
         );
     }
     if !(llm.retry_backoff_s >= 0.0 && llm.retry_backoff_s <= 3600.0) {
         return err(
             "retry_backoff_s",
-            format!("expected seconds in [0, 3600], got {}", llm.retry_backoff_s),
+            format!(
+                "expected seconds in [0, 3600], got {}",
+                crate::output::num(llm.retry_backoff_s)
+            ),
         );
     }
     if llm.retries > 100 {
@@ -458,7 +461,14 @@ mod tests {
         c.timeout_s = f64::NAN;
         assert_eq!(validate(&c).unwrap_err().0, "llm.timeout_s");
         c.timeout_s = 1e300;
-        assert_eq!(validate(&c).unwrap_err().0, "llm.timeout_s");
+        let (key, msg) = validate(&c).unwrap_err();
+        assert_eq!(key, "llm.timeout_s");
+        assert!(msg.ends_with("got 1e300"), "{msg}");
+        let mut c = openai();
+        c.retry_backoff_s = 1e300;
+        let (key, msg) = validate(&c).unwrap_err();
+        assert_eq!(key, "llm.retry_backoff_s");
+        assert_eq!(msg, "expected seconds in [0, 3600], got 1e300");
         let c = LlmConfig {
             model: Some("qwen3:8b".into()),
             ..Default::default()

@@ -83,6 +83,9 @@ struct State {
     previous_end: Instant,
     /// Lines kept instead of printed (tests).
     captured: Option<Vec<String>>,
+    /// The signal that interrupted the process, if one did
+    /// ([`crate::interrupt::requested`]; tests give their own).
+    interrupted: fn() -> Option<i32>,
 }
 
 /// Counts calls, tokens and finished units, and shows them. Cheap to clone;
@@ -128,6 +131,7 @@ impl Tracker {
             live_tokens: 0,
             finished_calls: 0,
             finished_units: 0,
+            interrupted: crate::interrupt::requested,
             cap: None,
             phase: String::new(),
             phases: BTreeMap::new(),
@@ -281,9 +285,12 @@ impl Tracker {
         });
     }
 
+    /// A run on the driver ended. After SIGINT or SIGTERM the driver ends
+    /// every unfinished run unplayed: those are not units done (the line
+    /// would say "all done").
     fn session_ended(&self) {
         self.with(|s| {
-            if s.ends == Ends::Session {
+            if s.ends == Ends::Session && (s.interrupted)().is_none() {
                 s.close_unit(None, None);
             }
         });
@@ -705,6 +712,17 @@ mod tests {
         let rounds = Tracker::rounds(Mode::Off, 3);
         Watched::new(&mut inner, rounds.clone()).end_session(7);
         rounds.with(|s| assert_eq!(s.done, 0));
+    }
+
+    #[test]
+    fn sessions_ended_by_an_interruption_are_not_units_done() {
+        let mut inner = Echo;
+        let races = Tracker::sessions(Mode::Off, "race", 2, Duration::ZERO);
+        races.with(|s| s.interrupted = || Some(15));
+        let mut watched = Watched::new(&mut inner, races.clone());
+        watched.end_session(1);
+        watched.end_session(2);
+        races.with(|s| assert_eq!(s.done, 0));
     }
 
     /// Answers like [`Echo`] after `0` of sleep.

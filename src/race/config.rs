@@ -71,6 +71,10 @@ fn default_personas() -> Vec<PersonaCondition> {
 pub const MAX_REPETITIONS: u32 = 10_000;
 /// The most races of one experiment (every pending race is held at once).
 pub const MAX_RACES: usize = 200_000;
+/// The most parse retries of a turn (each one a model call): far above
+/// the paper's 3, and few enough that a model that never answers in the
+/// format cannot keep a race going for days (as `llm.retries`).
+pub const MAX_PARSE_RETRIES: u32 = 100;
 
 /// `name` names the default output folder `runs/race/<name>`: a plain file
 /// name, not a path.
@@ -118,7 +122,8 @@ pub struct ExperimentConfig {
     pub max_parse_retries: u32,
     #[serde(
         default = "default_temperature",
-        serialize_with = "crate::backend::f32_as_written"
+        serialize_with = "crate::backend::f32_as_written",
+        deserialize_with = "crate::backend::f32_in_range"
     )]
     pub temperature: f32,
     #[serde(default = "default_max_tokens")]
@@ -230,6 +235,11 @@ impl ExperimentConfig {
             );
         }
         anyhow::ensure!(
+            self.max_parse_retries <= MAX_PARSE_RETRIES,
+            "`max_parse_retries` expected at most {MAX_PARSE_RETRIES} (each retry is a model call), got {}",
+            self.max_parse_retries
+        );
+        anyhow::ensure!(
             (1..=MAX_REPETITIONS).contains(&self.repetitions),
             "`repetitions` must be 1..={MAX_REPETITIONS}, got {}",
             self.repetitions
@@ -260,7 +270,7 @@ impl ExperimentConfig {
         anyhow::ensure!(
             self.temperature >= 0.0 && self.temperature.is_finite(),
             "`temperature` must be a number >= 0, got {}",
-            self.temperature
+            crate::output::num(f64::from(self.temperature))
         );
         for pc in &self.personas {
             for id in &pc.seats {

@@ -6,12 +6,14 @@
 //! `turns.jsonl` (one TurnRecord per seat per round), `races.jsonl` (one
 //! record per race), and after the run `races.csv`, `players.csv` and
 //! `run_manifest.json`. A sweep is resumable: races already in
-//! `races.jsonl` are skipped (each record checked first), a torn last race
-//! is cut off and turns of unfinished races are dropped. A folder that is
-//! not empty is taken only when its `config.json` holds this same config.
+//! `races.jsonl` with all their turns are skipped (each record checked
+//! first), a torn last race is cut off, and races whose turns were lost are
+//! dropped with the turns of unfinished races and played again. A folder
+//! that is not empty (its own `*.tmp` leftovers aside) is taken only when
+//! its `config.json` holds this same config.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::rc::Rc;
 
@@ -151,19 +153,67 @@ fn read_checked<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
-/// Ids of races already finished in `dir`, every record checked
-/// ([`read_races`]); a game id recorded twice is refused.
-pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
+/// The race records of `dir`'s `races.jsonl`, each checked ([`read_races`]);
+/// none when the file is missing.
+fn recorded_races(dir: &Path) -> anyhow::Result<Vec<RaceRecord>> {
     let path = dir.join("races.jsonl");
     if !path.exists() {
-        return Ok(BTreeSet::new());
+        return Ok(Vec::new());
     }
-    Ok(read_races(&path)?.into_iter().map(|r| r.game_id).collect())
+    read_races(&path)
 }
 
-/// Keep only the turns of finished races (drops a torn or partial race).
-fn prune_turns(dir: &Path, done: &BTreeSet<String>) -> anyhow::Result<()> {
+/// How many records `turns.jsonl` of `dir` holds for each game (a torn last
+/// line left out); empty when the file is missing.
+fn turn_counts(dir: &Path) -> anyhow::Result<HashMap<String, usize>> {
     let path = dir.join("turns.jsonl");
+    let mut counts = HashMap::new();
+    if !path.exists() {
+        return Ok(counts);
+    }
+    for v in read_jsonl(&path)? {
+        if let Some(g) = v.get("game_id").and_then(|g| g.as_str()) {
+            *counts.entry(g.to_string()).or_insert(0) += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// The first of `races` whose turns in `counts` are not all there (a race
+/// has [`RaceRecord::turns`] of them): its game id, the turns it should have
+/// and the turns found.
+pub fn race_missing_turns<'a>(
+    races: impl IntoIterator<Item = &'a RaceRecord>,
+    counts: &HashMap<String, usize>,
+) -> Option<(&'a str, usize, usize)> {
+    races.into_iter().find_map(|r| {
+        let found = counts.get(&r.game_id).copied().unwrap_or(0);
+        (found != r.turns()).then_some((r.game_id.as_str(), r.turns(), found))
+    })
+}
+
+/// Ids of races finished in `dir` with all their turns: recorded in
+/// `races.jsonl` (each record checked, [`read_races`]) and with
+/// [`RaceRecord::turns`] records in `turns.jsonl`. A race whose turns were
+/// lost (a file cut short) is not finished: a resume plays it again.
+pub fn completed_games(dir: &Path) -> anyhow::Result<BTreeSet<String>> {
+    Ok(whole_games(&recorded_races(dir)?, &turn_counts(dir)?))
+}
+
+/// The ids of `races` with all their turns in `counts`.
+fn whole_games(races: &[RaceRecord], counts: &HashMap<String, usize>) -> BTreeSet<String> {
+    races
+        .iter()
+        .filter(|r| counts.get(&r.game_id) == Some(&r.turns()))
+        .map(|r| r.game_id.clone())
+        .collect()
+}
+
+/// Keep only the records of the games `done` in the JSONL file `name` of
+/// `dir`, rewritten through a temporary file (drops a torn line, and the
+/// records of a partial race).
+fn keep_games(dir: &Path, name: &str, done: &BTreeSet<String>) -> anyhow::Result<()> {
+    let path = dir.join(name);
     if !path.exists() {
         return Ok(());
     }
@@ -176,7 +226,7 @@ fn prune_turns(dir: &Path, done: &BTreeSet<String>) -> anyhow::Result<()> {
         })
         .map(|v| serde_json::to_string(&v))
         .collect::<Result<_, _>>()?;
-    let tmp = dir.join("turns.jsonl.tmp");
+    let tmp = dir.join(format!("{name}.tmp"));
     let mut text = kept.join("\n");
     if !text.is_empty() {
         text.push('\n');
@@ -184,6 +234,27 @@ fn prune_turns(dir: &Path, done: &BTreeSet<String>) -> anyhow::Result<()> {
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
+}
+
+/// The files a race run writes through a temporary file
+/// ([`write_json_atomic`], [`keep_games`]).
+const REWRITTEN: [&str; 5] = [
+    "config.json",
+    "run_manifest.json",
+    crate::provenance::FILE,
+    "races.jsonl",
+    "turns.jsonl",
+];
+
+/// Whether `entry` is what a write of a race run cut short leaves in its
+/// folder: the temporary `<file>.tmp` of one of the [`REWRITTEN`] files.
+/// Such a leftover holds no race.
+fn is_own_leftover(entry: &std::fs::DirEntry) -> bool {
+    let name = entry.file_name();
+    let name = name.to_string_lossy();
+    name.strip_suffix(".tmp")
+        .is_some_and(|f| REWRITTEN.contains(&f))
+        && entry.file_type().is_ok_and(|t| t.is_file())
 }
 
 /// The kernels an earlier start recorded in `dir`'s `config.json`, once
@@ -205,8 +276,10 @@ fn check_folder(cfg: &ExperimentConfig, dir: &Path) -> anyhow::Result<Option<ser
                 cfg_path.display()
             );
         }
+        // A write cut short before config.json was in place leaves only
+        // its own temporary files: the folder is as good as empty.
         let empty = match std::fs::read_dir(dir) {
-            Ok(mut entries) => entries.next().is_none(),
+            Ok(mut entries) => entries.all(|e| e.is_ok_and(|e| is_own_leftover(&e))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
         };
@@ -259,18 +332,33 @@ pub fn run_experiment(
     // Held until the races end; what the folder holds is read under the hold.
     let _held = crate::record::FolderLock::acquire(dir)?;
     let earlier_kernels = check_folder(cfg, dir)?;
-    let done = completed_games(dir)?;
-    if !done.is_empty() && !resume {
+    let recorded = recorded_races(dir)?;
+    if !recorded.is_empty() && !resume {
         anyhow::bail!(
             "{} already holds {} finished races; use `joule race sweep` or --resume to continue",
             dir.display(),
-            done.len()
+            recorded.len()
+        );
+    }
+    // A race whose turns were lost (turns.jsonl cut short) is played again:
+    // its record and its remaining turns are dropped first, so nothing is
+    // recorded twice.
+    let counts = turn_counts(dir)?;
+    let done = whole_games(&recorded, &counts);
+    if let Some((game, want, found)) = race_missing_turns(&recorded, &counts) {
+        crate::errln!(
+            "note: {}: {} finished races lack turns in turns.jsonl (game `{game}` has {found} of its {want}); they are played again",
+            dir.display(),
+            recorded.len() - done.len()
         );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let cfg_path = dir.join("config.json");
     write_json_atomic(&cfg_path, cfg)?;
-    prune_turns(dir, &done)?;
+    if done.len() < recorded.len() {
+        keep_games(dir, "races.jsonl", &done)?;
+    }
+    keep_games(dir, "turns.jsonl", &done)?;
     let games = cfg.games()?;
     let total = games.len();
     let pending: Vec<_> = games

@@ -164,6 +164,12 @@ pub struct RaceRecord {
 pub const PLAYERS: std::ops::RangeInclusive<usize> = 2..=5;
 
 impl RaceRecord {
+    /// The turns a finished race records in `turns.jsonl`: one per seat in
+    /// each of its rounds.
+    pub fn turns(&self) -> usize {
+        self.result.n_rounds as usize * self.n_players
+    }
+
     /// A record read back from `races.jsonl` is whole: 2 to 5 seats, one
     /// model, persona and result per seat, and a winner among them. The
     /// error names the field and what it should hold.

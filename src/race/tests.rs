@@ -598,6 +598,108 @@ fn a_torn_last_race_is_cut_before_the_resume_appends() {
     assert_eq!(std::fs::read_to_string(&races).unwrap().lines().count(), 8);
 }
 
+/// A race folder whose turns.jsonl lost its tail: the report refuses it,
+/// naming the game and its expected and found turns; a resume plays the
+/// races missing turns again (each recorded once, with all its turns), and
+/// the report then reads the same as the uncut run's.
+#[test]
+fn races_whose_turns_were_lost_are_refused_by_the_report_and_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let cfg = small_run(&out);
+    let races_before = std::fs::read_to_string(out.join("races.jsonl")).unwrap();
+    let turns_path = out.join("turns.jsonl");
+    let turns_before = std::fs::read_to_string(&turns_path).unwrap();
+    std::fs::write(&turns_path, &turns_before[..turns_before.len() / 4]).unwrap();
+    let e = format!(
+        "{:#}",
+        super::analysis::runs::load(&[out.clone()]).err().unwrap()
+    );
+    assert!(
+        e.contains("turns.jsonl: game `") && e.contains("is recorded as finished but has"),
+        "{e}"
+    );
+    let s = run_experiment(&cfg, &out, true, &mut scripted_backend(None)).unwrap();
+    assert!(
+        s.played_races > 0 && s.skipped_races + s.played_races == 8,
+        "{s:?}"
+    );
+    let sorted = |text: &str| {
+        let mut v: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        v.sort_by_key(|r| r.to_string());
+        v
+    };
+    assert_eq!(
+        sorted(&std::fs::read_to_string(out.join("races.jsonl")).unwrap()),
+        sorted(&races_before)
+    );
+    assert_eq!(
+        sorted(&std::fs::read_to_string(&turns_path).unwrap()),
+        sorted(&turns_before)
+    );
+    super::analysis::runs::load(&[out.clone()]).unwrap();
+}
+
+/// The report names the game, the turns it should have and the turns found
+/// when one race lost a turn.
+#[test]
+fn a_race_missing_one_turn_is_refused_by_the_report_with_its_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    small_run(&out);
+    let races = read_jsonl(out.join("races.jsonl")).unwrap();
+    let last = races.last().unwrap();
+    let game = last["game_id"].as_str().unwrap().to_string();
+    let want = last["result"]["n_rounds"].as_u64().unwrap() * last["n_players"].as_u64().unwrap();
+    let turns_path = out.join("turns.jsonl");
+    let turns = read_jsonl(&turns_path).unwrap();
+    let drop_at = turns
+        .iter()
+        .rposition(|t| t["game_id"].as_str() == Some(game.as_str()))
+        .unwrap();
+    let text: String = turns
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != drop_at)
+        .map(|(_, v)| format!("{v}\n"))
+        .collect();
+    std::fs::write(&turns_path, text).unwrap();
+    let e = format!(
+        "{:#}",
+        super::analysis::runs::load(&[out.clone()]).err().unwrap()
+    );
+    assert!(
+        e.contains(&format!("game `{game}`"))
+            && e.contains(&format!("has {} of its {want} turns", want - 1)),
+        "{e}"
+    );
+}
+
+/// A folder holding only what a race run's write cut short left (its
+/// `config.json.tmp`, maybe empty) counts as empty: the run starts there.
+/// Another `.tmp` file is not the run's, and is refused as before.
+#[test]
+fn a_folder_with_only_a_race_runs_own_temporary_file_takes_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = small_run(&dir.path().join("first"));
+    let out = dir.path().join("run");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("config.json.tmp"), "").unwrap();
+    let s = run_experiment(&cfg, &out, false, &mut scripted_backend(None)).unwrap();
+    assert_eq!(s.played_races, 8);
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.tmp"), "mine").unwrap();
+    let e = format!(
+        "{:#}",
+        run_experiment(&cfg, &other, false, &mut scripted_backend(None)).unwrap_err()
+    );
+    assert!(e.contains("not a race run folder"), "{e}");
+}
+
 /// `race run` writes only into a new or empty folder, or a race folder of
 /// the same config: another program's folder, another config's folder and
 /// kept races without a config.json are refused, and nothing is written.
@@ -720,6 +822,18 @@ fn race_configs_with_clashing_empty_or_oversized_values_are_refused() {
         (
             format!("{ok}[[personas]]\nname = \"p\"\n[[personas]]\nname = \"p\"\n"),
             "`personas` lists name `p` twice",
+        ),
+        (
+            format!("max_parse_retries = 4294967295\n{ok}"),
+            "`max_parse_retries` expected at most 100 (each retry is a model call), got 4294967295",
+        ),
+        (
+            format!("temperature = 1e40\n{ok}"),
+            "expected a number a 32-bit float holds (at most about 3.4e38), got 1e40",
+        ),
+        (
+            format!("max_parse_retries = 101\n{ok}"),
+            "`max_parse_retries` expected at most 100",
         ),
         (
             ok.replace("repetitions = 2", "repetitions = 4000000000"),

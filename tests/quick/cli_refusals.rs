@@ -192,3 +192,74 @@ fn serve_check_gives_up_on_a_silent_port_at_its_timeout() {
     let err = refused(&["models", "serve-check", &url, "--timeout", "0"]);
     assert!(err.contains("--timeout"), "{err}");
 }
+
+#[test]
+fn counts_of_zero_and_past_their_bounds_are_refused() {
+    for (args, says) in [
+        (&["jobs", "--seed", "1", "--rounds", "0"][..], "--rounds"),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-r", "0"][..],
+            "--repetitions",
+        ),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-s", "4294967295"][..],
+            "--seqs: give one or more counts from 1 to 1024",
+        ),
+        (
+            &["bench", "--gguf", "no-such-model.gguf", "-s", "1,0"][..],
+            "--seqs: give one or more counts from 1 to 1024",
+        ),
+        (
+            &[
+                "bench",
+                "society",
+                "--sims",
+                "4294967295",
+                "--via",
+                "http://127.0.0.1:9/v1",
+            ][..],
+            "--sims: give one or more counts from 1 to 1000",
+        ),
+        (
+            &["race", "egt", "--pmax", "0.1,0.10"][..],
+            "--pmax lists 0.1 twice",
+        ),
+    ] {
+        let err = refused(args);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("no-such-model.gguf"), "{args:?}: {err}");
+    }
+}
+
+/// A command line that is not UTF-8 (a Latin-1 file name) is recorded
+/// lossily in the provenance, not a panic.
+#[cfg(unix)]
+#[test]
+fn a_race_run_takes_an_out_folder_whose_name_is_not_utf8() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("race.toml");
+    std::fs::write(
+        &cfg,
+        "name = \"r\"\nrepetitions = 1\np_max = [0.6]\n[[lineups]]\nname = \"AU-CS\"\nseats = [\"scripted:AU\", \"scripted:CS\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join(OsStr::from_bytes(b"race\xe9"));
+    let o = Command::new(JOULE)
+        .args([OsStr::new("race"), OsStr::new("run"), cfg.as_os_str()])
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .env("JOULE_PROGRESS", "off")
+        .output()
+        .expect("running joule");
+    assert!(
+        o.status.success(),
+        "{:?} {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let prov = std::fs::read_to_string(out.join("provenance.json")).unwrap();
+    assert!(prov.contains("race\u{fffd}"), "{prov}");
+}

@@ -185,6 +185,18 @@ pub enum GgufValue {
     },
 }
 
+/// `s` quoted for a message, cut to its first `max_chars` characters (with
+/// its full length) when longer: a long string never fills the terminal.
+pub fn quoted_head(s: &str, max_chars: usize) -> String {
+    let n = s.chars().count();
+    if n <= max_chars {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(max_chars).collect();
+        format!("{head:?}… ({n} chars)")
+    }
+}
+
 impl GgufValue {
     /// The value as an unsigned integer, if it is a non-negative integer of any width.
     pub fn as_u64(&self) -> Option<u64> {
@@ -212,15 +224,7 @@ impl GgufValue {
     /// full length), skipped arrays show their length only.
     pub fn display(&self, max_chars: usize) -> String {
         match self {
-            GgufValue::String(s) => {
-                let n = s.chars().count();
-                if n <= max_chars {
-                    format!("{s:?}")
-                } else {
-                    let head: String = s.chars().take(max_chars).collect();
-                    format!("{head:?}… ({n} chars)")
-                }
-            }
+            GgufValue::String(s) => quoted_head(s, max_chars),
             GgufValue::Array { elem, len, items } => match items {
                 Some(items) => {
                     let parts: Vec<String> = items.iter().map(|v| v.display(max_chars)).collect();

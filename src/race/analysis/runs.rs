@@ -1,11 +1,12 @@
 //! The race run folders an analysis reads ([`load`]: finished races and their
-//! turns from `races.jsonl` and `turns.jsonl`) and the Wilson interval every
+//! turns from `races.jsonl` and `turns.jsonl`, every finished race with all
+//! its turns) and the Wilson interval every
 //! rate table uses.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use crate::race::run::{read_races, read_turns};
+use crate::race::run::{race_missing_turns, read_races, read_turns};
 use crate::race::scenario::{RaceRecord, TurnRecord};
 
 /// z for a two-sided 95% interval.
@@ -60,11 +61,22 @@ pub fn load(dirs: &[PathBuf]) -> anyhow::Result<RunData> {
         let rs = read_races(&rp)?;
         let done: BTreeSet<String> = rs.iter().map(|r| r.game_id.clone()).collect();
         let tp = d.join("turns.jsonl");
+        let mut counts = HashMap::new();
         for t in read_turns(&tp)? {
             if done.contains(&t.game_id) {
+                *counts.entry(t.game_id.clone()).or_insert(0) += 1;
                 turns.push(t);
                 turn_sources.push(src);
             }
+        }
+        // Rates from a race with lost turns would silently differ.
+        if let Some((game, want, found)) = race_missing_turns(&rs, &counts) {
+            anyhow::bail!(
+                "{}: game `{game}` is recorded as finished but has {found} of its {want} turns \
+                 (its rounds times its seats); the file was cut short or edited. \
+                 `joule race run --resume` on the folder plays such races again",
+                tp.display()
+            );
         }
         race_sources.extend(std::iter::repeat(src).take(rs.len()));
         races.extend(rs);

@@ -11,6 +11,8 @@
 use anyhow::{Context, Result};
 use fancy_regex::Regex;
 
+use crate::inference::files::gguf_header::quoted_head;
+
 /// GPT-2's split rule.
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 /// Llama 3's rule: contractions in either case, letters with one leading
@@ -112,8 +114,9 @@ impl PreTokenizer {
             for piece in pieces {
                 let mut last = 0;
                 for m in re.find_iter(piece) {
-                    let m =
-                        m.with_context(|| format!("pre-tokenizer regex failed on {piece:?}"))?;
+                    let m = m.with_context(|| {
+                        format!("pre-tokenizer regex failed on {}", quoted_head(piece, 80))
+                    })?;
                     if m.start() > last {
                         next.push(&piece[last..m.start()]);
                     }
@@ -176,6 +179,21 @@ mod tests {
     #[test]
     fn gemma4_cuts_only_newlines() {
         assert_eq!(split(PreKind::Gemma4, "a b\n\nc"), ["a b", "\n\n", "c"]);
+    }
+
+    #[test]
+    fn a_piece_the_regex_cannot_finish_is_quoted_cut_short() {
+        let text = "a".repeat(1_000_000);
+        let e = PreTokenizer::new(PreKind::Gpt2)
+            .unwrap()
+            .split(&text)
+            .unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("… (1000000 chars)") && e.len() < 400,
+            "{}",
+            &e[..e.len().min(400)]
+        );
     }
 
     #[test]
