@@ -259,6 +259,14 @@ impl Session {
     }
 }
 
+/// How many sessions played the run in `dir` (0 without a readable `provenance.json`).
+pub fn sessions_in(dir: &Path) -> usize {
+    Provenance::read(dir)
+        .ok()
+        .flatten()
+        .map_or(0, |p| p.sessions.len())
+}
+
 impl Provenance {
     /// The provenance in `dir`: `Ok(None)` when the folder has none (a run recorded before Joule
     /// wrote provenance, or a reference run); an error naming the file when it cannot be read.

@@ -127,7 +127,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     match backend.metering() {
         // Written by the run, one record per session (`meter::run_meter`).
         Some(status) => match crate::meter::run_meter::RunMeter::read(&out) {
-            Ok(Some(m)) => crate::outln!("{}", m.summary(&out)),
+            Ok(Some(m)) => crate::outln!(
+                "{}",
+                m.summary(crate::provenance::sessions_in(&out))
+            ),
             _ => crate::outln!("{}", status.summary()),
         },
         None if cfg_served => crate::outln!(

@@ -251,12 +251,7 @@ pub fn run_or_resume(
     // folder (a refused resume leaves it untouched).
     let mut from_round = 1;
     let mut wrote = false;
-    let sessions = || {
-        crate::provenance::Provenance::read(out)
-            .ok()
-            .flatten()
-            .map_or(0, |p| p.sessions.len())
-    };
+    let sessions = || crate::provenance::sessions_in(out);
     let sessions_before = sessions();
     let played = (|| match super::resume::plan(out, &cfg.to_toml()?, force)? {
         Plan::Fresh => {

@@ -4,8 +4,9 @@
 //! signal or an error, so the energy of every session is kept; a session
 //! killed outright (`kill -9`, a power cut) cannot write its totals, and the
 //! folder's `provenance.json`, which lists every session, tells how many are
-//! missing. The totals of a session include rounds that an interruption
-//! dropped and a resume played again: the meter measured them.
+//! missing (the callers count them: `provenance::sessions_in`). The totals
+//! of a session include rounds that an interruption dropped and a resume
+//! played again: the meter measured them.
 
 use std::path::Path;
 
@@ -116,24 +117,20 @@ impl RunMeter {
         }
     }
 
-    /// Sessions of the run in `dir` (its `provenance.json`) that recorded no
-    /// meter totals here: killed before they could. 0 when the folder has
-    /// no provenance to count them by.
-    pub fn missing_sessions(&self, dir: &Path) -> usize {
-        crate::provenance::Provenance::read(dir)
-            .ok()
-            .flatten()
-            .map_or(0, |p| p.sessions.len().saturating_sub(self.sessions.len()))
+    /// Of the `played` sessions of the run (its `provenance.json` lists
+    /// them), those that recorded no meter totals here: killed before they could.
+    pub fn missing_sessions(&self, played: usize) -> usize {
+        played.saturating_sub(self.sessions.len())
     }
 
     /// One line for the terminal: [`MeterStatus::summary`] of the total,
-    /// with the sessions it sums and those missing.
-    pub fn summary(&self, dir: &Path) -> String {
+    /// with the sessions it sums and, of the `played` sessions, those missing.
+    pub fn summary(&self, played: usize) -> String {
         let mut s = self.total().summary();
         if self.sessions.len() > 1 {
             s += &format!(" (the sum of the run's {} sessions)", self.sessions.len());
         }
-        match self.missing_sessions(dir) {
+        match self.missing_sessions(played) {
             0 => {}
             n => {
                 s += &format!(
@@ -185,9 +182,10 @@ mod tests {
             (12.0, 24.0, 6.0, 3.0, 20)
         );
         assert_eq!(t.meter, "fake-power:100");
+        assert!(m.summary(2).contains("sum of the run's 2 sessions"));
         assert!(m
-            .summary(dir.path())
-            .contains("sum of the run's 2 sessions"));
+            .summary(3)
+            .contains("1 earlier session(s) ended without recording"));
     }
 
     #[test]

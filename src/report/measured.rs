@@ -158,7 +158,8 @@ pub fn collect(condition: &Condition) -> Measured {
                     out.overhead_j += t.overhead_j;
                     out.idle_j += t.idle_j;
                 }
-                out.sessions_missing += m.missing_sessions(&run.dir);
+                out.sessions_missing +=
+                    m.missing_sessions(crate::provenance::sessions_in(&run.dir));
             }
             Ok(None) => out.without_meter_file += 1,
             Err(e) => {
