@@ -129,7 +129,7 @@ fn a_folder_another_process_holds_is_refused_before_any_note() {
 #[test]
 fn a_sweep_says_which_complete_cells_ran_another_version_of_their_config() {
     let t = tempfile::tempdir().unwrap();
-    let cfg = config(t.path(), 2);
+    config(t.path(), 2);
     let sweep = t.path().join("sweep.toml");
     std::fs::write(&sweep, "seeds = [1]\nconfigs = [\"c.toml\"]\n").unwrap();
     let out = t.path().join("o");
